@@ -1,0 +1,38 @@
+#include "alloc/copy.hpp"
+
+#include <cstring>
+
+#include "alloc/error.hpp"
+#if KVLAB_HAS_CUDA
+#include "alloc/cuda_check.hpp"
+#endif
+
+namespace kvlab {
+
+void copy_bytes(Device device, void* dst, const void* src, std::size_t bytes) {
+  if (bytes == 0) return;
+  if (device == Device::host) {
+    std::memmove(dst, src, bytes);
+    return;
+  }
+#if KVLAB_HAS_CUDA
+  KVLAB_CUDA_TRY(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToDevice));
+#else
+  KVLAB_THROW(InvalidArgument, "device copy requested in a build without CUDA");
+#endif
+}
+
+void upload_bytes(Device device, void* dst, const void* host_src, std::size_t bytes) {
+  if (bytes == 0) return;
+  if (device == Device::host) {
+    std::memmove(dst, host_src, bytes);
+    return;
+  }
+#if KVLAB_HAS_CUDA
+  KVLAB_CUDA_TRY(cudaMemcpy(dst, host_src, bytes, cudaMemcpyHostToDevice));
+#else
+  KVLAB_THROW(InvalidArgument, "device upload requested in a build without CUDA");
+#endif
+}
+
+}  // namespace kvlab

@@ -1,0 +1,25 @@
+#pragma once
+// Backends by name, the one place the command line, sweeps and tests turn a name into a backend.
+// An unknown name fails loudly, listing the known forms.
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "alloc/kv_backend.hpp"
+#include "alloc/memory_resource.hpp"
+
+namespace kvlab {
+
+struct BackendOptions {
+  ModelGeometry model;
+  std::size_t capacity_bytes = 0;
+  std::int64_t max_seq_len = 0;      ///< 0: the model's max context
+  MemoryResource* memory = nullptr;  ///< nullptr: accounting only
+};
+
+/// Known forms: contiguous-max, contiguous-pow2, contiguous-oracle.
+[[nodiscard]] std::unique_ptr<KvBackend> make_backend(std::string_view name, const BackendOptions& options);
+[[nodiscard]] std::vector<std::string> backend_forms();
+
+}  // namespace kvlab

@@ -1,0 +1,151 @@
+// Host decode attention at llama-3-8b geometry (32 query / 8 KV heads, head dim 128), fp16 KV,
+// batch 32, context 4096, through the contiguous view and the paged view (several block sizes) on
+// the same data. Each benchmark reports KV bytes read per second and that rate as a fraction of
+// the memory read bandwidth this binary measures at start-up (context: memory_read_bandwidth).
+//
+//   build/release/bench/kvlab_bench_attention --benchmark_out=attention.json --benchmark_out_format=json
+#include <benchmark/benchmark.h>
+
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "experiments/benchmarks/bandwidth.hpp"
+#include "kernels/attention.hpp"
+#include "kernels/kv_view.hpp"
+
+namespace {
+
+using namespace kvlab;
+
+constexpr int kBatch = 32, kContext = 4096, kQHeads = 32, kKvHeads = 8, kHeadDim = 128;
+double g_bandwidth = 0;
+
+/// One KV cache, stored once contiguously and once per block size as a shuffled block pool.
+struct DecodeData {
+  std::int64_t row = static_cast<std::int64_t>(kKvHeads) * kHeadDim;
+  std::vector<half_t> k, v;  // [batch][context][kv_heads][head_dim]
+  std::vector<half_t*> kptr, vptr;
+  std::vector<float> q, out;
+  std::vector<std::int32_t> lens;
+
+  DecodeData() {
+    std::mt19937_64 rng(42);
+    std::uniform_real_distribution<float> uni(-1.f, 1.f);
+    k.resize(static_cast<std::size_t>(kBatch) * kContext * row);
+    v.resize(k.size());
+    for (auto& x : k) x = from_float<half_t>(uni(rng));
+    for (auto& x : v) x = from_float<half_t>(uni(rng));
+    for (int s = 0; s < kBatch; ++s) {
+      kptr.push_back(k.data() + static_cast<std::size_t>(s) * kContext * row);
+      vptr.push_back(v.data() + static_cast<std::size_t>(s) * kContext * row);
+    }
+    q.resize(static_cast<std::size_t>(kBatch) * kQHeads * kHeadDim);
+    for (auto& x : q) x = uni(rng);
+    out.resize(q.size());
+    lens.assign(kBatch, kContext);
+  }
+  AttentionParams params() {
+    AttentionParams p;
+    p.batch = kBatch;
+    p.num_q_heads = kQHeads;
+    p.num_kv_heads = kKvHeads;
+    p.head_dim = kHeadDim;
+    p.scale = 1.f / std::sqrt(float(kHeadDim));
+    p.q = q.data();
+    p.out = out.data();
+    p.seq_lens = lens.data();
+    return p;
+  }
+  [[nodiscard]] double kv_bytes() const { return 2.0 * k.size() * sizeof(half_t); }
+};
+
+DecodeData& data() {
+  static DecodeData d;
+  return d;
+}
+
+struct PagedCopy {
+  std::vector<half_t> k, v;
+  std::vector<std::int32_t> table;
+  PagedKv<half_t> view;
+  explicit PagedCopy(int block_size) {
+    DecodeData& d = data();
+    const int per_seq = (kContext + block_size - 1) / block_size;
+    const int blocks = per_seq * kBatch;
+    std::vector<std::int32_t> order(blocks);
+    std::iota(order.begin(), order.end(), 0);
+    std::shuffle(order.begin(), order.end(), std::mt19937_64(7));
+    table = order;
+    const std::int64_t bstride = block_size * d.row;
+    k.resize(static_cast<std::size_t>(blocks) * bstride);
+    v.resize(k.size());
+    for (int s = 0; s < kBatch; ++s)
+      for (int t = 0; t < kContext; ++t) {
+        const std::int64_t dst = table[s * per_seq + t / block_size] * bstride + (t % block_size) * d.row;
+        std::copy_n(d.kptr[s] + t * d.row, d.row, &k[dst]);
+        std::copy_n(d.vptr[s] + t * d.row, d.row, &v[dst]);
+      }
+    view = {k.data(), v.data(), table.data(), per_seq, block_size, bstride, d.row, kHeadDim};
+  }
+};
+
+void report(benchmark::State& state, double bytes) {
+  state.SetBytesProcessed(static_cast<std::int64_t>(bytes) * state.iterations());
+  state.counters["kv_bytes_per_s"] = benchmark::Counter(bytes, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["fraction_of_bandwidth"] =
+      benchmark::Counter(bytes / g_bandwidth, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+void BM_MemoryReadBandwidth(benchmark::State& state) {
+  for (auto _ : state) {
+    const double bw = bench::measure_read_bandwidth(default_thread_pool(), std::size_t{1} << 30, 1);
+    state.counters["bytes_per_s"] = bw;
+  }
+}
+
+void BM_DecodeContiguous(benchmark::State& state) {
+  DecodeData& d = data();
+  const KvView view = erase(ContiguousKv<half_t>{d.kptr.data(), d.vptr.data(), d.row, kHeadDim}, kKvHeads, kHeadDim);
+  const AttentionParams p = d.params();
+  for (auto _ : state) {
+    host_attention(p, view);
+    benchmark::ClobberMemory();
+  }
+  report(state, d.kv_bytes());
+}
+
+void BM_DecodePaged(benchmark::State& state) {
+  DecodeData& d = data();
+  const PagedCopy paged(static_cast<int>(state.range(0)));
+  const KvView view = erase(paged.view, kKvHeads, kHeadDim);
+  const AttentionParams p = d.params();
+  for (auto _ : state) {
+    host_attention(p, view);
+    benchmark::ClobberMemory();
+  }
+  report(state, d.kv_bytes());
+}
+
+BENCHMARK(BM_MemoryReadBandwidth)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(3);
+BENCHMARK(BM_DecodeContiguous)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(2.0);
+BENCHMARK(BM_DecodePaged)->Arg(1)->Arg(16)->Arg(256)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(2.0);
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  g_bandwidth = bench::measure_read_bandwidth(default_thread_pool());
+  benchmark::AddCustomContext("memory_read_bandwidth_bytes_per_s", std::to_string(g_bandwidth));
+  benchmark::AddCustomContext("threads", std::to_string(default_thread_pool().size()));
+  benchmark::AddCustomContext("geometry", "llama-3-8b: 32 q / 8 kv heads, head_dim 128, fp16 KV, batch 32, context 4096");
+  benchmark::AddCustomContext("device", "host");
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

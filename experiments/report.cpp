@@ -1,0 +1,122 @@
+#include "experiments/report.hpp"
+
+#include <cstdio>
+#include <fstream>
+#include <iomanip>
+#include <sstream>
+
+#include "alloc/error.hpp"
+
+namespace kvlab {
+
+std::string json_escape(const std::string& s) {
+  std::string out;
+  for (const char c : s) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\t': out += "\\t"; break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) {
+          char buf[8];
+          std::snprintf(buf, sizeof buf, "\\u%04x", c);
+          out += buf;
+        } else {
+          out += c;
+        }
+    }
+  }
+  return out;
+}
+
+void print_summary_table(std::ostream& os, const std::vector<ReplaySummary>& rows) {
+  const auto pct = [](double f) {
+    std::ostringstream s;
+    s << std::fixed << std::setprecision(1) << 100.0 * f << "%";
+    return s.str();
+  };
+  os << std::left << std::setw(20) << "backend" << std::right << std::setw(13) << "token_states" << std::setw(10)
+     << "reserved" << std::setw(10) << "internal" << std::setw(10) << "external" << std::setw(8) << "free"
+     << std::setw(11) << "mean_batch" << std::setw(10) << "preempt" << std::setw(10) << "rejected" << std::setw(12)
+     << "tokens/s" << "\n";
+  for (const ReplaySummary& r : rows) {
+    const double tps = r.makespan_s > 0 ? static_cast<double>(r.generated_tokens) / r.makespan_s : 0;
+    os << std::left << std::setw(20) << r.backend << std::right << std::setw(13) << pct(r.mean_fractions.token_states)
+       << std::setw(10) << pct(r.mean_fractions.reserved) << std::setw(10)
+       << pct(r.mean_fractions.internal_fragmentation) << std::setw(10)
+       << pct(r.mean_fractions.external_fragmentation) << std::setw(8) << pct(r.mean_fractions.free) << std::setw(11)
+       << std::fixed << std::setprecision(2) << r.mean_batch << std::setw(10) << r.preemptions << std::setw(10)
+       << r.rejected << std::setw(12) << std::setprecision(0) << tps << "\n";
+  }
+  os << "fractions are time-weighted shares of the KV capacity (vLLM Fig. 2 categories); "
+        "times are modelled by the declared roofline.\n";
+}
+
+void write_replay_files(const std::filesystem::path& dir, const RunInfo& info, const ReplayResult& result) {
+  const ReplaySummary& s = result.summary;
+  const std::filesystem::path out = dir / s.backend;
+  std::filesystem::create_directories(out);
+  const auto open = [&](const char* name) {
+    std::ofstream f(out / name);
+    if (!f) KVLAB_THROW(Error, "cannot write " + (out / name).string());
+    f << std::setprecision(9);
+    return f;
+  };
+  {
+    auto f = open("summary.json");
+    f << "{\n"
+      << "  \"command\": \"" << json_escape(info.command) << "\",\n"
+      << "  \"backend\": \"" << json_escape(s.backend) << "\",\n"
+      << "  \"model\": \"" << json_escape(info.model) << "\",\n"
+      << "  \"workload\": \"" << json_escape(info.workload) << "\",\n"
+      << "  \"clock\": \"" << info.clock << "\",\n"
+      << "  \"device_model\": \"" << json_escape(info.device_model) << "\",\n"
+      << "  \"capacity_bytes\": " << s.capacity_bytes << ",\n"
+      << "  \"requests\": " << s.requests << ", \"completed\": " << s.completed << ", \"rejected\": " << s.rejected
+      << ", \"truncated\": " << s.truncated << ",\n"
+      << "  \"steps\": " << s.steps << ", \"preemptions\": " << s.preemptions
+      << ", \"out_of_memory\": " << s.out_of_memory << ",\n"
+      << "  \"prompt_tokens\": " << s.prompt_tokens << ", \"generated_tokens\": " << s.generated_tokens << ",\n"
+      << "  \"makespan_s\": " << s.makespan_s << ",\n"
+      << "  \"throughput_tokens_per_s\": " << (s.makespan_s > 0 ? s.generated_tokens / s.makespan_s : 0) << ",\n"
+      << "  \"throughput_requests_per_s\": " << (s.makespan_s > 0 ? (s.completed + s.truncated) / s.makespan_s : 0)
+      << ",\n"
+      << "  \"mean_batch\": " << s.mean_batch << ", \"max_batch\": " << s.max_batch << ",\n"
+      << "  \"peak_allocated_bytes\": " << s.peak_allocated_bytes << ",\n"
+      << "  \"mean_ttft_s\": " << s.mean_ttft_s << ", \"mean_tpot_s\": " << s.mean_tpot_s
+      << ", \"mean_e2e_s\": " << s.mean_e2e_s << ",\n"
+      << "  \"fractions\": {\"token_states\": " << s.mean_fractions.token_states
+      << ", \"reserved\": " << s.mean_fractions.reserved
+      << ", \"internal_fragmentation\": " << s.mean_fractions.internal_fragmentation
+      << ", \"external_fragmentation\": " << s.mean_fractions.external_fragmentation
+      << ", \"free\": " << s.mean_fractions.free << "}\n"
+      << "}\n";
+  }
+  {
+    auto f = open("steps.csv");
+    f << "# " << info.command << "\n";
+    f << "time_s,duration_s,running,waiting,token_states,reserved,internal_fragmentation,external_fragmentation,"
+         "free,allocated_bytes\n";
+    for (const StepRecord& r : result.steps)
+      f << r.time_s << ',' << r.duration_s << ',' << r.running << ',' << r.waiting << ',' << r.fractions.token_states
+        << ',' << r.fractions.reserved << ',' << r.fractions.internal_fragmentation << ','
+        << r.fractions.external_fragmentation << ',' << r.fractions.free << ',' << r.allocated_bytes << '\n';
+  }
+  {
+    auto f = open("requests.csv");
+    f << "# " << info.command << "\n";
+    f << "id,arrival_s,first_scheduled_s,first_token_s,finish_s,prompt_tokens,output_tokens,generated_tokens,"
+         "preemptions,status,reason\n";
+    for (const RequestRecord& r : result.requests) {
+      const char* status = r.status == RequestRecord::Status::rejected    ? "rejected"
+                           : r.status == RequestRecord::Status::completed ? "completed"
+                                                                          : "truncated";
+      f << r.id << ',' << r.arrival_s << ',' << r.first_scheduled_s << ',' << r.first_token_s << ',' << r.finish_s
+        << ',' << r.prompt_tokens << ',' << r.output_tokens << ',' << r.generated_tokens << ',' << r.preemptions
+        << ',' << status << ",\"" << r.reason << "\"\n";
+    }
+  }
+}
+
+}  // namespace kvlab

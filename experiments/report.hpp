@@ -1,0 +1,29 @@
+#pragma once
+// Replay output: the side-by-side table on stdout and the files in --out DIR
+// (summary.json, steps.csv, requests.csv), each carrying the command that reproduces it.
+#include <filesystem>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "experiments/replayer.hpp"
+
+namespace kvlab {
+
+/// One row per backend: the five memory fractions (time-weighted), batch and throughput.
+void print_summary_table(std::ostream& os, const std::vector<ReplaySummary>& rows);
+
+struct RunInfo {
+  std::string command;  ///< the exact command line that reproduces the run
+  std::string model;
+  std::string workload;
+  std::string clock = "modelled";  ///< "modelled" (memory mode) or "measured" (execute mode)
+  std::string device_model;
+};
+
+/// Writes DIR/<backend>/{summary.json,steps.csv,requests.csv}; creates directories as needed.
+void write_replay_files(const std::filesystem::path& dir, const RunInfo& info, const ReplayResult& result);
+
+[[nodiscard]] std::string json_escape(const std::string& s);
+
+}  // namespace kvlab

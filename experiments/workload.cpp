@@ -1,0 +1,103 @@
+#include "experiments/workload.hpp"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+
+#include "alloc/error.hpp"
+
+namespace kvlab {
+
+namespace {
+std::vector<std::string_view> split(std::string_view s, char sep) {
+  std::vector<std::string_view> out;
+  for (std::size_t pos = 0;;) {
+    const std::size_t next = s.find(sep, pos);
+    out.push_back(s.substr(pos, next - pos));
+    if (next == std::string_view::npos) return out;
+    pos = next + 1;
+  }
+}
+double number(std::string_view text, std::string_view what, std::string_view whole) {
+  double v = 0;
+  const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (ec != std::errc() || ptr != text.data() + text.size() || !std::isfinite(v)) {
+    KVLAB_THROW(InvalidArgument, std::string(what) + " length '" + std::string(whole) + "': '" + std::string(text) +
+                                     "' is not a number");
+  }
+  return v;
+}
+}  // namespace
+
+LengthDistribution LengthDistribution::parse(std::string_view text, std::string_view what) {
+  const auto parts = split(text, ':');
+  LengthDistribution d;
+  const auto bad = [&](const std::string& why) {
+    KVLAB_THROW(InvalidArgument, std::string(what) + " length '" + std::string(text) + "': " + why +
+                                     " (expected fixed:N, uniform:LO:HI or lognormal:MU:SIGMA[:MAX])");
+  };
+  if (parts[0] == "fixed" && parts.size() == 2) {
+    d.kind = Kind::fixed;
+    d.a = d.b = number(parts[1], what, text);
+    if (d.a < 1) bad("length must be at least 1");
+  } else if (parts[0] == "uniform" && parts.size() == 3) {
+    d.kind = Kind::uniform;
+    d.a = number(parts[1], what, text);
+    d.b = number(parts[2], what, text);
+    if (d.a < 1 || d.b < d.a) bad("need 1 <= LO <= HI");
+  } else if (parts[0] == "lognormal" && (parts.size() == 3 || parts.size() == 4)) {
+    d.kind = Kind::lognormal;
+    d.a = number(parts[1], what, text);
+    d.b = number(parts[2], what, text);
+    if (parts.size() == 4) d.max = number(parts[3], what, text);
+    if (d.b < 0 || d.max < 1) bad("need SIGMA >= 0 and MAX >= 1");
+  } else {
+    bad("unknown form");
+  }
+  return d;
+}
+
+std::int64_t LengthDistribution::sample(std::mt19937_64& rng) const {
+  switch (kind) {
+    case Kind::fixed: return static_cast<std::int64_t>(a);
+    case Kind::uniform:
+      return std::uniform_int_distribution<std::int64_t>(static_cast<std::int64_t>(a), static_cast<std::int64_t>(b))(rng);
+    case Kind::lognormal: {
+      const double x = std::lognormal_distribution<double>(a, b)(rng);
+      return static_cast<std::int64_t>(std::clamp(std::round(x), 1.0, max));
+    }
+  }
+  return 1;
+}
+
+std::string LengthDistribution::describe() const {
+  switch (kind) {
+    case Kind::fixed: return "fixed:" + std::to_string(static_cast<std::int64_t>(a));
+    case Kind::uniform:
+      return "uniform:" + std::to_string(static_cast<std::int64_t>(a)) + ":" + std::to_string(static_cast<std::int64_t>(b));
+    case Kind::lognormal: return "lognormal:" + std::to_string(a) + ":" + std::to_string(b);
+  }
+  return "?";
+}
+
+std::vector<Request> generate(const SyntheticWorkload& w) {
+  KVLAB_EXPECTS(w.num_requests >= 0, "request count must not be negative");
+  KVLAB_EXPECTS(w.rate >= 0 && std::isfinite(w.rate), "arrival rate must be a finite number >= 0");
+  std::mt19937_64 rng(w.seed);
+  std::exponential_distribution<double> gap(w.rate > 0 ? w.rate : 1.0);
+  std::vector<Request> out;
+  out.reserve(static_cast<std::size_t>(w.num_requests));
+  double t = 0;
+  for (std::int64_t i = 0; i < w.num_requests; ++i) {
+    if (w.rate > 0 && i > 0) t += gap(rng);
+    Request r;
+    r.id = i;
+    r.arrival_s = t;
+    r.prompt_tokens = w.prompt.sample(rng);
+    r.output_tokens = w.output.sample(rng);
+    out.push_back(r);
+  }
+  return out;
+}
+
+}  // namespace kvlab

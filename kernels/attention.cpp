@@ -1,0 +1,33 @@
+#include "kernels/attention.hpp"
+
+#include "alloc/error.hpp"
+#include "kernels/dispatch.hpp"
+
+namespace kvlab {
+
+void validate_attention(const AttentionParams& p, const KvView& kv) {
+  KVLAB_EXPECTS(p.batch >= 0, "batch must not be negative");
+  KVLAB_EXPECTS(p.num_kv_heads > 0 && p.num_q_heads > 0, "head counts must be positive");
+  KVLAB_EXPECTS(p.num_q_heads % p.num_kv_heads == 0, "query heads must be a multiple of KV heads");
+  KVLAB_EXPECTS(p.num_kv_heads == kv.num_kv_heads, "params and view disagree on KV heads");
+  KVLAB_EXPECTS(p.head_dim == kv.head_dim, "params and view disagree on head dim");
+  KVLAB_EXPECTS(supported_head_dim(p.head_dim), "unsupported head dim " + std::to_string(p.head_dim));
+  if (p.batch == 0) return;
+  KVLAB_EXPECTS(p.q && p.out && p.seq_lens, "q, out and seq_lens must be set");
+  if (kv.layout == KvLayout::paged) {
+    KVLAB_EXPECTS(kv.block_size >= 1, "paged view needs block_size >= 1");
+    KVLAB_EXPECTS(kv.k_pool && kv.v_pool && kv.block_table, "paged view needs pools and a block table");
+  } else {
+    KVLAB_EXPECTS(kv.k_seq && kv.v_seq, "contiguous view needs per-sequence bases");
+  }
+}
+
+void attention(Device device, const AttentionParams& p, const KvView& kv) {
+  switch (device) {
+    case Device::host: return host_attention(p, kv);
+    case Device::cuda:
+      KVLAB_THROW(InvalidArgument, "CUDA attention is not built into this binary yet");
+  }
+}
+
+}  // namespace kvlab

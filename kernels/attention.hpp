@@ -1,0 +1,23 @@
+#pragma once
+// Attention over a KV view: decode (one query per sequence) and prefill (many queries, causal,
+// appended after a cached prefix) are the same entry point; AttentionParams::q_indptr tells them
+// apart. The implementation is chosen by device; dtype, head dim and layout are dispatched in
+// kernels/dispatch.hpp.
+#include "alloc/device.hpp"
+#include "kernels/attention_params.hpp"
+#include "kernels/kv_view.hpp"
+#include "kernels/thread_pool.hpp"
+
+namespace kvlab {
+
+/// Checks that params and view agree (heads, head dim, GQA ratio, pointers); throws InvalidArgument.
+void validate_attention(const AttentionParams& p, const KvView& kv);
+
+/// Host implementation: parallel over (sequence, KV head) on `pool`, vectorised over head_dim,
+/// online softmax in fp32, K/V converted from their storage dtype tile by tile.
+void host_attention(const AttentionParams& p, const KvView& kv, ThreadPool& pool = default_thread_pool());
+
+/// Runs attention on `device` (host memory for Device::host, device memory for Device::cuda).
+void attention(Device device, const AttentionParams& p, const KvView& kv);
+
+}  // namespace kvlab

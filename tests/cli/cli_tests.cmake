@@ -1,0 +1,14 @@
+# Tests of the kvlab binary as a user runs it.
+add_test(NAME cli.starts_without_driver COMMAND $<TARGET_FILE:kvlab> devices)
+set_tests_properties(cli.starts_without_driver PROPERTIES LABELS cli PASS_REGULAR_EXPRESSION "host")
+add_test(NAME cli.links_no_dynamic_cuda
+         COMMAND ${CMAKE_COMMAND} -DBINARY=$<TARGET_FILE:kvlab> -P ${CMAKE_CURRENT_SOURCE_DIR}/cli/check_no_dynamic_cuda.cmake)
+set_tests_properties(cli.links_no_dynamic_cuda PROPERTIES LABELS cli)
+add_test(NAME cli.bad_argument_exit_2 COMMAND ${CMAKE_COMMAND} -DBINARY=$<TARGET_FILE:kvlab>
+         -P ${CMAKE_CURRENT_SOURCE_DIR}/cli/check_bad_arguments.cmake)
+set_tests_properties(cli.bad_argument_exit_2 PROPERTIES LABELS cli)
+add_test(NAME cli.replay_synthetic COMMAND $<TARGET_FILE:kvlab> replay --requests 40 --no-progress)
+set_tests_properties(cli.replay_synthetic PROPERTIES LABELS cli
+  PASS_REGULAR_EXPRESSION "token_states.*reserved.*internal.*external")
+add_test(NAME cli.help_has_examples COMMAND $<TARGET_FILE:kvlab> replay --help)
+set_tests_properties(cli.help_has_examples PROPERTIES LABELS cli PASS_REGULAR_EXPRESSION "Examples:")
