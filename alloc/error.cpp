@@ -1,18 +1,14 @@
 #include "alloc/error.hpp"
 
-#include <cstring>
+#include <string_view>
 
 namespace kvlab::detail {
 
 std::string located(const char* file, int line, const std::string& msg) {
-  // Keep paths short and stable: strip everything up to the project's top-level folders.
+  // Keep paths short and stable: relative to the source tree (alloc/arena.cpp, tests/...).
   std::string path(file);
-  for (const char* root : {"/alloc/", "/paged/", "/vmm/", "/kernels/", "/experiments/", "/tests/"}) {
-    if (auto pos = path.rfind(root); pos != std::string::npos) {
-      path = path.substr(pos + 1);
-      break;
-    }
-  }
+  const std::string_view root = KVLAB_SOURCE_DIR;
+  if (path.starts_with(root)) path.erase(0, root.size());
   return "kvlab error at " + path + ":" + std::to_string(line) + ": " + msg;
 }
 

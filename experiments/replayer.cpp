@@ -40,7 +40,7 @@ ReplayResult replay(KvBackend& backend, const std::vector<Request>& workload, co
   std::vector<Live> running;
   std::size_t next_arrival = 0;
   std::int64_t done = 0;
-  double now = 0, weighted_batch = 0;
+  double now = 0, weighted_batch = 0, busy = 0;
   const std::int64_t max_len = backend.max_seq_len();
 
   const auto finish_record = [&](std::size_t i) {
@@ -186,6 +186,7 @@ ReplayResult replay(KvBackend& backend, const std::vector<Request>& workload, co
     rec.allocated_bytes = mem.allocated();
     result.steps.push_back(rec);
     sum.mean_fractions.add_scaled(rec.fractions, dt);
+    busy += dt;
     weighted_batch += dt * rec.running;
     sum.max_batch = std::max(sum.max_batch, rec.running);
     sum.peak_allocated_bytes = std::max(sum.peak_allocated_bytes, mem.allocated());
@@ -216,10 +217,10 @@ ReplayResult replay(KvBackend& backend, const std::vector<Request>& workload, co
   }
 
   sum.makespan_s = now;
-  if (now > 0) {
+  if (busy > 0) {  // averages over the time steps ran; idle gaps between arrivals are left out
     MemoryFractions m;
-    sum.mean_fractions = m.add_scaled(sum.mean_fractions, 1.0 / now);
-    sum.mean_batch = weighted_batch / now;
+    sum.mean_fractions = m.add_scaled(sum.mean_fractions, 1.0 / busy);
+    sum.mean_batch = weighted_batch / busy;
   }
   std::int64_t n = 0, n_tpot = 0;
   for (const RequestRecord& r : result.requests) {

@@ -62,9 +62,9 @@ struct ReplaySummary {
   std::int64_t steps = 0, preemptions = 0, out_of_memory = 0;
   std::int64_t generated_tokens = 0, prompt_tokens = 0;
   double makespan_s = 0;
-  double mean_batch = 0;  ///< time-weighted running sequences
+  double mean_batch = 0;  ///< running sequences, weighted by step time (idle gaps left out)
   int max_batch = 0;
-  MemoryFractions mean_fractions;  ///< time-weighted
+  MemoryFractions mean_fractions;  ///< weighted by step time (idle gaps left out)
   std::size_t peak_allocated_bytes = 0;
   std::size_t capacity_bytes = 0;
   double mean_ttft_s = 0, mean_tpot_s = 0, mean_e2e_s = 0;

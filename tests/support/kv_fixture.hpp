@@ -136,14 +136,18 @@ struct Tolerance {
   double rtol = 2e-4;
 };
 
+/// Whether one output element passes: finite (NaN or Inf never passes) and within tolerance.
+inline bool element_matches(float out, double ref, Tolerance tol) {
+  return std::isfinite(out) && std::abs(static_cast<double>(out) - ref) <= tol.atol + tol.rtol * std::abs(ref);
+}
+
 /// Checks every element; NaN or Inf anywhere fails. Returns the number of mismatches.
 inline int expect_matches_reference(const std::vector<float>& out, const std::vector<double>& ref,
                                     Tolerance tol = {}, const std::string& what = "") {
   EXPECT_EQ(out.size(), ref.size()) << what;
   int bad = 0;
   for (std::size_t i = 0; i < std::min(out.size(), ref.size()); ++i) {
-    const double diff = std::abs(static_cast<double>(out[i]) - ref[i]);
-    if (!std::isfinite(out[i]) || !(diff <= tol.atol + tol.rtol * std::abs(ref[i]))) {
+    if (!element_matches(out[i], ref[i], tol)) {
       if (++bad <= 5)
         ADD_FAILURE() << what << " element " << i << ": got " << out[i] << ", reference " << ref[i];
     }

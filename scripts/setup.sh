@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Sets kvlab up on a Debian machine: installs what is missing (apt-get), configures and builds
+# the release preset. Safe to run again: it only installs and rebuilds what it must.
+#
+#   scripts/setup.sh            # install dependencies, build build/release
+#   KVLAB_PRESET=debug scripts/setup.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+preset="${KVLAB_PRESET:-release}"
+
+# Debian packages: compilers and build tools, GoogleTest, Google Benchmark, Boost.Program_options.
+# docs/dependencies.md says why each one is here.
+packages=(build-essential cmake ninja-build pkg-config libgtest-dev libgmock-dev libbenchmark-dev
+          libboost-program-options-dev)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}" >&2
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+# CUDA is optional: with nvcc on PATH (or in /usr/local/cuda) the CUDA code is compiled too.
+if ! command -v nvcc >/dev/null 2>&1 && [ -x /usr/local/cuda/bin/nvcc ]; then
+  export PATH="/usr/local/cuda/bin:$PATH"
+fi
+
+cmake --preset "$preset" >/dev/null
+cmake --build --preset "$preset" -j "$(nproc)"
+echo "setup: built build/$preset (kvlab: build/$preset/kvlab)" >&2

@@ -1,0 +1,137 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "alloc/contiguous_backend.hpp"
+#include "alloc/error.hpp"
+#include "experiments/backend_factory.hpp"
+#include "experiments/replayer.hpp"
+#include "tests/support/tiny_model.hpp"
+
+namespace kvlab {
+namespace {
+
+ContiguousBackend contiguous(ReservationPolicy policy, std::int64_t capacity_tokens, std::int64_t max_seq_len) {
+  ContiguousConfig c;
+  c.model = testing::tiny_model();
+  c.capacity_bytes = static_cast<std::size_t>(capacity_tokens) * c.model.kv_bytes_per_token();
+  c.max_seq_len = max_seq_len;
+  c.policy = policy;
+  return ContiguousBackend(c);
+}
+
+TEST(Replayer, OneRequestByHand) {
+  // P = 4 prompt tokens, O = 3 output tokens, oracle reservation of P + O - 1 = 6 tokens.
+  ContiguousBackend b = contiguous(ReservationPolicy::oracle, 100, 64);
+  ReplayConfig cfg;
+  const ReplayResult r = replay(b, {{0, 0.0, 4, 3}}, cfg);
+  ASSERT_EQ(r.steps.size(), 3u);  // prefill, then O - 1 = 2 decode steps
+  const ModelGeometry m = testing::tiny_model();
+  const double d1 = step_seconds(m, cfg.device, {4, 0, 4, 10});
+  const double d2 = step_seconds(m, cfg.device, {0, 1, 5, 5});
+  const double d3 = step_seconds(m, cfg.device, {0, 1, 6, 6});
+  EXPECT_DOUBLE_EQ(r.steps[0].duration_s, d1);
+  EXPECT_DOUBLE_EQ(r.steps[1].duration_s, d2);
+  EXPECT_DOUBLE_EQ(r.steps[2].duration_s, d3);
+  // Token states 4, 5, 6 of 100 tokens; reserved 2, 1, 0.
+  EXPECT_DOUBLE_EQ(r.steps[0].fractions.token_states, 0.04);
+  EXPECT_DOUBLE_EQ(r.steps[0].fractions.reserved, 0.02);
+  EXPECT_DOUBLE_EQ(r.steps[2].fractions.token_states, 0.06);
+  EXPECT_DOUBLE_EQ(r.steps[2].fractions.reserved, 0.0);
+  const ReplaySummary& s = r.summary;
+  EXPECT_EQ(s.completed, 1);
+  EXPECT_EQ(s.generated_tokens, 3);
+  EXPECT_DOUBLE_EQ(s.makespan_s, d1 + d2 + d3);
+  EXPECT_DOUBLE_EQ(s.mean_ttft_s, d1);
+  EXPECT_DOUBLE_EQ(s.mean_tpot_s, (d2 + d3) / 2);
+  EXPECT_DOUBLE_EQ(s.mean_e2e_s, d1 + d2 + d3);
+  EXPECT_NEAR(s.mean_fractions.token_states, (0.04 * d1 + 0.05 * d2 + 0.06 * d3) / (d1 + d2 + d3), 1e-15);
+  EXPECT_EQ(b.num_sequences(), 0u);
+}
+
+TEST(Replayer, WaitingRequestSeesExternalFragmentation) {
+  // max policy: each request reserves 60 of 100 tokens, so the second waits for the first, and
+  // meanwhile the 40-token hole is external fragmentation for it.
+  ContiguousBackend b = contiguous(ReservationPolicy::max, 100, 60);
+  const ReplayResult r = replay(b, {{0, 0.0, 10, 5}, {1, 0.0, 10, 5}}, ReplayConfig{});
+  ASSERT_EQ(r.summary.completed, 2);
+  ASSERT_EQ(r.steps.size(), 10u);  // strictly one after the other: 5 + 5 steps
+  for (int i = 0; i < 5; ++i) {
+    EXPECT_EQ(r.steps[i].running, 1);
+    EXPECT_EQ(r.steps[i].waiting, 1);
+    EXPECT_DOUBLE_EQ(r.steps[i].fractions.external_fragmentation, 0.4);
+    EXPECT_NEAR(r.steps[i].fractions.internal_fragmentation, (60 - 14) / 100.0, 1e-12);
+  }
+  EXPECT_DOUBLE_EQ(r.steps[5].fractions.external_fragmentation, 0.0);
+  EXPECT_GT(r.requests[1].first_scheduled_s, r.requests[0].finish_s - 1e-12);
+}
+
+TEST(Replayer, LongRequestsAreRejectedOrTruncatedAndCounted) {
+  ContiguousBackend b = contiguous(ReservationPolicy::oracle, 100, 32);
+  std::vector<Request> w = {{0, 0.0, 10, 5}, {1, 0.1, 40, 5}, {2, 0.2, 20, 20}};
+  ReplayResult r = replay(b, w, ReplayConfig{});
+  EXPECT_EQ(r.summary.completed, 1);
+  EXPECT_EQ(r.summary.rejected, 2);
+  EXPECT_EQ(r.requests[1].status, RequestRecord::Status::rejected);
+  ReplayConfig truncate;
+  truncate.long_requests = LongRequestPolicy::truncate;
+  r = replay(b, w, truncate);
+  EXPECT_EQ(r.summary.completed + r.summary.truncated + r.summary.rejected, 3);
+  EXPECT_EQ(r.summary.truncated, 2);
+  EXPECT_EQ(r.requests[2].generated_tokens, 32 - 20 + 1);  // as much output as fits
+}
+
+TEST(Replayer, RequestLargerThanCapacityIsRejectedNotLost) {
+  ContiguousBackend b = contiguous(ReservationPolicy::max, 50, 64);  // one reservation never fits
+  const ReplayResult r = replay(b, {{0, 0.0, 4, 2}, {1, 1.0, 4, 2}}, ReplayConfig{});
+  EXPECT_EQ(r.summary.rejected, 2);
+  EXPECT_EQ(r.summary.out_of_memory, 2);
+  EXPECT_EQ(r.summary.completed, 0);
+}
+
+TEST(Replayer, InvariantsOnASyntheticWorkloadForEveryContiguousPolicy) {
+  SyntheticWorkload w;
+  w.num_requests = 300;
+  w.rate = 50;
+  w.prompt = LengthDistribution::parse("uniform:1:60", "p");
+  w.output = LengthDistribution::parse("uniform:1:60", "o");
+  w.seed = 3;
+  const auto workload = generate(w);
+  for (const char* name : {"contiguous-max", "contiguous-pow2", "contiguous-oracle"}) {
+    BackendOptions o;
+    o.model = testing::tiny_model();
+    o.capacity_bytes = 1000 * o.model.kv_bytes_per_token();
+    o.max_seq_len = 100;
+    auto b = make_backend(name, o);
+    std::int64_t last_progress = 0;
+    const ReplayResult r = replay(*b, workload, ReplayConfig{}, [&](auto done, auto) { last_progress = done; });
+    const ReplaySummary& s = r.summary;
+    EXPECT_EQ(s.completed + s.rejected + s.truncated, 300) << name;
+    EXPECT_EQ(last_progress, 300);
+    EXPECT_EQ(b->num_sequences(), 0u);
+    EXPECT_EQ(b->breakdown().allocated(), 0u);
+    for (const StepRecord& st : r.steps) ASSERT_NEAR(st.fractions.sum(), 1.0, 1e-9);
+    EXPECT_NEAR(s.mean_fractions.sum(), 1.0, 1e-9);
+    std::int64_t generated = 0;
+    for (const RequestRecord& q : r.requests) {
+      if (q.status == RequestRecord::Status::completed) {
+        EXPECT_EQ(q.generated_tokens, q.output_tokens);
+        EXPECT_GE(q.first_token_s, q.arrival_s);
+        EXPECT_GE(q.finish_s, q.first_token_s);
+      }
+      generated += q.generated_tokens;
+    }
+    EXPECT_EQ(generated, s.generated_tokens);
+  }
+}
+
+TEST(Replayer, RejectsBadConfiguration) {
+  ContiguousBackend b = contiguous(ReservationPolicy::max, 100, 60);
+  ReplayConfig c;
+  c.max_running = 0;
+  EXPECT_THROW((void)replay(b, {}, c), InvalidArgument);
+  EXPECT_THROW((void)replay(b, {{0, 1.0, 1, 1}, {1, 0.5, 1, 1}}, ReplayConfig{}), InvalidArgument);  // unsorted
+}
+
+}  // namespace
+}  // namespace kvlab
