@@ -16,7 +16,9 @@ void copy_bytes(Device device, void* dst, const void* src, std::size_t bytes) {
     return;
   }
 #if KVLAB_HAS_CUDA
-  KVLAB_CUDA_TRY(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToDevice));
+  // cudaMemcpyDefault: with unified addressing the runtime works out host or device on each side,
+  // so the same call serves device copies and swaps to and from pinned host memory.
+  KVLAB_CUDA_TRY(cudaMemcpy(dst, src, bytes, cudaMemcpyDefault));
 #else
   KVLAB_THROW(InvalidArgument, "device copy requested in a build without CUDA");
 #endif

@@ -1,5 +1,6 @@
 #pragma once
-// Byte copies within one device's memory (host: memcpy; cuda: cudaMemcpy, synchronous).
+// Byte copies for a backend on `device` (host: memmove; cuda: cudaMemcpy with cudaMemcpyDefault,
+// synchronous, so either side may be device or pinned host memory).
 #include <cstddef>
 
 #include "alloc/device.hpp"

@@ -23,4 +23,17 @@ void CudaMemoryResource::do_deallocate(void* p, std::size_t, std::size_t) noexce
   cudaFree(p);  // synchronizes with the device, as the contract of freeing in-use KV requires
 }
 
+CudaPinnedMemoryResource::CudaPinnedMemoryResource() {
+  if (!cuda_status().available) KVLAB_THROW(CudaError, cuda_status().message);
+}
+
+void* CudaPinnedMemoryResource::do_allocate(std::size_t bytes, std::size_t alignment) {
+  KVLAB_EXPECTS(alignment <= 4096, "cudaMallocHost guarantees page alignment at most");
+  void* p = nullptr;
+  KVLAB_CUDA_TRY(cudaMallocHost(&p, bytes));
+  return p;
+}
+
+void CudaPinnedMemoryResource::do_deallocate(void* p, std::size_t, std::size_t) noexcept { cudaFreeHost(p); }
+
 }  // namespace kvlab

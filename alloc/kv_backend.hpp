@@ -62,6 +62,16 @@ class KvBackend {
   /// Ends sequence `id` and returns its memory to the backend.
   virtual void release(SeqId id) = 0;
 
+  /// Preemption by swapping: swap_out moves a sequence's KV to host memory and frees its device
+  /// memory; swap_in brings the same bytes back. Backends that cannot swap say so here, and their
+  /// swap calls throw InvalidArgument.
+  [[nodiscard]] virtual bool supports_swap() const noexcept { return false; }
+  virtual void swap_out(SeqId id);
+  [[nodiscard]] virtual bool can_swap_in(SeqId id) const;
+  /// Throws OutOfMemory with no state change when the device memory is not there.
+  virtual void swap_in(SeqId id);
+  [[nodiscard]] virtual bool is_swapped(SeqId id) const;
+
   [[nodiscard]] virtual bool contains(SeqId id) const = 0;
   [[nodiscard]] virtual std::int64_t length(SeqId id) const = 0;
   [[nodiscard]] virtual std::size_t num_sequences() const noexcept = 0;

@@ -18,7 +18,8 @@ struct BackendOptions {
   MemoryResource* memory = nullptr;  ///< nullptr: accounting only
 };
 
-/// Known forms: contiguous-max, contiguous-pow2, contiguous-oracle.
+/// Known forms: contiguous-max, contiguous-pow2, contiguous-oracle, paged-B (B = block size in
+/// tokens, 1..1024).
 [[nodiscard]] std::unique_ptr<KvBackend> make_backend(std::string_view name, const BackendOptions& options);
 [[nodiscard]] std::vector<std::string> backend_forms();
 

@@ -1,0 +1,325 @@
+#include "paged/paged_backend.hpp"
+
+#include <algorithm>
+#include <string>
+
+#include "alloc/copy.hpp"
+#include "alloc/error.hpp"
+#if KVLAB_HAS_CUDA
+#include "alloc/cuda_check.hpp"
+#include "kernels/cuda/cuda_attention.hpp"
+#endif
+
+namespace kvlab {
+
+namespace {
+std::int32_t blocks_in(const PagedConfig& c) {
+  KVLAB_EXPECTS(c.block_size >= 1 && c.block_size <= 1024,
+                "block size must be between 1 and 1024 tokens (got " + std::to_string(c.block_size) + ")");
+  c.model.validate();
+  const std::size_t per_block = static_cast<std::size_t>(c.block_size) * c.model.kv_bytes_per_token();
+  const std::size_t blocks = c.capacity_bytes / per_block;
+  KVLAB_EXPECTS(blocks >= 1, "KV capacity " + std::to_string(c.capacity_bytes) + " bytes is below one block (" +
+                                 std::to_string(per_block) + " bytes)");
+  KVLAB_EXPECTS(blocks <= static_cast<std::size_t>(INT32_MAX), "too many blocks for 32-bit block ids");
+  return static_cast<std::int32_t>(blocks);
+}
+}  // namespace
+
+PagedBackend::PagedBackend(PagedConfig config)
+    : config_(std::move(config)),
+      block_bytes_(static_cast<std::size_t>(config_.block_size) * config_.model.kv_bytes_per_token_per_layer() / 2),
+      pool_(blocks_in(config_)) {
+  if (config_.max_seq_len == 0) config_.max_seq_len = config_.model.max_context;
+  KVLAB_EXPECTS(config_.max_seq_len > 0, "max_seq_len must be positive");
+  if (config_.swap_memory == nullptr) config_.swap_memory = &host_memory_resource();
+  if (config_.memory != nullptr) {
+    region_bytes_ = block_bytes_ * static_cast<std::size_t>(pool_.num_blocks()) * 2 * config_.model.num_layers;
+    region_ = static_cast<std::byte*>(config_.memory->allocate(region_bytes_));
+  }
+}
+
+PagedBackend::~PagedBackend() {
+  for (auto& [id, s] : seqs_) config_.swap_memory->deallocate(s.swap, s.swap_bytes);
+  if (config_.memory != nullptr) {
+    config_.memory->deallocate(device_staging_, device_staging_bytes_);
+    config_.memory->deallocate(region_, region_bytes_);
+  }
+}
+
+Device PagedBackend::device() const noexcept { return config_.memory ? config_.memory->device() : Device::host; }
+
+std::byte* PagedBackend::plane(int layer, int kv) const noexcept {
+  return region_ + (2 * static_cast<std::size_t>(layer) + kv) * block_bytes_ * static_cast<std::size_t>(pool_.num_blocks());
+}
+
+const PagedBackend::Sequence& PagedBackend::at(SeqId id) const {
+  const auto it = seqs_.find(id);
+  KVLAB_EXPECTS(it != seqs_.end(), "unknown sequence " + std::to_string(id));
+  return it->second;
+}
+
+const std::vector<BlockId>& PagedBackend::block_table(SeqId id) const { return at(id).blocks; }
+
+void PagedBackend::check_spec(const SequenceSpec& spec, std::int64_t initial_tokens) const {
+  KVLAB_EXPECTS(initial_tokens >= 0, "initial tokens must not be negative");
+  KVLAB_EXPECTS(spec.final_tokens >= initial_tokens, "final tokens must be at least the initial tokens");
+  KVLAB_EXPECTS(initial_tokens <= config_.max_seq_len, "sequence of " + std::to_string(initial_tokens) +
+                                                           " tokens exceeds max_seq_len " +
+                                                           std::to_string(config_.max_seq_len));
+}
+
+bool PagedBackend::can_admit(const SequenceSpec& spec, std::int64_t initial_tokens) const {
+  check_spec(spec, initial_tokens);
+  return blocks_for(initial_tokens) <= pool_.num_free();
+}
+
+void PagedBackend::admit(SeqId id, const SequenceSpec& spec, std::int64_t initial_tokens) {
+  check_spec(spec, initial_tokens);
+  KVLAB_EXPECTS(!contains(id), "sequence " + std::to_string(id) + " already exists");
+  const std::int64_t need = blocks_for(initial_tokens);
+  if (need > pool_.num_free()) {
+    KVLAB_THROW(OutOfMemory, "admitting " + std::to_string(initial_tokens) + " tokens needs " + std::to_string(need) +
+                                 " blocks, " + std::to_string(pool_.num_free()) + " free");
+  }
+  Sequence s;
+  s.length = initial_tokens;
+  s.final_tokens = spec.final_tokens;
+  for (std::int64_t i = 0; i < need; ++i) s.blocks.push_back(*pool_.allocate());
+  seqs_.emplace(id, std::move(s));
+}
+
+std::int64_t PagedBackend::blocks_needed_to_grow(const Sequence& s, std::int64_t n) const {
+  std::int64_t need = blocks_for(s.length + n) - static_cast<std::int64_t>(s.blocks.size());
+  // Appending into a partly filled last block that another sequence shares: copy it first.
+  if (n > 0 && s.length % config_.block_size != 0 && pool_.ref_count(s.blocks.back()) > 1) ++need;
+  return need;
+}
+
+bool PagedBackend::can_grow(SeqId id, std::int64_t n) const {
+  KVLAB_EXPECTS(n >= 0, "growth must not be negative");
+  const Sequence& s = at(id);
+  KVLAB_EXPECTS(s.swap == nullptr, "sequence " + std::to_string(id) + " is swapped out");
+  if (s.length + n > config_.max_seq_len) return false;
+  return blocks_needed_to_grow(s, n) <= pool_.num_free();
+}
+
+void PagedBackend::grow(SeqId id, std::int64_t n) {
+  if (!can_grow(id, n)) {
+    const Sequence& s = at(id);
+    KVLAB_THROW(OutOfMemory, "growing sequence " + std::to_string(id) + " by " + std::to_string(n) + " tokens needs " +
+                                 std::to_string(blocks_needed_to_grow(s, n)) + " blocks, " +
+                                 std::to_string(pool_.num_free()) + " free (or passes max_seq_len)");
+  }
+  Sequence& s = seqs_.at(id);
+  if (n == 0) return;
+  if (s.length % config_.block_size != 0 && pool_.ref_count(s.blocks.back()) > 1) {
+    const BlockId shared = s.blocks.back();
+    const BlockId own = *pool_.allocate();
+    copy_blocks({{shared, own}});
+    pool_.release(shared);
+    s.blocks.back() = own;
+    ++cow_copies_;
+  }
+  const std::int64_t need = blocks_for(s.length + n) - static_cast<std::int64_t>(s.blocks.size());
+  for (std::int64_t i = 0; i < need; ++i) s.blocks.push_back(*pool_.allocate());
+  s.length += n;
+}
+
+void PagedBackend::fork(SeqId parent, SeqId child) {
+  KVLAB_EXPECTS(!contains(child), "sequence " + std::to_string(child) + " already exists");
+  const Sequence& p = at(parent);
+  KVLAB_EXPECTS(p.swap == nullptr, "cannot fork swapped-out sequence " + std::to_string(parent));
+  Sequence c;
+  c.blocks = p.blocks;
+  c.length = p.length;
+  c.final_tokens = p.final_tokens;
+  for (BlockId b : c.blocks) pool_.add_ref(b);
+  seqs_.emplace(child, std::move(c));
+}
+
+void PagedBackend::release(SeqId id) {
+  Sequence s = at(id);
+  for (auto it = s.blocks.rbegin(); it != s.blocks.rend(); ++it) pool_.release(*it);  // tail first
+  config_.swap_memory->deallocate(s.swap, s.swap_bytes);
+  seqs_.erase(id);
+}
+
+std::int64_t PagedBackend::length(SeqId id) const { return at(id).length; }
+
+void PagedBackend::copy_blocks(const std::vector<std::pair<BlockId, BlockId>>& pairs) {
+  if (region_ == nullptr || pairs.empty()) return;
+  const int planes = 2 * config_.model.num_layers;
+#if KVLAB_HAS_CUDA
+  if (device() == Device::cuda) {
+    // One batched launch over every (plane, pair): plane p's block b is pool block p * N + b.
+    std::vector<std::int32_t> ids;
+    const std::int64_t n = static_cast<std::int64_t>(pairs.size()) * planes;
+    ids.reserve(static_cast<std::size_t>(2 * n));
+    for (int p = 0; p < planes; ++p)
+      for (const auto& [src, dst] : pairs) ids.push_back(p * pool_.num_blocks() + src);
+    for (int p = 0; p < planes; ++p)
+      for (const auto& [src, dst] : pairs) ids.push_back(p * pool_.num_blocks() + dst);
+    void* dev_ids = config_.memory->allocate(ids.size() * sizeof(std::int32_t));
+    upload_bytes(Device::cuda, dev_ids, ids.data(), ids.size() * sizeof(std::int32_t));
+    simt::BlockCopyParams c;
+    c.src_pool = region_;
+    c.dst_pool = region_;
+    c.src_blocks = static_cast<const std::int32_t*>(dev_ids);
+    c.dst_blocks = static_cast<const std::int32_t*>(dev_ids) + n;
+    c.num_pairs = n;
+    c.block_bytes = static_cast<std::int64_t>(block_bytes_);
+    cuda_block_copy(c);
+    KVLAB_CUDA_TRY(cudaDeviceSynchronize());
+    config_.memory->deallocate(dev_ids, ids.size() * sizeof(std::int32_t));
+    return;
+  }
+#endif
+  for (int p = 0; p < planes; ++p) {
+    std::byte* base = plane(p / 2, p % 2);
+    for (const auto& [src, dst] : pairs)
+      copy_bytes(device(), base + static_cast<std::size_t>(dst) * block_bytes_,
+                 base + static_cast<std::size_t>(src) * block_bytes_, block_bytes_);
+  }
+}
+
+bool PagedBackend::is_swapped(SeqId id) const { return at(id).swapped_blocks > 0; }
+
+void PagedBackend::swap_out(SeqId id) {
+  KVLAB_EXPECTS(contains(id), "unknown sequence " + std::to_string(id));
+  Sequence& s = seqs_.at(id);
+  KVLAB_EXPECTS(s.swapped_blocks == 0, "sequence " + std::to_string(id) + " is already swapped out");
+  const std::int64_t nb = static_cast<std::int64_t>(s.blocks.size());
+  if (nb == 0) return;
+  const int planes = 2 * config_.model.num_layers;
+  if (region_ != nullptr) {
+    s.swap_bytes = static_cast<std::size_t>(nb) * planes * block_bytes_;
+    s.swap = config_.swap_memory->allocate(s.swap_bytes);  // throws OutOfMemory before any change
+    auto* dst = static_cast<std::byte*>(s.swap);
+    for (int p = 0; p < planes; ++p)
+      for (std::int64_t i = 0; i < nb; ++i)
+        copy_bytes(device(), dst + (static_cast<std::size_t>(p) * nb + i) * block_bytes_,
+                   plane(p / 2, p % 2) + static_cast<std::size_t>(s.blocks[i]) * block_bytes_, block_bytes_);
+  }
+  for (auto it = s.blocks.rbegin(); it != s.blocks.rend(); ++it) pool_.release(*it);
+  s.blocks.clear();
+  s.swapped_blocks = nb;
+}
+
+bool PagedBackend::can_swap_in(SeqId id) const {
+  const Sequence& s = at(id);
+  KVLAB_EXPECTS(s.swapped_blocks > 0, "sequence " + std::to_string(id) + " is not swapped out");
+  return s.swapped_blocks <= pool_.num_free();
+}
+
+void PagedBackend::swap_in(SeqId id) {
+  if (!can_swap_in(id)) {
+    KVLAB_THROW(OutOfMemory, "swapping sequence " + std::to_string(id) + " in needs " +
+                                 std::to_string(at(id).swapped_blocks) + " blocks, " +
+                                 std::to_string(pool_.num_free()) + " free");
+  }
+  Sequence& s = seqs_.at(id);
+  const std::int64_t nb = s.swapped_blocks;
+  for (std::int64_t i = 0; i < nb; ++i) s.blocks.push_back(*pool_.allocate());
+  if (region_ != nullptr) {
+    const int planes = 2 * config_.model.num_layers;
+    const auto* src = static_cast<const std::byte*>(s.swap);
+    for (int p = 0; p < planes; ++p)
+      for (std::int64_t i = 0; i < nb; ++i)
+        copy_bytes(device(), plane(p / 2, p % 2) + static_cast<std::size_t>(s.blocks[i]) * block_bytes_,
+                   src + (static_cast<std::size_t>(p) * nb + i) * block_bytes_, block_bytes_);
+    config_.swap_memory->deallocate(s.swap, s.swap_bytes);
+  }
+  s.swap = nullptr;
+  s.swap_bytes = 0;
+  s.swapped_blocks = 0;
+}
+
+PreparedBatch PagedBackend::prepare_batch(std::span<const SeqId> seqs) {
+  const auto t0 = std::chrono::steady_clock::now();
+  batch_ = static_cast<int>(seqs.size());
+  table_stride_ = 1;
+  for (SeqId id : seqs) {
+    const Sequence& s = at(id);
+    KVLAB_EXPECTS(s.swapped_blocks == 0, "sequence " + std::to_string(id) + " is swapped out");
+    table_stride_ = std::max<std::int64_t>(table_stride_, static_cast<std::int64_t>(s.blocks.size()));
+  }
+  tables_.assign(static_cast<std::size_t>(batch_ * table_stride_), -1);
+  lens_.resize(static_cast<std::size_t>(batch_));
+  for (int b = 0; b < batch_; ++b) {
+    const Sequence& s = at(seqs[b]);
+    std::copy(s.blocks.begin(), s.blocks.end(), tables_.begin() + b * table_stride_);
+    lens_[b] = static_cast<std::int32_t>(s.length);
+  }
+  PreparedBatch out{batch_, lens_.data()};
+  if (device() != Device::host) {  // the kernels read block tables from device memory
+    const std::size_t bytes = (tables_.size() + lens_.size()) * sizeof(std::int32_t);
+    if (bytes > device_staging_bytes_) {
+      config_.memory->deallocate(device_staging_, device_staging_bytes_);
+      device_staging_ = nullptr;
+      device_staging_bytes_ = 0;
+      device_staging_ = config_.memory->allocate(bytes);
+      device_staging_bytes_ = bytes;
+    }
+    auto* dst = static_cast<std::int32_t*>(device_staging_);
+    upload_bytes(device(), dst, tables_.data(), tables_.size() * sizeof(std::int32_t));
+    upload_bytes(device(), dst + tables_.size(), lens_.data(), lens_.size() * sizeof(std::int32_t));
+    out.seq_lens = dst + tables_.size();
+  }
+  last_prepare_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return out;
+}
+
+KvView PagedBackend::layer_view(int layer) const {
+  KVLAB_EXPECTS(has_storage(), "accounting-only backend has no KV to view");
+  KVLAB_EXPECTS(layer >= 0 && layer < config_.model.num_layers, "layer out of range");
+  const std::int64_t elem = static_cast<std::int64_t>(size_of(config_.model.kv_dtype));
+  KvView v;
+  v.layout = KvLayout::paged;
+  v.dtype = config_.model.kv_dtype;
+  v.num_kv_heads = config_.model.num_kv_heads;
+  v.head_dim = config_.model.head_dim;
+  v.token_stride = static_cast<std::int64_t>(config_.model.num_kv_heads) * config_.model.head_dim;
+  v.head_stride = config_.model.head_dim;
+  v.k_pool = plane(layer, 0);
+  v.v_pool = plane(layer, 1);
+  v.block_table = device() == Device::host ? tables_.data() : static_cast<const std::int32_t*>(device_staging_);
+  v.block_table_stride = table_stride_;
+  v.block_size = config_.block_size;
+  v.block_stride = static_cast<std::int64_t>(block_bytes_) / elem;
+  return v;
+}
+
+MemoryBreakdown PagedBackend::breakdown(const SequenceSpec*) const {
+  // Per physical block: the most tokens any holder has written into it, and the most any holder
+  // will eventually write. Shared blocks are counted once.
+  const std::size_t token_bytes = config_.model.kv_bytes_per_token();
+  const std::int64_t bs = config_.block_size;
+  std::vector<std::int32_t> filled(static_cast<std::size_t>(pool_.num_blocks()), 0);
+  std::vector<std::int32_t> eventual(filled.size(), 0);
+  std::int64_t logical_blocks = 0;
+  for (const auto& [id, s] : seqs_) {
+    logical_blocks += static_cast<std::int64_t>(s.blocks.size());
+    const std::int64_t final_tokens = std::max(s.final_tokens, s.length);
+    for (std::size_t i = 0; i < s.blocks.size(); ++i) {
+      const std::int64_t start = static_cast<std::int64_t>(i) * bs;
+      const auto b = static_cast<std::size_t>(s.blocks[i]);
+      filled[b] = std::max<std::int32_t>(filled[b], static_cast<std::int32_t>(std::clamp<std::int64_t>(s.length - start, 0, bs)));
+      eventual[b] =
+          std::max<std::int32_t>(eventual[b], static_cast<std::int32_t>(std::clamp<std::int64_t>(final_tokens - start, 0, bs)));
+    }
+  }
+  MemoryBreakdown m;
+  m.capacity = static_cast<std::size_t>(pool_.num_blocks()) * static_cast<std::size_t>(bs) * token_bytes;
+  for (std::size_t b = 0; b < filled.size(); ++b) {
+    if (pool_.ref_count(static_cast<BlockId>(b)) == 0) continue;
+    const std::int64_t ev = std::max(eventual[b], filled[b]);
+    m.token_states += static_cast<std::size_t>(filled[b]) * token_bytes;
+    m.reserved += static_cast<std::size_t>(ev - filled[b]) * token_bytes;
+    m.internal_fragmentation += static_cast<std::size_t>(bs - ev) * token_bytes;
+  }
+  m.shared_savings = static_cast<std::size_t>(logical_blocks - pool_.num_used()) * static_cast<std::size_t>(bs) * token_bytes;
+  return m;  // no external fragmentation: any free block serves any sequence
+}
+
+}  // namespace kvlab

@@ -1,0 +1,111 @@
+#pragma once
+// The vLLM PagedAttention design as a kvlab backend. KV lives in fixed-size blocks of
+// `block_size` tokens (any size from 1 to 1024) taken from one pool; each sequence has a block
+// table; a sequence grows by one block at each block boundary, so at most one partly filled block
+// per sequence is wasted.
+//
+//  * fork shares every block of the parent (reference counts up). Writing into a shared block
+//    copies it first — a real copy of that block's K and V in every layer — then drops the old
+//    reference (copy-on-write). Beam search and parallel sampling are built on it.
+//  * swap_out copies a sequence's blocks to host memory (pinned memory on CUDA) and frees them;
+//    swap_in allocates blocks and copies the same bytes back. Release frees for recomputation.
+//  * Layout: [layer][K|V][num_blocks][block_size][kv_heads][head_dim]; the kernels read it
+//    through PagedKv with the block tables built by prepare_batch.
+//  * Accounting: the five fractions, shared blocks counted once; shared_savings holds the bytes
+//    that sharing saved (logical blocks minus physical blocks).
+#include <chrono>
+#include <unordered_map>
+#include <vector>
+
+#include "alloc/kv_backend.hpp"
+#include "alloc/memory_resource.hpp"
+#include "paged/block_pool.hpp"
+
+namespace kvlab {
+
+struct PagedConfig {
+  ModelGeometry model;
+  std::size_t capacity_bytes = 0;  ///< becomes floor(capacity / block bytes) blocks
+  std::int32_t block_size = 16;    ///< tokens per block, 1..1024
+  std::int64_t max_seq_len = 0;    ///< 0: the model's max context
+  MemoryResource* memory = nullptr;       ///< KV pool; nullptr: accounting only
+  MemoryResource* swap_memory = nullptr;  ///< swap space; nullptr: the host resource
+};
+
+class PagedBackend final : public KvBackend {
+ public:
+  explicit PagedBackend(PagedConfig config);
+  ~PagedBackend() override;
+
+  [[nodiscard]] std::string name() const override { return "paged-b" + std::to_string(config_.block_size); }
+  [[nodiscard]] const ModelGeometry& model() const noexcept override { return config_.model; }
+  [[nodiscard]] Device device() const noexcept override;
+  [[nodiscard]] bool has_storage() const noexcept override { return region_ != nullptr; }
+  [[nodiscard]] std::int64_t max_seq_len() const noexcept override { return config_.max_seq_len; }
+
+  [[nodiscard]] bool can_admit(const SequenceSpec& spec, std::int64_t initial_tokens) const override;
+  void admit(SeqId id, const SequenceSpec& spec, std::int64_t initial_tokens) override;
+  [[nodiscard]] bool can_grow(SeqId id, std::int64_t n) const override;
+  void grow(SeqId id, std::int64_t n) override;
+  void fork(SeqId parent, SeqId child) override;
+  void release(SeqId id) override;
+
+  [[nodiscard]] bool supports_swap() const noexcept override { return true; }
+  void swap_out(SeqId id) override;
+  [[nodiscard]] bool can_swap_in(SeqId id) const override;
+  void swap_in(SeqId id) override;
+  [[nodiscard]] bool is_swapped(SeqId id) const override;
+
+  [[nodiscard]] bool contains(SeqId id) const override { return seqs_.count(id) != 0; }
+  [[nodiscard]] std::int64_t length(SeqId id) const override;
+  [[nodiscard]] std::size_t num_sequences() const noexcept override { return seqs_.size(); }
+
+  PreparedBatch prepare_batch(std::span<const SeqId> seqs) override;
+  [[nodiscard]] KvView layer_view(int layer) const override;
+  [[nodiscard]] MemoryBreakdown breakdown(const SequenceSpec* blocked = nullptr) const override;
+
+  [[nodiscard]] const BlockPool& pool() const noexcept { return pool_; }
+  [[nodiscard]] const std::vector<BlockId>& block_table(SeqId id) const;
+  [[nodiscard]] std::size_t block_bytes() const noexcept { return block_bytes_; }
+  /// Blocks copied by copy-on-write so far, and the wall time prepare_batch spent last call.
+  [[nodiscard]] std::int64_t cow_copies() const noexcept { return cow_copies_; }
+  [[nodiscard]] double last_prepare_seconds() const noexcept { return last_prepare_seconds_; }
+
+ private:
+  struct Sequence {
+    std::vector<BlockId> blocks;
+    std::int64_t length = 0;
+    std::int64_t final_tokens = 0;
+    // Swapped out: the bytes live in `swap` ([plane][block] order), `blocks` is empty.
+    void* swap = nullptr;
+    std::size_t swap_bytes = 0;
+    std::int64_t swapped_blocks = 0;
+  };
+  [[nodiscard]] const Sequence& at(SeqId id) const;
+  [[nodiscard]] std::int64_t blocks_for(std::int64_t tokens) const noexcept {
+    return (tokens + config_.block_size - 1) / config_.block_size;
+  }
+  /// Blocks grow(id, n) would take from the pool, copy-on-write included.
+  [[nodiscard]] std::int64_t blocks_needed_to_grow(const Sequence& s, std::int64_t n) const;
+  [[nodiscard]] std::byte* plane(int layer, int kv) const noexcept;
+  void copy_blocks(const std::vector<std::pair<BlockId, BlockId>>& pairs);
+  void check_spec(const SequenceSpec& spec, std::int64_t initial_tokens) const;
+
+  PagedConfig config_;
+  std::size_t block_bytes_;  // one block of one layer's K (or V)
+  BlockPool pool_;
+  std::byte* region_ = nullptr;
+  std::size_t region_bytes_ = 0;
+  std::unordered_map<SeqId, Sequence> seqs_;
+  std::int64_t cow_copies_ = 0;
+
+  // Prepared batch: block tables [batch][table_stride_] and lengths.
+  int batch_ = 0;
+  std::int64_t table_stride_ = 1;
+  std::vector<std::int32_t> tables_, lens_;
+  void* device_staging_ = nullptr;
+  std::size_t device_staging_bytes_ = 0;
+  double last_prepare_seconds_ = 0;
+};
+
+}  // namespace kvlab

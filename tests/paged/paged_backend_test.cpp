@@ -1,0 +1,261 @@
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "alloc/contiguous_backend.hpp"
+#include "alloc/error.hpp"
+#include "alloc/statistics_adaptor.hpp"
+#include "kernels/attention.hpp"
+#include "kernels/reference_attention.hpp"
+#include "paged/paged_backend.hpp"
+#include "tests/support/kv_fixture.hpp"
+#include "tests/support/tiny_model.hpp"
+
+namespace kvlab {
+namespace {
+
+constexpr std::size_t kToken = 512;  // tiny model bytes per token
+
+PagedConfig config(std::int32_t block_size, std::int64_t capacity_tokens, MemoryResource* mr = nullptr) {
+  PagedConfig c;
+  c.model = testing::tiny_model();
+  c.capacity_bytes = static_cast<std::size_t>(capacity_tokens) * kToken;
+  c.block_size = block_size;
+  c.max_seq_len = 4096;
+  c.memory = mr;
+  return c;
+}
+
+/// Writes a value derived from (sequence tag, token, layer, K|V, element) into every written slot.
+float pattern(int tag, std::int64_t t, int layer, int kv, int e) {
+  return static_cast<float>(((tag * 131 + t) * 7 + layer * 3 + kv) % 1000 + e % 7) * 0.25f;
+}
+void write_tokens(PagedBackend& b, SeqId id, int tag, std::int64_t from, std::int64_t to) {
+  b.prepare_batch({&id, 1});
+  for (int layer = 0; layer < 2; ++layer) {
+    const PagedKv<half_t> v = as_paged<half_t>(b.layer_view(layer));
+    for (std::int64_t t = from; t < to; ++t)
+      for (int h = 0; h < 2; ++h)
+        for (int d = 0; d < 32; ++d) {
+          v.k(0, t, h)[d] = from_float<half_t>(pattern(tag, t, layer, 0, h * 32 + d));
+          v.v(0, t, h)[d] = from_float<half_t>(pattern(tag, t, layer, 1, h * 32 + d));
+        }
+  }
+}
+/// Number of (token, layer, K|V, element) values of `id` that differ from the pattern of `tag`.
+int count_mismatches(PagedBackend& b, SeqId id, int tag, std::int64_t from, std::int64_t to) {
+  b.prepare_batch({&id, 1});
+  int bad = 0;
+  for (int layer = 0; layer < 2; ++layer) {
+    const PagedKv<half_t> v = as_paged<half_t>(b.layer_view(layer));
+    for (std::int64_t t = from; t < to; ++t)
+      for (int h = 0; h < 2; ++h)
+        for (int d = 0; d < 32; ++d) {
+          bad += to_float(v.k(0, t, h)[d]) != to_float(from_float<half_t>(pattern(tag, t, layer, 0, h * 32 + d)));
+          bad += to_float(v.v(0, t, h)[d]) != to_float(from_float<half_t>(pattern(tag, t, layer, 1, h * 32 + d)));
+        }
+  }
+  return bad;
+}
+
+TEST(PagedBackend, BlockSizeAnyIntegerFrom1To1024) {
+  for (int bs : {1, 3, 7, 17, 100, 1024}) {
+    PagedBackend b(config(bs, 2048));
+    b.admit(1, {10, 20}, 10);
+    EXPECT_EQ(b.block_table(1).size(), static_cast<std::size_t>((10 + bs - 1) / bs)) << bs;
+    b.grow(1, 1);
+    EXPECT_EQ(b.block_table(1).size(), static_cast<std::size_t>((11 + bs - 1) / bs)) << bs;
+    b.release(1);
+  }
+  EXPECT_THROW(PagedBackend(config(0, 100)), InvalidArgument);
+  EXPECT_THROW(PagedBackend(config(1025, 4096)), InvalidArgument);
+  EXPECT_THROW(PagedBackend(config(16, 15)), InvalidArgument);  // capacity below one block
+}
+
+TEST(PagedBackend, BeamsShareThePromptBlocks) {
+  // 64-token prompt at block size 16 (4 blocks), forked into 4 beams that each append 10 tokens:
+  // each beam needs one block of its own, so 4 shared + 4 = 8 blocks instead of 4 x 5 = 20.
+  PagedBackend b(config(16, 4096));
+  b.admit(0, {64, 74}, 64);
+  for (SeqId beam = 1; beam < 4; ++beam) b.fork(0, beam);
+  EXPECT_EQ(b.pool().num_used(), 4);  // forks share everything
+  for (SeqId beam = 0; beam < 4; ++beam) b.grow(beam, 10);
+  EXPECT_EQ(b.pool().num_used(), 8);
+  EXPECT_EQ(b.cow_copies(), 0);  // the prompt ends on a block boundary: nothing to copy
+  EXPECT_EQ(b.breakdown().shared_savings, 12u * 16 * kToken);
+  // With a 256-token prompt: 16 shared prompt blocks instead of 64.
+  PagedBackend big(config(16, 8192));
+  big.admit(0, {256, 266}, 256);
+  for (SeqId beam = 1; beam < 4; ++beam) big.fork(0, beam);
+  EXPECT_EQ(big.pool().num_used(), 16);
+  EXPECT_EQ(big.breakdown().shared_savings, 48u * 16 * kToken);
+  for (SeqId beam = 0; beam < 4; ++beam) big.release(beam);
+  for (BlockId i = 0; i < big.pool().num_blocks(); ++i) ASSERT_EQ(big.pool().ref_count(i), 0);
+}
+
+TEST(PagedBackend, AppendingIntoASharedPartialBlockCopiesIt) {
+  PagedBackend b(config(16, 4096));
+  b.admit(0, {20, 40}, 20);  // second block holds 4 tokens
+  b.fork(0, 1);
+  EXPECT_EQ(b.pool().num_used(), 2);
+  EXPECT_EQ(b.block_table(0), b.block_table(1));
+  b.grow(1, 1);  // copy-on-write of the shared partial block
+  EXPECT_EQ(b.cow_copies(), 1);
+  EXPECT_EQ(b.pool().num_used(), 3);
+  EXPECT_EQ(b.block_table(0)[0], b.block_table(1)[0]);
+  EXPECT_NE(b.block_table(0)[1], b.block_table(1)[1]);
+  b.grow(0, 1);  // the parent is now the only holder of its block: no copy
+  EXPECT_EQ(b.cow_copies(), 1);
+  EXPECT_EQ(b.pool().ref_count(b.block_table(0)[1]), 1);
+}
+
+TEST(PagedBackend, CopyOnWriteLeavesTheSiblingsBytesIntact) {
+  StatisticsAdaptor stats(host_memory_resource());
+  {
+    PagedBackend b(config(7, 700, &stats));
+    b.admit(0, {10, 30}, 10);
+    write_tokens(b, 0, /*tag=*/1, 0, 10);
+    b.fork(0, 1);
+    b.grow(1, 2);  // copies block 1 (tokens 7..9) for the child
+    write_tokens(b, 1, /*tag=*/2, 10, 12);
+    b.grow(0, 3);
+    write_tokens(b, 0, /*tag=*/3, 10, 13);
+    EXPECT_EQ(count_mismatches(b, 0, 1, 0, 10), 0);  // parent's prompt
+    EXPECT_EQ(count_mismatches(b, 1, 1, 0, 10), 0);  // child's copy of it
+    EXPECT_EQ(count_mismatches(b, 1, 2, 10, 12), 0);
+    EXPECT_EQ(count_mismatches(b, 0, 3, 10, 13), 0);
+    EXPECT_GT(count_mismatches(b, 0, 2, 10, 12), 0);  // the check can fail: different tags differ
+    b.release(0);
+    b.release(1);
+    EXPECT_EQ(b.pool().num_used(), 0);
+  }
+  EXPECT_EQ(stats.statistics().current_bytes, 0u);
+}
+
+TEST(PagedBackend, SwapOutThenInRestoresIdenticalBytes) {
+  StatisticsAdaptor swap(host_memory_resource());
+  PagedConfig c = config(3, 30, &host_memory_resource());  // 10 blocks
+  c.swap_memory = &swap;
+  PagedBackend b(c);
+  b.admit(0, {25, 40}, 25);
+  write_tokens(b, 0, 5, 0, 25);
+  const std::vector<BlockId> before = b.block_table(0);
+  b.swap_out(0);
+  EXPECT_TRUE(b.is_swapped(0));
+  EXPECT_EQ(b.pool().num_used(), 0);
+  EXPECT_EQ(swap.statistics().current_bytes, before.size() * 3 * kToken);
+  // Another sequence takes the freed blocks and overwrites them.
+  b.admit(1, {25, 25}, 25);
+  write_tokens(b, 1, 6, 0, 25);
+  EXPECT_FALSE(b.can_swap_in(0));
+  EXPECT_THROW(b.swap_in(0), OutOfMemory);
+  EXPECT_TRUE(b.is_swapped(0));
+  b.release(1);
+  b.swap_in(0);
+  EXPECT_FALSE(b.is_swapped(0));
+  EXPECT_EQ(b.length(0), 25);
+  EXPECT_EQ(count_mismatches(b, 0, 5, 0, 25), 0);
+  EXPECT_EQ(swap.statistics().current_bytes, 0u);
+  b.release(0);
+}
+
+TEST(PagedBackend, ExhaustionIsOutOfMemoryWithNoStateChange) {
+  PagedBackend b(config(16, 64));  // 4 blocks
+  b.admit(0, {40, 60}, 40);        // 3 blocks, the last holds 8 tokens
+  b.fork(0, 1);
+  EXPECT_FALSE(b.can_admit({17, 17}, 17));
+  EXPECT_THROW(b.admit(2, {17, 17}, 17), OutOfMemory);
+  EXPECT_TRUE(b.can_grow(1, 1));   // one copy-on-write block is free
+  EXPECT_FALSE(b.can_grow(1, 9));  // copy + a new block: two needed, one free
+  const auto table = b.block_table(1);
+  EXPECT_THROW(b.grow(1, 9), OutOfMemory);
+  EXPECT_EQ(b.block_table(1), table);
+  EXPECT_EQ(b.length(1), 40);
+  EXPECT_EQ(b.pool().num_used(), 3);
+  EXPECT_EQ(b.pool().ref_count(table[2]), 2);
+  b.release(0);
+  b.release(1);
+  for (BlockId i = 0; i < 4; ++i) EXPECT_EQ(b.pool().ref_count(i), 0);
+}
+
+TEST(PagedBackend, AccountingCountsSharedBlocksOnce) {
+  PagedBackend b(config(16, 1600));
+  b.admit(0, {20, 30}, 20);  // 2 blocks: 20 written, 10 more to come, 2 never
+  MemoryBreakdown m = b.breakdown();
+  EXPECT_EQ(m.token_states, 20 * kToken);
+  EXPECT_EQ(m.reserved, 10 * kToken);
+  EXPECT_EQ(m.internal_fragmentation, 2 * kToken);
+  EXPECT_EQ(m.external_fragmentation, 0u);
+  b.fork(0, 1);
+  m = b.breakdown();
+  EXPECT_EQ(m.token_states, 20 * kToken);  // not 40
+  EXPECT_EQ(m.shared_savings, 32 * kToken);
+  EXPECT_EQ(m.capacity, 1600 * kToken);
+  EXPECT_NEAR(MemoryFractions::of(m).sum(), 1.0, 1e-12);
+}
+
+TEST(PagedBackend, AttentionThroughThePagedViewEqualsTheContiguousBackend) {
+  // The same KV written into a contiguous backend and into paged backends of several block
+  // sizes; host attention through each view must agree with the float64 reference and each other.
+  const std::vector<std::int64_t> lens = {37, 1, 130, 64, 91};  // prime batch of 5
+  for (int bs : {1, 3, 7, 16, 17, 256}) {
+    ContiguousConfig cc;
+    cc.model = testing::tiny_model();
+    cc.capacity_bytes = 4096 * kToken;
+    cc.max_seq_len = 256;
+    cc.policy = ReservationPolicy::oracle;
+    cc.memory = &host_memory_resource();
+    ContiguousBackend contiguous(cc);
+    PagedBackend paged(config(bs, 4096, &host_memory_resource()));
+    std::vector<SeqId> ids;
+    for (std::size_t i = 0; i < lens.size(); ++i) {
+      ids.push_back(static_cast<SeqId>(i));
+      contiguous.admit(ids.back(), {lens[i], lens[i]}, lens[i]);
+      paged.admit(ids.back(), {lens[i], lens[i]}, lens[i]);
+    }
+    const PreparedBatch pc = contiguous.prepare_batch(ids);
+    const PreparedBatch pp = paged.prepare_batch(ids);
+    std::mt19937_64 rng(bs);
+    std::uniform_real_distribution<float> uni(-1.f, 1.f);
+    for (int layer = 0; layer < 2; ++layer) {
+      const auto cv = as_contiguous<half_t>(contiguous.layer_view(layer));
+      const auto pv = as_paged<half_t>(paged.layer_view(layer));
+      for (std::size_t s = 0; s < lens.size(); ++s)
+        for (std::int64_t t = 0; t < lens[s]; ++t)
+          for (int h = 0; h < 2; ++h)
+            for (int d = 0; d < 32; ++d) {
+              const half_t k = from_float<half_t>(uni(rng)), v = from_float<half_t>(uni(rng));
+              cv.k(static_cast<int>(s), t, h)[d] = pv.k(static_cast<int>(s), t, h)[d] = k;
+              cv.v(static_cast<int>(s), t, h)[d] = pv.v(static_cast<int>(s), t, h)[d] = v;
+            }
+    }
+    std::vector<float> q(lens.size() * 4 * 32);
+    for (auto& x : q) x = uni(rng);
+    for (int layer = 0; layer < 2; ++layer) {
+      AttentionParams p;
+      p.batch = static_cast<int>(lens.size());
+      p.num_q_heads = 4;
+      p.num_kv_heads = 2;
+      p.head_dim = 32;
+      p.scale = 0.17677669f;
+      p.q = q.data();
+      p.seq_lens = pc.seq_lens;
+      std::vector<float> out_c(q.size(), NAN), out_p(q.size(), NAN);
+      p.out = out_c.data();
+      host_attention(p, contiguous.layer_view(layer));
+      p.out = out_p.data();
+      p.seq_lens = pp.seq_lens;
+      host_attention(p, paged.layer_view(layer));
+      std::vector<double> ref;
+      reference_attention(p, as_paged<half_t>(paged.layer_view(layer)), ref);
+      testing::expect_matches_reference(out_c, ref, {}, "contiguous bs=" + std::to_string(bs));
+      testing::expect_matches_reference(out_p, ref, {}, "paged bs=" + std::to_string(bs));
+      for (std::size_t i = 0; i < q.size(); ++i) ASSERT_NEAR(out_c[i], out_p[i], 1e-5) << bs;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kvlab
