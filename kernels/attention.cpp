@@ -2,6 +2,9 @@
 
 #include "alloc/error.hpp"
 #include "kernels/dispatch.hpp"
+#if KVLAB_HAS_CUDA
+#include "kernels/cuda/cuda_attention.hpp"
+#endif
 
 namespace kvlab {
 
@@ -26,7 +29,11 @@ void attention(Device device, const AttentionParams& p, const KvView& kv) {
   switch (device) {
     case Device::host: return host_attention(p, kv);
     case Device::cuda:
-      KVLAB_THROW(InvalidArgument, "CUDA attention is not built into this binary yet");
+#if KVLAB_HAS_CUDA
+      return cuda_attention(p, kv, 1);
+#else
+      KVLAB_THROW(InvalidArgument, "CUDA attention is not built into this binary (configured without nvcc)");
+#endif
   }
 }
 

@@ -44,14 +44,17 @@ struct PagedKv {
   std::int64_t token_stride = 0;
   std::int64_t head_stride = 0;
 
+  // In-block arithmetic in 32 bits (sequence lengths are int32): 64-bit division is a slow
+  // subroutine on GPUs and made ptxas spill.
   KVLAB_HD std::int64_t offset(int s, std::int64_t t, int h) const {
-    const std::int32_t block = block_table[s * block_table_stride + t / block_size];
-    return block * block_stride + (t % block_size) * token_stride + h * head_stride;
+    const auto tt = static_cast<std::int32_t>(t);
+    const std::int32_t block = block_table[s * block_table_stride + tt / block_size];
+    return block * block_stride + (tt % block_size) * token_stride + h * head_stride;
   }
   KVLAB_HD T* k(int s, std::int64_t t, int h) const { return k_pool + offset(s, t, h); }
   KVLAB_HD T* v(int s, std::int64_t t, int h) const { return v_pool + offset(s, t, h); }
   KVLAB_HD std::int64_t run(int, std::int64_t t, std::int64_t len) const {
-    const std::int64_t to_block_end = block_size - t % block_size;
+    const std::int64_t to_block_end = block_size - static_cast<std::int32_t>(t) % block_size;
     return len - t < to_block_end ? len - t : to_block_end;
   }
 };

@@ -116,6 +116,14 @@ class KvFixture {
     return ref;
   }
   [[nodiscard]] const KvShape& shape() const { return shape_; }
+  // Raw storage, for copying the same cache to a device.
+  [[nodiscard]] const std::vector<T>& k_seq_data(int s) const { return k_[s]; }
+  [[nodiscard]] const std::vector<T>& v_seq_data(int s) const { return v_[s]; }
+  [[nodiscard]] const std::vector<T>& k_pool_data() const { return k_pool_; }
+  [[nodiscard]] const std::vector<T>& v_pool_data() const { return v_pool_; }
+  [[nodiscard]] const std::vector<std::int32_t>& block_table_data() const { return block_table_; }
+  [[nodiscard]] const std::vector<float>& q_data() const { return q_; }
+  [[nodiscard]] const std::vector<std::int32_t>& q_indptr_data() const { return q_indptr_; }
 
  private:
   KvShape shape_;

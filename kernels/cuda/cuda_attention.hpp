@@ -1,0 +1,46 @@
+#pragma once
+// CUDA launchers for the SIMT kernels (kernels/simt/*_kernel.hpp instantiated with CudaExec).
+// Only in builds with KVLAB_HAS_CUDA. Every pointer in the params and views is a device pointer;
+// launches are asynchronous on `stream` unless noted.
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/attention_params.hpp"
+#include "kernels/kv_view.hpp"
+#include "kernels/simt/block_copy_kernel.hpp"
+
+namespace kvlab {
+
+struct CudaAttentionOptions {
+  int num_partitions = 1;  ///< split-KV partitions per sequence (flash-decoding); 1 = no merge pass
+  /// Prefill only: the largest query count of a sequence and q_indptr[batch]. Left at -1, the
+  /// launcher reads q_indptr back (one small synchronous copy on the stream).
+  int max_q_len = -1;
+  std::int64_t total_q = -1;
+  /// Split-KV workspace in device memory of at least cuda_attention_workspace_bytes(); nullptr:
+  /// allocated and freed with cudaMallocAsync / cudaFreeAsync on the stream.
+  void* workspace = nullptr;
+  std::size_t workspace_bytes = 0;
+  unsigned block_threads = 128;  ///< multiple of 32
+};
+
+/// Bytes of split-KV workspace for total_q query tokens (0 when num_partitions == 1).
+[[nodiscard]] std::size_t cuda_attention_workspace_bytes(std::int64_t total_q, int num_q_heads, int head_dim,
+                                                         int num_partitions);
+
+void cuda_attention(const AttentionParams& p, const KvView& kv, const CudaAttentionOptions& options,
+                    cudaStream_t stream = nullptr);
+inline void cuda_attention(const AttentionParams& p, const KvView& kv, int num_partitions = 1,
+                           cudaStream_t stream = nullptr) {
+  CudaAttentionOptions o;
+  o.num_partitions = num_partitions;
+  cuda_attention(p, kv, o, stream);
+}
+
+/// Batched block copy (copy-on-write / swap); pools and block lists in device memory (pools may
+/// be mapped host memory for swaps).
+void cuda_block_copy(const simt::BlockCopyParams& c, cudaStream_t stream = nullptr, unsigned block_threads = 128);
+
+}  // namespace kvlab

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Runs the GPU suite on a machine with an NVIDIA GPU: builds the release preset (CUDA on), runs
+# every ctest labelled `gpu`, then the GPU microbenchmarks, writing JSON under results/gpu/.
+# Without a GPU every test skips with the reason and the script says so.
+#
+#   tests/gpu/run.sh [OUT_DIR]
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+out="${1:-results/gpu}"
+mkdir -p "$out"
+scripts/setup.sh
+build/release/kvlab devices | tee "$out/devices.txt"
+ctest --preset release -L gpu --output-on-failure 2>&1 | tee "$out/ctest-gpu.txt"
+if build/release/kvlab devices | grep -q "^cuda: available"; then
+  if [ -x build/release/bench/kvlab_bench_cuda ]; then
+    build/release/bench/kvlab_bench_cuda --benchmark_out="$out/cuda_bench.json" --benchmark_out_format=json
+  fi
+else
+  echo "tests/gpu/run.sh: no usable GPU here; the gpu-labelled tests skipped (see above)." >&2
+fi

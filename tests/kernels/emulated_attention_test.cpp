@@ -1,0 +1,279 @@
+// The SIMT attention and block-copy kernels (the source the CUDA build ships) run under the SIMT
+// emulator and checked against the float64 reference: fresh random KV per case, output poisoned
+// first, every element checked, NaN fails. Sizes stay small: the emulator runs one host thread
+// per CUDA thread and every barrier or shuffle is a real rendezvous.
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cstdint>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "alloc/error.hpp"
+#include "kernels/simt/emulated_attention.hpp"
+#include "tests/support/kv_fixture.hpp"
+
+namespace kvlab {
+namespace {
+
+using testing::KvFixture;
+using testing::KvShape;
+
+struct Case {
+  KvShape shape;
+  KvLayout layout = KvLayout::contiguous;
+  int partitions = 1;
+  EmulatedLaunchOptions launch;
+};
+
+template <class T>
+const char* dtype_name() {
+  return std::is_same_v<T, float> ? "f32" : std::is_same_v<T, half_t> ? "f16" : "bf16";
+}
+
+std::string describe(const Case& c, const char* dtype) {
+  std::string s = std::string(dtype) + (c.layout == KvLayout::paged ? " paged bs=" + std::to_string(c.shape.block_size) : " contiguous") +
+                  " D=" + std::to_string(c.shape.head_dim) + " heads=" + std::to_string(c.shape.num_q_heads) + "/" +
+                  std::to_string(c.shape.num_kv_heads) + " P=" + std::to_string(c.partitions) +
+                  " threads=" + std::to_string(c.launch.block_threads) + (c.shape.q_lens.empty() ? " decode" : " prefill") +
+                  " lens=";
+  for (std::size_t i = 0; i < c.shape.seq_lens.size(); ++i)
+    s += std::to_string(c.shape.seq_lens[i]) + (c.shape.q_lens.empty() ? "" : "/" + std::to_string(c.shape.q_lens[i])) + ",";
+  return s;
+}
+
+template <class T>
+void run_case(const Case& c) {
+  KvFixture<T> f(c.shape);
+  const std::string what = describe(c, dtype_name<T>());
+  SCOPED_TRACE(what);
+  const KvView view = c.layout == KvLayout::paged ? erase(f.paged(), c.shape.num_kv_heads, c.shape.head_dim)
+                                                  : erase(f.contiguous(), c.shape.num_kv_heads, c.shape.head_dim);
+  f.poison_output();
+  emulated_attention(f.params(), view, c.partitions, c.launch);
+  testing::expect_matches_reference(f.out(), f.reference(), {}, what);
+}
+
+void run_case_any(DType dtype, const Case& c) {
+  switch (dtype) {
+    case DType::f16: return run_case<half_t>(c);
+    case DType::bf16: return run_case<bfloat16_t>(c);
+    case DType::f32: return run_case<float>(c);
+  }
+}
+
+constexpr DType kDtypes[] = {DType::f16, DType::bf16, DType::f32};
+
+/// Random lengths in [lo, hi] for a prime batch, from the case's seed.
+std::vector<std::int32_t> random_lens(int batch, int lo, int hi, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<int> len(lo, hi);
+  std::vector<std::int32_t> v(batch);
+  for (auto& x : v) x = len(rng);
+  return v;
+}
+
+TEST(EmulatedAttention, DecodeEveryDtypeGqaRatioAndHeadDim) {
+  std::uint64_t seed = 100;
+  int i = 0;
+  for (DType dt : kDtypes)
+    for (int ratio : {1, 4, 8})
+      for (int dim : {32, 64, 128, 256})
+        for (KvLayout layout : {KvLayout::contiguous, KvLayout::paged}) {
+        Case c;
+        c.shape.seq_lens = random_lens(5, 1, 45, ++seed);
+        c.shape.num_kv_heads = ratio == 1 ? 2 : 1;
+        c.shape.num_q_heads = c.shape.num_kv_heads * ratio;
+        c.shape.head_dim = dim;
+        c.shape.block_size = 7;
+        c.shape.seed = seed;
+        c.layout = layout;
+        c.partitions = std::array{1, 2, 3, 5}[(i + i / 4) % 4];
+        ++i;
+        run_case_any(dt, c);
+      }
+}
+
+TEST(EmulatedAttention, PrefillEveryDtypeGqaRatioAndHeadDim) {
+  std::uint64_t seed = 200;
+  int i = 0;
+  for (DType dt : kDtypes)
+    for (int ratio : {1, 4, 8})
+      for (int dim : {32, 64, 128, 256})
+        for (KvLayout layout : {KvLayout::contiguous, KvLayout::paged}) {
+        Case c;
+        c.shape.q_lens = random_lens(3, 0, 5, ++seed);  // a sequence may have no new queries
+        c.shape.q_lens[0] = std::max(c.shape.q_lens[0], 1);
+        c.shape.seq_lens = random_lens(3, 0, 30, ++seed);
+        for (int s = 0; s < 3; ++s) c.shape.seq_lens[s] += c.shape.q_lens[s];  // cached prefix + queries
+        c.shape.num_kv_heads = 1;
+        c.shape.num_q_heads = ratio;
+        c.shape.head_dim = dim;
+        c.shape.block_size = 3;
+        c.shape.seed = seed;
+        c.layout = layout;
+        c.partitions = std::array{1, 3, 2, 5}[(i + i / 4) % 4];
+        ++i;
+        run_case_any(dt, c);
+      }
+}
+
+TEST(EmulatedAttention, PagedBlockSizesDecodeAndPrefill) {
+  std::uint64_t seed = 300;
+  int i = 0;
+  for (int bs : {1, 3, 7, 17})
+    for (bool prefill : {false, true})
+      for (int partitions : {1, 3}) {
+        Case c;
+        const int batch = prefill ? 3 : 7;
+        c.shape.seq_lens = random_lens(batch, 1, 40, ++seed);
+        if (prefill) {
+          c.shape.q_lens = random_lens(batch, 1, 4, ++seed);
+          for (int s = 0; s < batch; ++s) c.shape.seq_lens[s] += c.shape.q_lens[s] - 1;
+        }
+        c.shape.num_kv_heads = 2;
+        c.shape.num_q_heads = 8;
+        c.shape.head_dim = 64;
+        c.shape.block_size = bs;
+        c.shape.seed = seed;
+        c.layout = KvLayout::paged;
+        c.partitions = partitions;
+        run_case_any(kDtypes[i++ % 3], c);
+      }
+}
+
+TEST(EmulatedAttention, SplitKvPartitionsIncludingLongerThanTheSequence) {
+  std::uint64_t seed = 400;
+  int i = 0;
+  for (int partitions : {1, 2, 3, 5})
+    for (KvLayout layout : {KvLayout::contiguous, KvLayout::paged}) {
+      Case c;
+      // Short sequences: with 5 partitions of a 1..4-token sequence most partitions are empty.
+      c.shape.seq_lens = {1, 2, 4, 70, 33};
+      c.shape.num_kv_heads = 1;
+      c.shape.num_q_heads = 4;
+      c.shape.head_dim = 64;
+      c.shape.block_size = 17;
+      c.shape.seed = ++seed;
+      c.layout = layout;
+      c.partitions = partitions;
+      run_case_any(kDtypes[i++ % 3], c);
+    }
+  // Prefill with more partitions than cached tokens, causal rows seeing few of them.
+  Case c;
+  c.shape.q_lens = {2, 3};
+  c.shape.seq_lens = {2, 4};
+  c.shape.num_kv_heads = 2;
+  c.shape.num_q_heads = 4;
+  c.shape.head_dim = 32;
+  c.shape.block_size = 1;
+  c.shape.seed = ++seed;
+  c.layout = KvLayout::paged;
+  c.partitions = 5;
+  run_case<half_t>(c);
+}
+
+TEST(EmulatedAttention, OddThreadBlocksAndShuffledBlockOrder) {
+  std::uint64_t seed = 500;
+  for (unsigned threads : {2u, 48u, 96u, 128u}) {
+    Case c;
+    c.shape.seq_lens = random_lens(3, 5, 50, ++seed);
+    c.shape.q_lens = {2, 1, 3};
+    for (auto& l : c.shape.seq_lens) l += 3;
+    c.shape.num_kv_heads = 2;
+    c.shape.num_q_heads = 8;
+    c.shape.head_dim = 64;
+    c.shape.block_size = 7;
+    c.shape.seed = seed;
+    c.layout = KvLayout::paged;
+    c.partitions = 2;
+    c.launch.block_threads = threads;
+    c.launch.shuffle_seed = seed;
+    run_case<bfloat16_t>(c);
+  }
+}
+
+TEST(EmulatedAttention, HeadDim256AndLongPrefillRows) {
+  Case c;
+  c.shape.seq_lens = {40, 9};
+  c.shape.q_lens = {20, 9};  // 20 queries x GQA 4 = 80 rows: five row chunks of 16
+  c.shape.num_kv_heads = 1;
+  c.shape.num_q_heads = 4;
+  c.shape.head_dim = 256;
+  c.shape.block_size = 16;
+  c.shape.seed = 601;
+  c.partitions = 2;
+  c.launch.block_threads = 128;
+  run_case<half_t>(c);
+  c.layout = KvLayout::paged;
+  c.partitions = 1;
+  run_case<float>(c);
+}
+
+TEST(EmulatedAttention, RejectsUnsupportedArguments) {
+  KvShape shape;
+  shape.seq_lens = {4};
+  shape.head_dim = 96;
+  KvFixture<half_t> f(shape);
+  EXPECT_THROW(emulated_attention(f.params(), erase(f.contiguous(), 1, 96)), InvalidArgument);
+
+  KvShape s128;
+  s128.seq_lens = {4};
+  s128.head_dim = 128;  // four lanes per dot product
+  KvFixture<half_t> g(s128);
+  EXPECT_THROW(emulated_attention(g.params(), erase(g.contiguous(), 1, 128), 1, {.block_threads = 6}), InvalidArgument);
+  EXPECT_THROW(emulated_attention(g.params(), erase(g.contiguous(), 1, 128), 0), InvalidArgument);
+}
+
+TEST(EmulatedBlockCopy, CopyOnWriteAndSwapCopyExactlyTheListedBlocks) {
+  std::mt19937_64 rng(77);
+  for (std::int64_t block_bytes : {std::int64_t{4096}, std::int64_t{48}, std::int64_t{37}, std::int64_t{6}}) {
+    SCOPED_TRACE("block_bytes " + std::to_string(block_bytes));
+    const int blocks = 11;
+    std::vector<unsigned char> a(blocks * block_bytes + 16), b(a.size());
+    for (auto& x : a) x = static_cast<unsigned char>(rng());
+    for (auto& x : b) x = static_cast<unsigned char>(rng());
+    const std::vector<unsigned char> a0 = a, b0 = b;
+
+    // Copy-on-write inside pool a: blocks 1, 4, 9 -> 2, 10, 0.
+    const std::vector<std::int32_t> src{1, 4, 9}, dst{2, 10, 0};
+    simt::BlockCopyParams cow{a.data(), a.data(), src.data(), dst.data(), 3, block_bytes, 0, 0};
+    emulated_block_copy(cow, {.block_threads = 33});
+    for (int blk = 0; blk < blocks; ++blk) {
+      int from = blk;
+      for (int i = 0; i < 3; ++i)
+        if (dst[i] == blk) from = src[i];
+      EXPECT_EQ(0, std::memcmp(&a[blk * block_bytes], &a0[from * block_bytes], block_bytes)) << "block " << blk;
+    }
+    EXPECT_EQ(0, std::memcmp(&a[blocks * block_bytes], &a0[blocks * block_bytes], 16));
+
+    // Swap out: every block of a to the reverse position in b.
+    std::vector<std::int32_t> all(blocks), rev(blocks);
+    std::iota(all.begin(), all.end(), 0);
+    for (int i = 0; i < blocks; ++i) rev[i] = blocks - 1 - i;
+    simt::BlockCopyParams swap{a.data(), b.data(), all.data(), rev.data(), blocks, block_bytes, 0, 0};
+    emulated_block_copy(swap);
+    for (int blk = 0; blk < blocks; ++blk)
+      EXPECT_EQ(0, std::memcmp(&b[(blocks - 1 - blk) * block_bytes], &a[blk * block_bytes], block_bytes));
+    EXPECT_EQ(0, std::memcmp(&b[blocks * block_bytes], &b0[blocks * block_bytes], 16));
+  }
+}
+
+TEST(EmulatedBlockCopy, StridedPoolsCopyOnlyTheBlockBytes) {
+  // Pools whose blocks are 64 bytes apart, copying the first 24 bytes of each.
+  std::vector<unsigned char> src(5 * 64), dst(3 * 64, 0xAB);
+  std::iota(src.begin(), src.end(), 0);
+  const std::vector<std::int32_t> s{4, 0}, d{1, 2};
+  emulated_block_copy({src.data(), dst.data(), s.data(), d.data(), 2, 24, 64, 64});
+  for (int i = 0; i < 64; ++i) {
+    EXPECT_EQ(dst[i], 0xAB);
+    EXPECT_EQ(dst[64 + i], i < 24 ? src[4 * 64 + i] : 0xAB);
+    EXPECT_EQ(dst[128 + i], i < 24 ? src[i] : 0xAB);
+  }
+}
+
+}  // namespace
+}  // namespace kvlab
