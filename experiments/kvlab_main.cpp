@@ -143,7 +143,7 @@ int cmd_replay(const std::vector<std::string>& args, const std::string& invocati
   bo.max_seq_len = max_seq_len;
   ReplayConfig rc;
   rc.max_running = max_running;
-  rc.max_prefill_tokens = max_prefill;
+  rc.max_batched_tokens = max_prefill;
   rc.long_requests = long_policy == "truncate" ? LongRequestPolicy::truncate : LongRequestPolicy::reject;
   rc.device = device_model_preset(device_model);
 

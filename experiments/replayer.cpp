@@ -1,245 +1,514 @@
 #include "experiments/replayer.hpp"
 
 #include <algorithm>
+#include <chrono>
+#include <cmath>
 #include <deque>
+#include <random>
 
 #include "alloc/error.hpp"
+#include "kernels/attention.hpp"
 
 namespace kvlab {
 
 namespace {
 
-struct Live {
-  std::size_t index;           // into the workload / records
-  std::int64_t prompt = 0;     // possibly truncated
-  std::int64_t output = 0;
-  std::int64_t produced = 0;   // output tokens sampled so far
-  bool prefilled = false;
+using Clock = std::chrono::steady_clock;
+
+struct Seq {
+  SeqId id = 0;
+  std::int64_t produced = 0;  // output tokens sampled by this sequence
+  bool done = false;
 };
 
-SequenceSpec spec_of(const Live& l) { return {l.prompt, l.prompt + l.output - 1}; }
+/// A request in flight: one sequence while it prefills, n after the fork for parallel sampling.
+struct Group {
+  std::size_t req = 0;         // index into the workload and the records
+  std::int64_t prompt = 0;     // tokens to prefill (a recompute adds what was generated)
+  std::int64_t output = 0;     // tokens each sequence still has to produce
+  std::int64_t prefilled = 0;  // prompt tokens whose KV is computed
+  std::int64_t carried = 0;    // tokens generated before a recompute (folded into the prompt)
+  std::vector<Seq> seqs;       // empty while waiting
+  std::int64_t chunk = 0;      // prefill tokens scheduled this step
+  bool in_step = false;        // did work this step
+  [[nodiscard]] bool prefilling() const noexcept { return prefilled < prompt; }
+};
 
-}  // namespace
+SequenceSpec spec_of(const Group& g) { return {g.prompt, g.prompt + g.output - 1}; }
 
-ReplayResult replay(KvBackend& backend, const std::vector<Request>& workload, const ReplayConfig& config,
-                    const ProgressCallback& progress) {
-  KVLAB_EXPECTS(backend.num_sequences() == 0, "replay needs an empty backend");
-  KVLAB_EXPECTS(config.max_running >= 1, "max_running must be at least 1");
-  KVLAB_EXPECTS(config.max_prefill_tokens >= 1, "max_prefill_tokens must be at least 1");
-  for (std::size_t i = 1; i < workload.size(); ++i)
-    KVLAB_EXPECTS(workload[i].arrival_s >= workload[i - 1].arrival_s, "workload must be sorted by arrival");
+class Replay {
+ public:
+  Replay(KvBackend& backend, const std::vector<Request>& workload, const ReplayConfig& config,
+         const ProgressCallback& progress)
+      : b_(backend), w_(workload), c_(config), progress_(progress) {}
 
-  ReplayResult result;
-  ReplaySummary& sum = result.summary;
-  sum.backend = backend.name();
-  sum.requests = static_cast<std::int64_t>(workload.size());
-  sum.capacity_bytes = backend.breakdown().capacity;
-  result.requests.resize(workload.size());
+  ReplayResult run();
 
-  std::deque<Live> waiting;  // arrived, FCFS (preempted requests go back to the front)
-  std::vector<Live> running;
-  std::size_t next_arrival = 0;
-  std::int64_t done = 0;
-  double now = 0, weighted_batch = 0, busy = 0;
-  const std::int64_t max_len = backend.max_seq_len();
+ private:
+  void arrivals();
+  void finish(Group& g, RequestRecord::Status status, const std::string& reason = {});
+  bool claim_slots(Group& g);
+  void preempt(std::size_t pos);
+  [[nodiscard]] std::size_t latest_running() const;
+  void swap_in_groups();
+  void admit_waiting();
+  void run_step();
+  double execute_kernels(double& prepare_s);
 
-  const auto finish_record = [&](std::size_t i) {
-    ++done;
-    if (progress && (done % 256 == 0 || done == sum.requests)) progress(done, sum.requests);
-    (void)i;
-  };
+  KvBackend& b_;
+  const std::vector<Request>& w_;
+  const ReplayConfig& c_;
+  const ProgressCallback& progress_;
+  ReplayResult result_;
+  std::deque<Group> waiting_, swapped_;
+  std::vector<Group> running_;
+  std::size_t next_arrival_ = 0;
+  std::int64_t done_ = 0;
+  SeqId next_seq_ = 0;
+  double now_ = 0;
+  std::int64_t budget_ = 0;
+  int seqs_in_step_ = 0;
+  std::optional<SequenceSpec> blocked_;
+  double shared_savings_time_ = 0;  // integral of shared_savings over busy time
+  // Execute mode buffers.
+  std::vector<float> q_, out_;
+  std::vector<std::int32_t> q_indptr_;
+  std::mt19937_64 rng_{12345};
+};
 
-  while (done < sum.requests) {
-    // Arrivals up to now (jump the clock when idle).
-    if (running.empty() && waiting.empty() && next_arrival < workload.size())
-      now = std::max(now, workload[next_arrival].arrival_s);
-    while (next_arrival < workload.size() && workload[next_arrival].arrival_s <= now) {
-      const Request& r = workload[next_arrival];
-      RequestRecord& rec = result.requests[next_arrival];
-      rec.id = r.id;
-      rec.arrival_s = r.arrival_s;
-      rec.prompt_tokens = r.prompt_tokens;
-      rec.output_tokens = r.output_tokens;
-      Live l{next_arrival, r.prompt_tokens, std::max<std::int64_t>(r.output_tokens, 1)};
-      const bool too_long = l.prompt + l.output - 1 > max_len;
-      if (l.prompt < 1) {
-        rec.status = RequestRecord::Status::rejected;
-        rec.reason = "empty prompt";
-        ++sum.rejected;
-        finish_record(next_arrival);
-      } else if (too_long && config.long_requests == LongRequestPolicy::reject) {
-        rec.status = RequestRecord::Status::rejected;
-        rec.reason = "longer than max_seq_len " + std::to_string(max_len);
-        ++sum.rejected;
-        finish_record(next_arrival);
-      } else {
-        if (too_long) {  // keep the prompt's head, then as much output as fits
-          l.prompt = std::min(l.prompt, max_len);
-          l.output = std::max<std::int64_t>(1, max_len - l.prompt + 1);
-          rec.status = RequestRecord::Status::truncated_completed;
-        }
-        waiting.push_back(l);
-      }
-      ++next_arrival;
+void Replay::finish(Group& g, RequestRecord::Status status, const std::string& reason) {
+  RequestRecord& r = result_.requests[g.req];
+  ReplaySummary& s = result_.summary;
+  for (Seq& q : g.seqs)
+    if (b_.contains(q.id)) b_.release(q.id);
+  r.status = status;
+  if (status == RequestRecord::Status::rejected) {
+    r.reason = reason;
+    ++s.rejected;
+  } else {
+    std::int64_t generated = g.carried;
+    for (const Seq& q : g.seqs) generated += q.produced;
+    r.generated_tokens = generated;
+    r.finish_s = now_;
+    s.generated_tokens += generated;
+    ++(status == RequestRecord::Status::truncated_completed ? s.truncated : s.completed);
+  }
+  g.seqs.clear();
+  ++done_;
+  if (progress_ && (done_ % 256 == 0 || done_ == s.requests)) progress_(done_, s.requests);
+}
+
+void Replay::arrivals() {
+  if (running_.empty() && waiting_.empty() && swapped_.empty() && next_arrival_ < w_.size())
+    now_ = std::max(now_, w_[next_arrival_].arrival_s);  // idle: jump to the next arrival
+  const std::int64_t max_len = b_.max_seq_len();
+  while (next_arrival_ < w_.size() && w_[next_arrival_].arrival_s <= now_) {
+    const Request& r = w_[next_arrival_];
+    RequestRecord& rec = result_.requests[next_arrival_];
+    rec.id = r.id;
+    rec.arrival_s = r.arrival_s;
+    rec.prompt_tokens = r.prompt_tokens;
+    rec.output_tokens = r.output_tokens;
+    Group g;
+    g.req = next_arrival_++;
+    g.prompt = r.prompt_tokens;
+    g.output = std::max<std::int64_t>(r.output_tokens, 1);
+    if (g.prompt < 1) {
+      finish(g, RequestRecord::Status::rejected, "empty prompt");
+      continue;
     }
-    if (running.empty() && waiting.empty()) continue;
-
-    // Admission, FCFS, under the prefill budget.
-    std::int64_t prefill_budget = config.max_prefill_tokens;
-    std::optional<SequenceSpec> blocked;
-    std::vector<std::size_t> admitted;  // positions in `running`
-    while (!waiting.empty() && static_cast<int>(running.size()) < config.max_running) {
-      Live& l = waiting.front();
-      if (!admitted.empty() && l.prompt > prefill_budget) break;
-      const SequenceSpec spec = spec_of(l);
-      if (!backend.can_admit(spec, l.prompt)) {
-        blocked = spec;
-        if (running.empty()) {
-          // Nothing will ever free memory for it: it cannot fit this backend at all.
-          RequestRecord& rec = result.requests[l.index];
-          rec.status = RequestRecord::Status::rejected;
-          rec.reason = "does not fit the KV capacity";
-          ++sum.rejected;
-          ++sum.out_of_memory;
-          finish_record(l.index);
-          waiting.pop_front();
-          blocked.reset();
-          continue;
-        }
-        break;
-      }
-      backend.admit(static_cast<SeqId>(l.index), spec, l.prompt);
-      prefill_budget -= l.prompt;
-      RequestRecord& rec = result.requests[l.index];
-      if (rec.first_scheduled_s < 0) rec.first_scheduled_s = now;
-      admitted.push_back(running.size());
-      running.push_back(l);
-      waiting.pop_front();
-    }
-
-    // Decode slots for sequences already prefilled; preempt the latest arrival when memory is short.
-    StepWork work;
-    for (std::size_t i = 0; i < running.size();) {
-      Live& l = running[i];
-      if (!l.prefilled) {
-        ++i;
+    if (g.prompt + g.output - 1 > max_len) {
+      if (c_.long_requests == LongRequestPolicy::reject) {
+        finish(g, RequestRecord::Status::rejected, "longer than max_seq_len " + std::to_string(max_len));
         continue;
       }
-      const SeqId id = static_cast<SeqId>(l.index);
-      if (backend.can_grow(id, 1)) {
-        backend.grow(id, 1);
-        ++i;
-        continue;
-      }
-      ++sum.out_of_memory;
-      if (running.size() == 1) {
-        // Alone and still out of memory: this request can never finish on this backend.
-        RequestRecord& rec = result.requests[l.index];
-        backend.release(id);
-        rec.status = RequestRecord::Status::rejected;
-        rec.reason = "outgrew the KV capacity while running alone";
-        ++sum.rejected;
-        finish_record(l.index);
-        running.clear();
+      g.prompt = std::min(g.prompt, max_len);  // keep the prompt's head, then as much output as fits
+      g.output = std::max<std::int64_t>(1, max_len - g.prompt + 1);
+      rec.status = RequestRecord::Status::truncated_completed;
+    }
+    waiting_.push_back(std::move(g));
+  }
+}
+
+std::size_t Replay::latest_running() const {
+  std::size_t best = 0;
+  for (std::size_t i = 1; i < running_.size(); ++i)
+    if (running_[i].req > running_[best].req) best = i;
+  return best;
+}
+
+/// Takes running_[pos] off the device: swapped out when the mode and the backend allow,
+/// otherwise released and requeued to recompute.
+void Replay::preempt(std::size_t pos) {
+  Group g = std::move(running_[pos]);
+  running_.erase(running_.begin() + static_cast<std::ptrdiff_t>(pos));
+  RequestRecord& rec = result_.requests[g.req];
+  ++rec.preemptions;
+  ++result_.summary.preemptions;
+  if (c_.preemption == PreemptionMode::swap && b_.supports_swap() && !g.prefilling()) {
+    for (Seq& q : g.seqs)
+      if (!q.done) b_.swap_out(q.id);
+    ++result_.summary.swaps;
+    g.in_step = false;
+    swapped_.push_back(std::move(g));
+    std::sort(swapped_.begin(), swapped_.end(), [](const Group& a, const Group& b) { return a.req < b.req; });
+    return;
+  }
+  for (Seq& q : g.seqs)
+    if (b_.contains(q.id)) b_.release(q.id);
+  if (g.seqs.size() == 1 && !g.prefilling()) {
+    // Recompute: the generated tokens become part of the prompt.
+    g.carried += g.seqs[0].produced;
+    g.prompt += g.seqs[0].produced;
+    g.output -= g.seqs[0].produced;
+  }  // parallel samples (or a partial prefill) restart from their prompt
+  g.seqs.clear();
+  g.prefilled = 0;
+  g.in_step = false;
+  const auto at = std::find_if(waiting_.begin(), waiting_.end(), [&](const Group& o) { return o.req > g.req; });
+  waiting_.insert(at, std::move(g));
+}
+
+/// Claims this step's KV for a running group: the next prefill chunk, or the forks of parallel
+/// sampling and one decode slot per unfinished sequence. All or nothing for the group.
+bool Replay::claim_slots(Group& g) {
+  g.in_step = false;
+  g.chunk = 0;
+  if (g.prefilling()) {
+    const std::int64_t chunk = c_.chunked_prefill ? std::min(g.prompt - g.prefilled, budget_) : g.prompt - g.prefilled;
+    if (chunk <= 0) return true;  // no budget left: wait for the next step
+    if (!b_.can_grow(g.seqs[0].id, chunk)) return false;
+    b_.grow(g.seqs[0].id, chunk);
+    g.chunk = chunk;
+    budget_ -= chunk;
+    g.in_step = true;
+    ++seqs_in_step_;
+    return true;
+  }
+  // Forks for parallel sampling (each child already sampled its first token from the prefill).
+  while (static_cast<int>(g.seqs.size()) < c_.samples_per_request) {
+    const SeqId child = next_seq_++;
+    try {
+      b_.fork(g.seqs[0].id, child);
+    } catch (const OutOfMemory&) {
+      ++result_.summary.out_of_memory;
+      return false;
+    }
+    g.seqs.push_back({child, g.seqs[0].produced > 0 ? 1 : 0, false});
+  }
+  // Check every sequence before growing any, so a failure leaves the group untouched.
+  std::vector<SeqId> grown;
+  for (Seq& q : g.seqs) {
+    if (q.done) continue;
+    if (!b_.can_grow(q.id, 1)) return false;
+    grown.push_back(q.id);
+  }
+  for (SeqId id : grown) b_.grow(id, 1);
+  budget_ -= static_cast<std::int64_t>(grown.size());
+  seqs_in_step_ += static_cast<int>(grown.size());
+  g.in_step = !grown.empty();
+  return true;
+}
+
+void Replay::swap_in_groups() {
+  while (!swapped_.empty()) {
+    Group& g = swapped_.front();
+    int live = 0;
+    for (const Seq& q : g.seqs) live += !q.done;
+    if (seqs_in_step_ + live > c_.max_running) return;
+    std::vector<SeqId> in;
+    bool ok = true;
+    for (Seq& q : g.seqs) {
+      if (q.done) continue;
+      if (!b_.can_swap_in(q.id)) {
+        ok = false;
         break;
       }
-      // Victim: the latest-arrived running request (largest index, since arrivals are sorted).
-      auto victim = std::max_element(running.begin(), running.end(),
-                                     [](const Live& a, const Live& b) { return a.index < b.index; });
-      const std::size_t vpos = static_cast<std::size_t>(victim - running.begin());
-      backend.release(static_cast<SeqId>(victim->index));
-      ++result.requests[victim->index].preemptions;
-      result.requests[victim->index].generated_tokens += victim->produced;
-      ++sum.preemptions;
-      Live requeued = *victim;
-      requeued.prefilled = false;
-      requeued.prompt = requeued.prompt + requeued.produced;  // recompute: prompt plus what was generated
-      requeued.output -= requeued.produced;
-      requeued.produced = 0;
-      waiting.push_front(requeued);
-      running.erase(victim);
-      if (vpos < i) --i;  // (vpos == i: retry the same position, now holding the next sequence)
+      b_.swap_in(q.id);
+      in.push_back(q.id);
     }
+    if (!ok) {
+      for (SeqId id : in) b_.swap_out(id);  // roll back a partial swap-in
+      return;
+    }
+    running_.push_back(std::move(g));
+    swapped_.pop_front();
+    if (!claim_slots(running_.back())) {  // swapped in but no room to decode: back out
+      preempt(running_.size() - 1);
+      return;
+    }
+  }
+}
 
-    // Work of the step.
-    for (Live& l : running) {
-      const std::int64_t len = backend.length(static_cast<SeqId>(l.index));
-      if (!l.prefilled) {
-        work.prefill_tokens += l.prompt;
-        work.kv_tokens_read += len;
-        work.attention_pairs += l.prompt * (l.prompt + 1) / 2;
-      } else {
+void Replay::admit_waiting() {
+  while (!waiting_.empty() && swapped_.empty()) {
+    Group& g = waiting_.front();
+    if (seqs_in_step_ + c_.samples_per_request > c_.max_running) return;
+    const std::int64_t chunk = c_.chunked_prefill ? std::min(g.prompt, budget_) : g.prompt;
+    if (chunk <= 0) return;
+    if (!c_.chunked_prefill && g.prompt > budget_ && seqs_in_step_ > 0) return;  // too big for this step
+    const SequenceSpec spec = spec_of(g);
+    if (!b_.can_admit(spec, chunk)) {
+      if (running_.empty() && swapped_.empty()) {  // nothing will ever free memory for it
+        ++result_.summary.out_of_memory;
+        Group dead = std::move(g);
+        waiting_.pop_front();
+        finish(dead, RequestRecord::Status::rejected, "does not fit the KV capacity");
+        continue;
+      }
+      blocked_ = spec;
+      return;
+    }
+    const SeqId id = next_seq_++;
+    b_.admit(id, spec, chunk);
+    g.seqs = {{id, 0, false}};
+    g.chunk = chunk;
+    g.in_step = true;
+    budget_ -= chunk;
+    ++seqs_in_step_;
+    RequestRecord& rec = result_.requests[g.req];
+    if (rec.first_scheduled_s < 0) rec.first_scheduled_s = now_;
+    running_.push_back(std::move(g));
+    waiting_.pop_front();
+  }
+}
+
+double Replay::execute_kernels(double& prepare_s) {
+  std::vector<SeqId> ids;
+  q_indptr_.assign(1, 0);
+  for (const Group& g : running_) {
+    if (!g.in_step) continue;
+    if (g.chunk > 0) {
+      ids.push_back(g.seqs[0].id);
+      q_indptr_.push_back(q_indptr_.back() + static_cast<std::int32_t>(g.chunk));
+    } else {
+      for (const Seq& q : g.seqs)
+        if (!q.done) {
+          ids.push_back(q.id);
+          q_indptr_.push_back(q_indptr_.back() + 1);
+        }
+    }
+  }
+  if (ids.empty()) return 0;
+  const ModelGeometry& m = b_.model();
+  const std::size_t qsize = static_cast<std::size_t>(q_indptr_.back()) * m.num_q_heads * m.head_dim;
+  if (q_.size() < qsize) {
+    std::uniform_real_distribution<float> uni(-1.f, 1.f);
+    const std::size_t old = q_.size();
+    q_.resize(qsize);
+    for (std::size_t i = old; i < qsize; ++i) q_[i] = uni(rng_);
+    out_.resize(qsize);
+  }
+  const auto t0 = Clock::now();
+  const PreparedBatch batch = b_.prepare_batch(ids);
+  const auto t1 = Clock::now();
+  AttentionParams p;
+  p.batch = batch.batch;
+  p.num_q_heads = m.num_q_heads;
+  p.num_kv_heads = m.num_kv_heads;
+  p.head_dim = m.head_dim;
+  p.scale = 1.f / std::sqrt(static_cast<float>(m.head_dim));
+  p.q = q_.data();
+  p.out = out_.data();
+  p.q_indptr = q_indptr_.data();
+  p.seq_lens = batch.seq_lens;
+  const int layers = c_.execute_layers > 0 ? std::min(c_.execute_layers, m.num_layers) : m.num_layers;
+  for (int l = 0; l < layers; ++l) attention(b_.device(), p, b_.layer_view(l));
+  const auto t2 = Clock::now();
+  prepare_s = std::chrono::duration<double>(t1 - t0).count();
+  return std::chrono::duration<double>(t2 - t1).count() * m.num_layers / layers;
+}
+
+void Replay::run_step() {
+  ReplaySummary& sum = result_.summary;
+  budget_ = c_.max_batched_tokens;
+  seqs_in_step_ = 0;
+  blocked_.reset();
+
+  // Running groups claim their slots in arrival order, preempting the latest arrival on failure.
+  std::sort(running_.begin(), running_.end(), [](const Group& a, const Group& b) { return a.req < b.req; });
+  for (std::size_t i = 0; i < running_.size();) {
+    if (claim_slots(running_[i])) {
+      ++i;
+      continue;
+    }
+    ++sum.out_of_memory;
+    if (running_.size() == 1 && swapped_.empty()) {
+      Group g = std::move(running_[0]);
+      running_.clear();
+      finish(g, RequestRecord::Status::rejected, "outgrew the KV capacity while running alone");
+      break;
+    }
+    // Groups are processed in arrival order, so the latest arrival has not claimed anything yet
+    // this step (or is the one failing): preempting it gives back only memory it held before.
+    const std::size_t victim = latest_running();
+    KVLAB_ASSERT(victim >= i);
+    preempt(victim);
+  }
+  swap_in_groups();
+  admit_waiting();
+  if (seqs_in_step_ == 0) {
+    // Nothing could run (everything waits on memory that nothing running will free).
+    if (running_.empty() && !swapped_.empty()) {
+      Group g = std::move(swapped_.front());
+      swapped_.pop_front();
+      for (Seq& q : g.seqs) q.done = q.done || !b_.contains(q.id);
+      finish(g, RequestRecord::Status::rejected, "cannot be swapped back in: too little KV capacity");
+    }
+    return;
+  }
+
+  // The step's work and its duration.
+  StepWork work;
+  StepRecord rec;
+  for (const Group& g : running_) {
+    if (!g.in_step) continue;
+    if (g.chunk > 0) {
+      const std::int64_t len = g.prefilled + g.chunk;
+      work.prefill_tokens += g.chunk;
+      work.kv_tokens_read += len;
+      work.attention_pairs += g.chunk * g.prefilled + g.chunk * (g.chunk + 1) / 2;
+    } else {
+      for (const Seq& q : g.seqs) {
+        if (q.done) continue;
+        const std::int64_t len = b_.length(q.id);
         ++work.decode_tokens;
         work.kv_tokens_read += len;
         work.attention_pairs += len;
       }
     }
-    const double dt = step_seconds(backend.model(), config.device, work);
-    const MemoryBreakdown mem = backend.breakdown(blocked ? &*blocked : nullptr);
-    now += dt;
-    StepRecord rec;
-    rec.time_s = now;
-    rec.duration_s = dt;
-    rec.running = static_cast<int>(running.size());
-    rec.waiting = static_cast<int>(waiting.size());
-    rec.fractions = MemoryFractions::of(mem);
-    rec.allocated_bytes = mem.allocated();
-    result.steps.push_back(rec);
-    sum.mean_fractions.add_scaled(rec.fractions, dt);
-    busy += dt;
-    weighted_batch += dt * rec.running;
-    sum.max_batch = std::max(sum.max_batch, rec.running);
-    sum.peak_allocated_bytes = std::max(sum.peak_allocated_bytes, mem.allocated());
-    ++sum.steps;
+  }
+  double dt = 0;
+  if (c_.execute) {
+    rec.kernel_s = execute_kernels(rec.prepare_s);
+    dt = rec.kernel_s;
+    sum.kernel_s += rec.kernel_s;
+    sum.prepare_s += rec.prepare_s;
+  } else {
+    dt = step_seconds(b_.model(), c_.device, work);
+  }
+  const MemoryBreakdown mem = b_.breakdown(blocked_ ? &*blocked_ : nullptr);
+  now_ += dt;
+  rec.time_s = now_;
+  rec.duration_s = dt;
+  rec.running = seqs_in_step_;
+  rec.waiting = static_cast<int>(waiting_.size() + swapped_.size());
+  rec.prefill_tokens = work.prefill_tokens;
+  rec.decode_tokens = work.decode_tokens;
+  rec.fractions = MemoryFractions::of(mem);
+  rec.allocated_bytes = mem.allocated();
+  result_.steps.push_back(rec);
+  sum.mean_fractions.add_scaled(rec.fractions, dt);
+  shared_savings_time_ += static_cast<double>(mem.shared_savings) * dt;
+  sum.busy_s += dt;
+  sum.mean_batch += dt * rec.running;
+  sum.max_batch = std::max(sum.max_batch, rec.running);
+  sum.peak_allocated_bytes = std::max(sum.peak_allocated_bytes, mem.allocated());
+  sum.prefill_tokens_computed += work.prefill_tokens;
+  ++sum.steps;
 
-    // Sample one token per running sequence; retire the finished.
-    for (std::size_t i = 0; i < running.size();) {
-      Live& l = running[i];
-      RequestRecord& r = result.requests[l.index];
-      if (!l.prefilled) {
-        l.prefilled = true;
-        sum.prompt_tokens += l.prompt;
-        if (r.first_token_s < 0) r.first_token_s = now;
+  // Sample: every sequence that worked produces a token; finished requests leave.
+  for (std::size_t i = 0; i < running_.size();) {
+    Group& g = running_[i];
+    RequestRecord& r = result_.requests[g.req];
+    if (g.in_step && g.chunk > 0) {
+      g.prefilled += g.chunk;
+      if (!g.prefilling()) {
+        g.seqs[0].produced = 1;
+        sum.prompt_tokens += g.prompt;
+        if (r.first_token_s < 0) r.first_token_s = now_;
+        if (g.output == 1) {  // every sample is done with its first token
+          g.carried += c_.samples_per_request - 1;
+          g.seqs[0].done = true;
+        }
       }
-      ++l.produced;
-      ++sum.generated_tokens;
-      if (l.produced >= l.output) {
-        backend.release(static_cast<SeqId>(l.index));
-        r.finish_s = now;
-        r.generated_tokens = l.produced + (r.generated_tokens);
-        ++(r.status == RequestRecord::Status::truncated_completed ? sum.truncated : sum.completed);
-        finish_record(l.index);
-        running.erase(running.begin() + static_cast<std::ptrdiff_t>(i));
-      } else {
-        ++i;
+    } else if (g.in_step) {
+      for (Seq& q : g.seqs) {
+        if (q.done) continue;
+        if (++q.produced >= g.output) {
+          q.done = true;
+          b_.release(q.id);
+        }
       }
     }
+    g.chunk = 0;
+    const bool all_forked = g.output == 1 || static_cast<int>(g.seqs.size()) == c_.samples_per_request;
+    const bool all_done = !g.prefilling() && all_forked &&
+                          std::all_of(g.seqs.begin(), g.seqs.end(), [](const Seq& q) { return q.done; });
+    if (all_done) {
+      Group done = std::move(g);
+      running_.erase(running_.begin() + static_cast<std::ptrdiff_t>(i));
+      finish(done, r.status == RequestRecord::Status::truncated_completed ? RequestRecord::Status::truncated_completed
+                                                                           : RequestRecord::Status::completed);
+    } else {
+      ++i;
+    }
+  }
+}
+
+ReplayResult Replay::run() {
+  KVLAB_EXPECTS(b_.num_sequences() == 0, "replay needs an empty backend");
+  KVLAB_EXPECTS(c_.max_running >= 1, "max_running must be at least 1");
+  KVLAB_EXPECTS(c_.max_batched_tokens >= 1, "max_batched_tokens must be at least 1");
+  KVLAB_EXPECTS(c_.samples_per_request >= 1, "samples per request must be at least 1");
+  KVLAB_EXPECTS(c_.samples_per_request <= c_.max_running, "samples per request must fit max_running");
+  KVLAB_EXPECTS(!c_.execute || b_.has_storage(), "execute mode needs a backend with KV storage");
+  for (std::size_t i = 1; i < w_.size(); ++i)
+    KVLAB_EXPECTS(w_[i].arrival_s >= w_[i - 1].arrival_s, "workload must be sorted by arrival");
+  const auto wall0 = Clock::now();
+  ReplaySummary& sum = result_.summary;
+  sum.backend = b_.name();
+  sum.clock = c_.execute ? "measured" : "modelled";
+  sum.requests = static_cast<std::int64_t>(w_.size());
+  sum.capacity_bytes = b_.breakdown().capacity;
+  result_.requests.resize(w_.size());
+
+  while (done_ < sum.requests) {
+    arrivals();
+    if (running_.empty() && waiting_.empty() && swapped_.empty()) continue;
+    run_step();
   }
 
-  sum.makespan_s = now;
-  if (busy > 0) {  // averages over the time steps ran; idle gaps between arrivals are left out
+  sum.makespan_s = now_;
+  if (sum.busy_s > 0) {
     MemoryFractions m;
-    sum.mean_fractions = m.add_scaled(sum.mean_fractions, 1.0 / busy);
-    sum.mean_batch = weighted_batch / busy;
+    sum.mean_fractions = m.add_scaled(sum.mean_fractions, 1.0 / sum.busy_s);
+    sum.mean_batch /= sum.busy_s;
+    sum.mean_shared_savings_bytes = static_cast<std::size_t>(shared_savings_time_ / sum.busy_s);
   }
-  std::int64_t n = 0, n_tpot = 0;
-  for (const RequestRecord& r : result.requests) {
-    if (r.finish_s < 0) continue;
-    ++n;
-    sum.mean_ttft_s += r.first_token_s - r.arrival_s;
-    sum.mean_e2e_s += r.finish_s - r.arrival_s;
-    if (r.generated_tokens > 1) {
-      sum.mean_tpot_s += (r.finish_s - r.first_token_s) / static_cast<double>(r.generated_tokens - 1);
+  std::vector<double> ttfts;
+  std::int64_t n_tpot = 0;
+  for (const RequestRecord& r : result_.requests) {
+    if (!r.finished()) continue;
+    ttfts.push_back(r.ttft());
+    sum.mean_ttft_s += r.ttft();
+    sum.mean_e2e_s += r.e2e();
+    const std::int64_t per_sample = r.generated_tokens / std::max(1, c_.samples_per_request);
+    sum.mean_normalized_latency_s += r.e2e() / static_cast<double>(std::max<std::int64_t>(per_sample, 1));
+    if (per_sample > 1) {
+      sum.mean_tpot_s += (r.e2e() - r.ttft()) / static_cast<double>(per_sample - 1);
       ++n_tpot;
     }
   }
-  if (n > 0) {
-    sum.mean_ttft_s /= static_cast<double>(n);
-    sum.mean_e2e_s /= static_cast<double>(n);
+  if (!ttfts.empty()) {
+    const double n = static_cast<double>(ttfts.size());
+    sum.mean_ttft_s /= n;
+    sum.mean_e2e_s /= n;
+    sum.mean_normalized_latency_s /= n;
+    std::sort(ttfts.begin(), ttfts.end());
+    sum.p99_ttft_s = ttfts[static_cast<std::size_t>(std::ceil(0.99 * n)) - 1];
   }
   if (n_tpot > 0) sum.mean_tpot_s /= static_cast<double>(n_tpot);
-  KVLAB_ASSERT(backend.num_sequences() == 0);
-  return result;
+  sum.wall_s = std::chrono::duration<double>(Clock::now() - wall0).count();
+  KVLAB_ASSERT(b_.num_sequences() == 0);
+  return std::move(result_);
+}
+
+}  // namespace
+
+ReplayResult replay(KvBackend& backend, const std::vector<Request>& workload, const ReplayConfig& config,
+                    const ProgressCallback& progress) {
+  return Replay(backend, workload, config, progress).run();
 }
 
 }  // namespace kvlab

@@ -1,16 +1,27 @@
 #pragma once
 // Continuous-batching replay of a workload through one KV backend, on a virtual clock.
 //
-// Each step: finished sequences leave; waiting requests that have arrived are admitted FCFS while
-// the batch has room (max_running, a prefill token budget) and the backend says can_admit; every
-// running sequence then does one unit of work: a newly admitted one its prefill (producing its
-// first token), the others one decode token. A decode token first needs a KV slot: when
-// can_grow fails, the latest-arrived running request is preempted (released, requeued for
-// recompute) until it succeeds. The clock advances by the cost model (memory mode).
+// Scheduling, each step (vLLM-style, FCFS):
+//  1. Arrivals join the waiting queue; a request longer than max_seq_len is rejected or truncated
+//     (counted either way).
+//  2. Running sequences claim their KV slots for this step: a decode token each, or the next
+//     prefill chunk. When the backend cannot grow, the latest-arrived running request is
+//     preempted — swapped out (preemption = swap, when the backend can) or released and requeued
+//     to recompute its prompt plus what it generated (preemption = recompute) — until it can.
+//  3. Swapped requests come back first, then waiting requests are admitted in order while the
+//     batch has room (max_running sequences, a token budget of max_batched_tokens per step) and
+//     the backend's side-effect-free can_admit says yes. With chunked prefill a long prompt is
+//     split across steps to fit the budget; without it a prompt is prefilled in one step.
+//  4. The clock advances: in memory mode by the declared roofline cost model; in execute mode by
+//     the measured time of the attention kernels that really ran over the backend's memory (all
+//     layers, or the first `execute_layers` scaled up). Memory accounting is identical.
+//  5. Every sequence that did work samples a token; finished requests release their memory.
 //
 // Token semantics (vLLM's): a request with P prompt and O output tokens holds P tokens after its
-// prefill step and P + i after its i-th decode step; it finishes after O - 1 decode steps, so it
-// never holds more than P + O - 1 tokens (the last sampled token's KV is never written).
+// prefill and P + i after its i-th decode step; it finishes after O - 1 decode steps, so it never
+// holds more than P + O - 1 tokens (the last sampled token's KV is never written). With parallel
+// sampling (n > 1) the prefilled prompt is forked into n sequences that decode independently; the
+// request finishes when all n have produced O tokens.
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -25,21 +36,32 @@
 namespace kvlab {
 
 enum class LongRequestPolicy { reject, truncate };
+enum class PreemptionMode { recompute, swap };
 
 struct ReplayConfig {
   int max_running = 256;                    ///< sequences in a batch
-  std::int64_t max_prefill_tokens = 8192;  ///< prompt tokens admitted per step (at least one request)
+  std::int64_t max_batched_tokens = 8192;  ///< tokens computed per step (decodes + prefill chunks)
+  bool chunked_prefill = false;            ///< split prompts to fit max_batched_tokens
+  PreemptionMode preemption = PreemptionMode::recompute;
   LongRequestPolicy long_requests = LongRequestPolicy::reject;
+  int samples_per_request = 1;  ///< parallel sampling n: the prompt is shared by n sequences
   DeviceModel device = {"a100-80gb", 2.039e12, 312e12};
+  /// Execute mode: run the host attention kernels over the backend's memory every step and
+  /// advance the clock by their measured time. Needs a backend with storage.
+  bool execute = false;
+  int execute_layers = 0;  ///< layers really run in execute mode (0: all); time is scaled to all
 };
 
 struct StepRecord {
   double time_s = 0;  ///< clock at the end of the step
   double duration_s = 0;
-  int running = 0;
-  int waiting = 0;  ///< arrived but not running
+  int running = 0;  ///< sequences that did work this step
+  int waiting = 0;  ///< arrived requests not running (waiting + swapped)
+  std::int64_t prefill_tokens = 0, decode_tokens = 0;
   MemoryFractions fractions;
   std::size_t allocated_bytes = 0;
+  double kernel_s = 0;   ///< measured attention time (execute mode), scaled to all layers
+  double prepare_s = 0;  ///< building/uploading the per-batch arrays (execute mode)
 };
 
 struct RequestRecord {
@@ -49,25 +71,34 @@ struct RequestRecord {
   double first_token_s = -1;
   double finish_s = -1;
   std::int64_t prompt_tokens = 0;
-  std::int64_t output_tokens = 0;     ///< as requested by the workload
-  std::int64_t generated_tokens = 0;  ///< as produced (fewer when truncated)
+  std::int64_t output_tokens = 0;     ///< as requested by the workload (per sample)
+  std::int64_t generated_tokens = 0;  ///< as produced, over all samples (fewer when truncated)
   int preemptions = 0;
   enum class Status { completed, rejected, truncated_completed } status = Status::completed;
   std::string reason;  ///< why rejected
+
+  [[nodiscard]] bool finished() const noexcept { return finish_s >= 0; }
+  [[nodiscard]] double ttft() const noexcept { return first_token_s - arrival_s; }
+  [[nodiscard]] double e2e() const noexcept { return finish_s - arrival_s; }
 };
 
 struct ReplaySummary {
   std::string backend;
+  std::string clock = "modelled";  ///< "modelled" (memory mode) or "measured" (execute mode)
   std::int64_t requests = 0, completed = 0, rejected = 0, truncated = 0;
-  std::int64_t steps = 0, preemptions = 0, out_of_memory = 0;
-  std::int64_t generated_tokens = 0, prompt_tokens = 0;
+  std::int64_t steps = 0, preemptions = 0, swaps = 0, out_of_memory = 0;
+  std::int64_t generated_tokens = 0, prompt_tokens = 0, prefill_tokens_computed = 0;
   double makespan_s = 0;
-  double mean_batch = 0;  ///< running sequences, weighted by step time (idle gaps left out)
+  double busy_s = 0;      ///< sum of step durations (idle gaps between arrivals left out)
+  double mean_batch = 0;  ///< running sequences, weighted by step time
   int max_batch = 0;
-  MemoryFractions mean_fractions;  ///< weighted by step time (idle gaps left out)
+  MemoryFractions mean_fractions;  ///< weighted by step time
   std::size_t peak_allocated_bytes = 0;
   std::size_t capacity_bytes = 0;
-  double mean_ttft_s = 0, mean_tpot_s = 0, mean_e2e_s = 0;
+  std::size_t mean_shared_savings_bytes = 0;  ///< time-weighted bytes saved by sharing
+  double mean_ttft_s = 0, p99_ttft_s = 0, mean_tpot_s = 0, mean_e2e_s = 0, mean_normalized_latency_s = 0;
+  double kernel_s = 0, prepare_s = 0;  ///< execute mode totals
+  double wall_s = 0;                   ///< wall-clock seconds the replay itself took
 };
 
 struct ReplayResult {
@@ -80,7 +111,7 @@ struct ReplayResult {
 using ProgressCallback = std::function<void(std::int64_t, std::int64_t)>;
 
 /// Replays `workload` (sorted by arrival) through `backend`, which must start empty; it is empty
-/// again afterwards. Memory accounting only: no kernels run.
+/// again afterwards. Every request ends completed, truncated or rejected with a reason.
 [[nodiscard]] ReplayResult replay(KvBackend& backend, const std::vector<Request>& workload,
                                   const ReplayConfig& config, const ProgressCallback& progress = {});
 

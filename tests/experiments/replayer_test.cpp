@@ -5,6 +5,7 @@
 #include "alloc/contiguous_backend.hpp"
 #include "alloc/error.hpp"
 #include "experiments/backend_factory.hpp"
+#include "alloc/memory_resource.hpp"
 #include "experiments/replayer.hpp"
 #include "tests/support/tiny_model.hpp"
 
@@ -131,6 +132,122 @@ TEST(Replayer, RejectsBadConfiguration) {
   c.max_running = 0;
   EXPECT_THROW((void)replay(b, {}, c), InvalidArgument);
   EXPECT_THROW((void)replay(b, {{0, 1.0, 1, 1}, {1, 0.5, 1, 1}}, ReplayConfig{}), InvalidArgument);  // unsorted
+}
+
+}  // namespace
+}  // namespace kvlab
+
+namespace kvlab {
+namespace {
+
+std::unique_ptr<KvBackend> backend(const std::string& name, std::int64_t capacity_tokens,
+                                   MemoryResource* memory = nullptr) {
+  BackendOptions o;
+  o.model = testing::tiny_model();
+  o.capacity_bytes = static_cast<std::size_t>(capacity_tokens) * o.model.kv_bytes_per_token();
+  o.max_seq_len = 128;
+  o.memory = memory;
+  return make_backend(name, o);
+}
+
+void expect_all_accounted(const ReplayResult& r, std::int64_t n) {
+  EXPECT_EQ(r.summary.completed + r.summary.rejected + r.summary.truncated, n);
+  for (const StepRecord& s : r.steps) ASSERT_NEAR(s.fractions.sum(), 1.0, 1e-9);
+}
+
+TEST(Replayer, ChunkedPrefillSplitsAPromptAcrossSteps) {
+  auto b = backend("paged-16", 1000);
+  ReplayConfig c;
+  c.chunked_prefill = true;
+  c.max_batched_tokens = 32;
+  const ReplayResult r = replay(*b, {{0, 0.0, 100, 2}}, c);
+  ASSERT_EQ(r.steps.size(), 5u);  // 32 + 32 + 32 + 4 prompt tokens, then one decode
+  EXPECT_EQ(r.steps[0].prefill_tokens, 32);
+  EXPECT_EQ(r.steps[3].prefill_tokens, 4);
+  EXPECT_EQ(r.steps[4].decode_tokens, 1);
+  EXPECT_DOUBLE_EQ(r.requests[0].first_token_s, r.steps[3].time_s);
+  EXPECT_DOUBLE_EQ(r.steps[0].fractions.token_states, 32.0 / (1000 / 16 * 16));
+  EXPECT_EQ(r.summary.prefill_tokens_computed, 100);
+}
+
+TEST(Replayer, RecomputePreemptionLosesNoRequest) {
+  // 64 tokens of KV in blocks of 16: two requests that each grow to 50 tokens cannot coexist.
+  auto b = backend("paged-16", 64);
+  const std::vector<Request> w = {{0, 0.0, 20, 31}, {1, 0.0, 20, 31}};
+  const ReplayResult r = replay(*b, w, ReplayConfig{});
+  expect_all_accounted(r, 2);
+  EXPECT_EQ(r.summary.completed, 2);
+  EXPECT_GE(r.summary.preemptions, 1);
+  EXPECT_EQ(r.requests[1].preemptions, r.summary.preemptions);  // the latest arrival is the victim
+  EXPECT_EQ(r.requests[0].generated_tokens, 31);
+  EXPECT_EQ(r.requests[1].generated_tokens, 31);
+  EXPECT_GT(r.summary.prefill_tokens_computed, 40);  // the victim's prompt (and output) recomputed
+  EXPECT_EQ(b->num_sequences(), 0u);
+}
+
+TEST(Replayer, SwapPreemptionKeepsTheVictimsTokens) {
+  auto b = backend("paged-16", 64, &host_memory_resource());
+  ReplayConfig c;
+  c.preemption = PreemptionMode::swap;
+  const ReplayResult r = replay(*b, {{0, 0.0, 20, 31}, {1, 0.0, 20, 31}}, c);
+  expect_all_accounted(r, 2);
+  EXPECT_EQ(r.summary.completed, 2);
+  EXPECT_GE(r.summary.swaps, 1);
+  EXPECT_EQ(r.summary.prefill_tokens_computed, 40);  // nothing recomputed
+  EXPECT_EQ(r.requests[1].generated_tokens, 31);
+}
+
+TEST(Replayer, ParallelSamplingSharesThePromptOnlyWhenPaged) {
+  const std::vector<Request> w = {{0, 0.0, 64, 10}, {1, 0.0, 48, 10}};
+  ReplayConfig c;
+  c.samples_per_request = 4;
+  auto paged = backend("paged-16", 2000);
+  const ReplayResult p = replay(*paged, w, c);
+  EXPECT_EQ(p.summary.completed, 2);
+  EXPECT_EQ(p.requests[0].generated_tokens, 40);
+  EXPECT_GT(p.summary.mean_shared_savings_bytes, 0u);
+  auto contiguous = backend("contiguous-oracle", 2000);
+  const ReplayResult q = replay(*contiguous, w, c);
+  EXPECT_EQ(q.summary.completed, 2);
+  EXPECT_EQ(q.requests[1].generated_tokens, 40);
+  EXPECT_EQ(q.summary.mean_shared_savings_bytes, 0u);
+  EXPECT_GT(q.summary.peak_allocated_bytes, p.summary.peak_allocated_bytes);
+}
+
+TEST(Replayer, ExecuteModeRunsKernelsAndMeasuresThem) {
+  SyntheticWorkload w;
+  w.num_requests = 12;
+  w.prompt = LengthDistribution::parse("uniform:5:40", "p");
+  w.output = LengthDistribution::parse("uniform:2:12", "o");
+  for (const char* name : {"contiguous-pow2", "paged-7"}) {
+    auto b = backend(name, 1000, &host_memory_resource());
+    ReplayConfig c;
+    c.execute = true;
+    c.execute_layers = 1;
+    const ReplayResult r = replay(*b, generate(w), c);
+    expect_all_accounted(r, 12);
+    EXPECT_EQ(r.summary.clock, "measured");
+    EXPECT_GT(r.summary.kernel_s, 0.0);
+    for (const StepRecord& s : r.steps) EXPECT_DOUBLE_EQ(s.duration_s, s.kernel_s);
+  }
+  auto no_storage = backend("paged-7", 1000);
+  ReplayConfig c;
+  c.execute = true;
+  EXPECT_THROW((void)replay(*no_storage, generate(w), c), InvalidArgument);
+}
+
+TEST(Replayer, SameWorkloadSameResult) {
+  SyntheticWorkload w;
+  w.num_requests = 200;
+  w.rate = 20;
+  w.seed = 4;
+  const auto workload = generate(w);
+  auto a = backend("paged-16", 3000), b = backend("paged-16", 3000);
+  const ReplayResult x = replay(*a, workload, ReplayConfig{}), y = replay(*b, workload, ReplayConfig{});
+  EXPECT_EQ(x.summary.steps, y.summary.steps);
+  EXPECT_EQ(x.summary.preemptions, y.summary.preemptions);
+  EXPECT_DOUBLE_EQ(x.summary.makespan_s, y.summary.makespan_s);
+  EXPECT_DOUBLE_EQ(x.summary.mean_fractions.token_states, y.summary.mean_fractions.token_states);
 }
 
 }  // namespace
