@@ -26,6 +26,22 @@ struct SequenceSpec {
   /// Tokens the sequence will hold when it finishes (prompt + output). Reservation policies that
   /// need foresight (oracle, pow2) and the reserved/internal split of the accounting use it.
   std::int64_t final_tokens = 0;
+  /// Prefix caching (docs/prefix-caching.md). The prompt's token ids, non-owning and read only
+  /// during admit/can_admit; empty: unknown, the sequence neither hits nor fills the cache. When
+  /// given it must hold at least `prompt_tokens` ids (only the first `prompt_tokens` are used).
+  std::span<const std::int32_t> prompt_token_ids = {};
+  /// Extra keys mixed into the key of the sequence's first block (a per-tenant salt, a LoRA id):
+  /// sequences with different extra keys never share cached blocks. Non-owning, like the ids.
+  std::span<const std::int64_t> extra_keys = {};
+};
+
+/// Prefix-cache counters of a backend (all zero for backends without a prefix cache).
+struct PrefixCacheStats {
+  std::int64_t hits = 0;             ///< prompt tokens whose KV came from the cache at admit
+  std::int64_t queries = 0;          ///< prompt tokens looked up (admits with token ids)
+  std::int64_t evictions = 0;        ///< cached blocks whose entry was dropped to reuse the block
+  std::int64_t lookup_ns = 0;        ///< total wall time of the lookups of successful admits
+  std::int64_t inserted_blocks = 0;  ///< blocks entered into the cache
 };
 
 /// Per-batch arrays prepared by prepare_batch, in memory the kernels can read.
@@ -75,6 +91,16 @@ class KvBackend {
   [[nodiscard]] virtual bool contains(SeqId id) const = 0;
   [[nodiscard]] virtual std::int64_t length(SeqId id) const = 0;
   [[nodiscard]] virtual std::size_t num_sequences() const noexcept = 0;
+
+  /// Prompt tokens of `id` whose KV came from the prefix cache at admit: the replayer skips their
+  /// prefill. 0 for backends without a prefix cache, for forks and for sequences admitted without
+  /// token ids.
+  [[nodiscard]] virtual std::int64_t cached_tokens(SeqId id) const {
+    (void)id;
+    return 0;
+  }
+  /// Counters of the prefix cache since construction (zeros without one).
+  [[nodiscard]] virtual PrefixCacheStats prefix_cache_stats() const { return {}; }
 
   /// Builds the per-batch arrays (sequence bases or block tables, lengths) for `seqs`, in order.
   /// Views from layer_view() refer to them until the next prepare_batch or mutation.

@@ -18,6 +18,9 @@ struct MemoryBreakdown {
   std::size_t internal_fragmentation = 0;
   std::size_t external_fragmentation = 0;
   std::size_t shared_savings = 0;  ///< bytes that would be needed without sharing (not part of capacity)
+  /// Informational, NOT one of the five: bytes of blocks that hold prefix-cached KV no sequence
+  /// references (reusable on demand, evicted when reallocated). They are counted inside `free`.
+  std::size_t cached = 0;
 
   [[nodiscard]] std::size_t used() const noexcept {
     return token_states + reserved + internal_fragmentation + external_fragmentation;

@@ -19,8 +19,11 @@ struct BackendOptions {
 };
 
 /// Known forms: contiguous-max, contiguous-pow2, contiguous-oracle, paged-B (B = block size in
-/// tokens, 1..1024).
+/// tokens, 1..1024), vmm-P[-mega] (P = page size, a multiple of 4 KiB written with k or m: vmm-4k,
+/// vmm-64k, vmm-256k, vmm-2m; -mega selects the layer-interleaved layout; deferred reclamation on).
 [[nodiscard]] std::unique_ptr<KvBackend> make_backend(std::string_view name, const BackendOptions& options);
 [[nodiscard]] std::vector<std::string> backend_forms();
+/// What `kvlab compare` runs by default: every contiguous policy, paged and vmm at a few sizes.
+[[nodiscard]] std::string default_compare_backends();
 
 }  // namespace kvlab

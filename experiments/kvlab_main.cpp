@@ -3,24 +3,30 @@
 #include <boost/program_options.hpp>
 
 #include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include "alloc/contiguous_backend.hpp"
 #include "alloc/cuda_runtime.hpp"
 #include "alloc/error.hpp"
+#include "alloc/limiting_adaptor.hpp"
 #include "alloc/model_geometry.hpp"
 #include "experiments/backend_factory.hpp"
 #include "experiments/cost_model.hpp"
 #include "experiments/progress.hpp"
 #include "experiments/replayer.hpp"
 #include "experiments/report.hpp"
+#include "experiments/sweep.hpp"
+#include "experiments/trace_reader.hpp"
 #include "experiments/workload.hpp"
 
 namespace po = boost::program_options;
+namespace fs = std::filesystem;
 using namespace kvlab;
 
 namespace {
@@ -33,8 +39,8 @@ struct UsageError : std::runtime_error {
 std::string command_line(int argc, char** argv) {
   std::string s = "kvlab";
   for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    const bool quote = a.find_first_of(" \t'\"$") != std::string::npos || a.empty();
+    const std::string a = argv[i];
+    const bool quote = a.empty() || a.find_first_of(" \t'\"$*?;&|<>()") != std::string::npos;
     s += " " + (quote ? "'" + a + "'" : a);
   }
   return s;
@@ -54,7 +60,10 @@ const char* kUsage =
     "Usage: kvlab COMMAND [OPTIONS]\n"
     "\n"
     "Commands:\n"
-    "  replay    replay a workload through one or more KV-cache backends; print the memory breakdown\n"
+    "  replay    replay a workload (trace or synthetic) through one KV-cache backend\n"
+    "  compare   replay the same workload through several backends side by side; table + PNG chart\n"
+    "  sweep     run a grid of replays (backends x sizes x workloads x models x capacities) in parallel\n"
+    "  collect   merge the points of a sweep into one CSV\n"
     "  devices   show the devices this binary can use (host always; CUDA when a driver and GPU exist)\n"
     "  models    list the model presets and their KV bytes per token\n"
     "  version   print the version\n"
@@ -79,98 +88,302 @@ int cmd_models() {
   return 0;
 }
 
-int cmd_replay(const std::vector<std::string>& args, const std::string& invocation) {
-  std::string backends, model_name, device_model, prompt_len, output_len, out_dir, long_policy;
-  double capacity_gib = 0, rate = 0;
-  std::int64_t requests = 0, max_seq_len = 0, max_prefill = 0;
-  int max_running = 0;
+/// Options shared by replay and compare: the workload, the model and capacity, the scheduler.
+struct Common {
+  std::string trace, trace_dir, trace_format, prompt_len, output_len, model_name, device_model, out_dir;
+  std::string long_policy, preemption, lengths_from;
+  double capacity_gib = 0, rate = 0, burstiness = 1, time_scale = 1;
+  std::int64_t requests = 0, max_seq_len = 0, max_batched = 0, limit = 0, shared_prefix = 0;
+  int max_running = 0, samples = 1, execute_layers = 0, prefix_groups = 0;
   std::uint64_t seed = 0;
+  bool chunked = false, execute = false, progress = true;
+
+  void add(po::options_description& o) {
+    po::options_description w("Workload");
+    w.add_options()("trace", po::value(&trace), "replay a trace file (a name in --trace-dir, or a path)")(
+        "trace-dir", po::value(&trace_dir), "where trace names are looked up (default: $KVLAB_TRACE_DIR or ../shared/traces)")(
+        "trace-format", po::value(&trace_format)->default_value("auto"),
+        "auto, azure, vidur, mooncake, llmservingsim or kvlab")(
+        "limit", po::value(&limit)->default_value(0), "use only the first N requests (0: all)")(
+        "time-scale", po::value(&time_scale)->default_value(1.0), "multiply arrival times (0.5 = twice the load)")(
+        "requests", po::value(&requests)->default_value(200), "synthetic: number of requests")(
+        "rate", po::value(&rate)->default_value(2.0),
+        "synthetic (or a length-only trace): arrivals per second (0: all at once)")(
+        "burstiness", po::value(&burstiness)->default_value(1.0), "coefficient of variation of gamma gaps (1: Poisson)")(
+        "prompt-len", po::value(&prompt_len)->default_value("uniform:16:1024"),
+        "synthetic prompt lengths: fixed:N, uniform:LO:HI or lognormal:MU:SIGMA[:MAX]")(
+        "output-len", po::value(&output_len)->default_value("uniform:16:512"), "synthetic output lengths, same forms")(
+        "lengths-from", po::value(&lengths_from), "synthetic: resample (prompt, output) pairs from this trace")(
+        "prefix-groups", po::value(&prefix_groups)->default_value(0), "synthetic: requests share G system prompts")(
+        "shared-prefix", po::value(&shared_prefix)->default_value(0), "synthetic: tokens in each shared system prompt")(
+        "seed", po::value(&seed)->default_value(0), "random seed of the workload");
+    po::options_description m("Model, memory and scheduling");
+    m.add_options()("model", po::value(&model_name)->default_value("opt-13b"), "model preset (see 'kvlab models')")(
+        "capacity-gib", po::value(&capacity_gib)->default_value(12.0), "KV cache capacity in GiB")(
+        "max-seq-len", po::value(&max_seq_len)->default_value(0), "longest sequence in tokens (0: the model's context)")(
+        "max-running", po::value(&max_running)->default_value(256), "most sequences in a batch")(
+        "max-batched-tokens", po::value(&max_batched)->default_value(8192), "tokens computed per step")(
+        "chunked-prefill", po::bool_switch(&chunked), "split long prompts to fit --max-batched-tokens")(
+        "samples", po::value(&samples)->default_value(1), "parallel sampling: sequences per request (shared prompt)")(
+        "preemption", po::value(&preemption)->default_value("recompute"), "recompute or swap")(
+        "long-requests", po::value(&long_policy)->default_value("reject"),
+        "requests longer than max-seq-len: reject or truncate")(
+        "device-model", po::value(&device_model)->default_value("a100-80gb"),
+        "roofline device of the modelled clock: a100-40gb, a100-80gb, h100-sxm, h200")(
+        "execute", po::bool_switch(&execute),
+        "execute mode: run the host attention kernels over real KV memory; the clock is their measured time")(
+        "execute-layers", po::value(&execute_layers)->default_value(0), "execute mode: run N layers, scale to all (0: all)");
+    po::options_description out("Output");
+    out.add_options()("out", po::value(&out_dir), "write summary.json, steps.csv and requests.csv per backend here")(
+        "no-progress", "no progress line on stderr");
+    o.add(w).add(m).add(out);
+  }
+
+  void check(const po::variables_map& vm) {
+    progress = vm.count("no-progress") == 0;
+    if (requests < 0) throw UsageError("--requests must not be negative (got " + std::to_string(requests) + ")");
+    if (!(capacity_gib > 0) || !std::isfinite(capacity_gib)) throw UsageError("--capacity-gib must be a positive number");
+    if (max_running < 1) throw UsageError("--max-running must be at least 1");
+    if (max_batched < 1) throw UsageError("--max-batched-tokens must be at least 1");
+    if (max_seq_len < 0) throw UsageError("--max-seq-len must not be negative");
+    if (samples < 1 || samples > max_running) throw UsageError("--samples must be between 1 and --max-running");
+    if (limit < 0) throw UsageError("--limit must not be negative");
+    if (!(rate >= 0) || !std::isfinite(rate)) throw UsageError("--rate must be a number >= 0");
+    if (!(burstiness > 0)) throw UsageError("--burstiness must be positive");
+    if (!(time_scale > 0)) throw UsageError("--time-scale must be positive");
+    if (execute_layers < 0) throw UsageError("--execute-layers must not be negative");
+    if (long_policy != "reject" && long_policy != "truncate")
+      throw UsageError("--long-requests must be reject or truncate (got '" + long_policy + "')");
+    if (preemption != "recompute" && preemption != "swap")
+      throw UsageError("--preemption must be recompute or swap (got '" + preemption + "')");
+  }
+
+  fs::path trace_directory() const { return trace_dir.empty() ? default_trace_dir() : fs::path(trace_dir); }
+
+  /// The workload and a one-line description of it.
+  std::pair<std::vector<Request>, std::string> workload() const {
+    if (!trace.empty()) {
+      TraceOptions t;
+      t.format = parse_trace_format(trace_format);
+      t.max_requests = limit;
+      t.time_scale = time_scale;
+      t.seed = seed;
+      const fs::path file = resolve_trace(trace, trace_directory());
+      Trace tr = read_trace(file, t);
+      if (!tr.info.has_timestamps && rate > 0) {  // length-only trace: arrivals from a Poisson process
+        t.poisson_rate = rate;
+        tr = read_trace(file, t);
+      }
+      return {std::move(tr.requests), tr.info.describe()};
+    }
+    SyntheticWorkload w;
+    w.num_requests = limit > 0 ? std::min(limit, requests) : requests;
+    w.rate = rate / time_scale;
+    w.burstiness = burstiness;
+    w.prompt = LengthDistribution::parse(prompt_len, "--prompt-len");
+    w.output = LengthDistribution::parse(output_len, "--output-len");
+    w.prefix_groups = prefix_groups;
+    w.shared_prefix_tokens = shared_prefix;
+    w.seed = seed;
+    std::string lengths = "prompt " + w.prompt.describe() + ", output " + w.output.describe();
+    if (!lengths_from.empty()) {
+      const Trace tr = read_trace(resolve_trace(lengths_from, trace_directory()));
+      for (const Request& r : tr.requests) w.resample.emplace_back(r.prompt_tokens, r.output_tokens);
+      lengths = "lengths resampled from " + lengths_from;
+    }
+    std::ostringstream d;
+    d << "synthetic: " << w.num_requests << " requests, rate " << w.rate << "/s (cv " << burstiness << "), " << lengths
+      << ", seed " << seed;
+    if (prefix_groups > 0) d << ", " << prefix_groups << " shared prefixes of " << shared_prefix << " tokens";
+    return {generate(w), d.str()};
+  }
+
+  ReplayConfig replay_config() const {
+    ReplayConfig rc;
+    rc.max_running = max_running;
+    rc.max_batched_tokens = max_batched;
+    rc.chunked_prefill = chunked;
+    rc.samples_per_request = samples;
+    rc.preemption = preemption == "swap" ? PreemptionMode::swap : PreemptionMode::recompute;
+    rc.long_requests = long_policy == "truncate" ? LongRequestPolicy::truncate : LongRequestPolicy::reject;
+    rc.device = device_model_preset(device_model);
+    rc.execute = execute;
+    rc.execute_layers = execute_layers;
+    return rc;
+  }
+
+  BackendOptions backend_options(MemoryResource* memory) const {
+    BackendOptions bo;
+    bo.model = model_preset(model_name);
+    bo.capacity_bytes = static_cast<std::size_t>(capacity_gib * static_cast<double>(1ull << 30));
+    bo.max_seq_len = max_seq_len;
+    bo.memory = memory;
+    return bo;
+  }
+};
+
+/// Replays one workload through each named backend; prints the table; writes files.
+int run_backends(const Common& c, const std::vector<std::string>& names, const std::string& invocation,
+                 bool chart) {
+  if (names.empty()) throw UsageError("no backend named");
+  const ModelGeometry model = model_preset(c.model_name);
+  const ReplayConfig rc = c.replay_config();
+  // Execute mode needs real KV bytes: host memory, capped at the capacity (one backend at a time).
+  const BackendOptions probe = c.backend_options(nullptr);
+  for (const auto& n : names) (void)make_backend(n, probe);  // fail on a bad name before any long run
+  auto [workload, description] = c.workload();
+  std::cout << "workload: " << description << "\n"
+            << "model: " << model.name << " (" << model.kv_bytes_per_token() << " KV bytes/token), capacity "
+            << c.capacity_gib << " GiB, clock "
+            << (c.execute ? "measured (host attention kernels)" : "modelled on " + rc.device.name) << "\n\n";
+  std::vector<ReplaySummary> rows;
+  for (const auto& name : names) {
+    auto backend = make_backend(name, c.backend_options(c.execute ? &host_memory_resource() : nullptr));
+    Progress progress("replay " + backend->name(), c.progress);
+    const ReplayResult r = replay(*backend, workload, rc, [&](auto d, auto t) { progress.update(d, t); });
+    rows.push_back(r.summary);
+    if (!c.out_dir.empty())
+      write_replay_files(c.out_dir, RunInfo{invocation, model.name, description, r.summary.clock, rc.device.name}, r);
+  }
+  print_summary_table(std::cout, rows);
+  if (!c.out_dir.empty()) {
+    write_compare_csv(fs::path(c.out_dir) / "compare.csv", invocation, description, rows);
+    std::cout << "files written under " << c.out_dir << "/\n";
+    if (chart) {
+      const std::string png = plot_compare(c.out_dir);
+      std::cout << (png.empty() ? "no chart: python3 with matplotlib not found (scripts/setup.sh installs it)"
+                                : "chart: " + png)
+                << "\n";
+    }
+  }
+  return 0;
+}
+
+const char* kReplayExamples =
+    "\nExamples:\n"
+    "  kvlab replay --backend paged-16                      # synthetic workload, OPT-13B, 12 GiB of KV\n"
+    "  kvlab replay --backend contiguous-pow2 --trace AzureLLMInferenceTrace_conv.csv --limit 2000\n"
+    "  kvlab replay --backend paged-16 --trace sharegpt_8k_filtered_stats_llama2_tokenizer.csv --rate 2\n"
+    "  kvlab replay --backend paged-16 --model llama-3-8b --capacity-gib 1 --execute --execute-layers 2\n";
+
+int cmd_replay(const std::vector<std::string>& args, const std::string& invocation) {
+  Common c;
+  std::string backend;
   po::options_description opts("kvlab replay options");
-  opts.add_options()("help,h", "show this help")(
-      "backend", po::value(&backends)->default_value("contiguous-max,contiguous-pow2,contiguous-oracle"),
-      "comma-separated backends, replayed side by side on the same workload")(
-      "model", po::value(&model_name)->default_value("opt-13b"), "model preset (see 'kvlab models')")(
-      "capacity-gib", po::value(&capacity_gib)->default_value(12.0), "KV cache capacity in GiB")(
-      "max-seq-len", po::value(&max_seq_len)->default_value(0), "longest sequence in tokens (0: the model's context)")(
-      "requests", po::value(&requests)->default_value(200), "synthetic requests")(
-      "rate", po::value(&rate)->default_value(2.0), "Poisson arrivals per second (0: all at once)")(
-      "prompt-len", po::value(&prompt_len)->default_value("uniform:16:1024"),
-      "prompt lengths: fixed:N, uniform:LO:HI or lognormal:MU:SIGMA[:MAX]")(
-      "output-len", po::value(&output_len)->default_value("uniform:16:512"), "output lengths, same forms")(
-      "seed", po::value(&seed)->default_value(0), "random seed of the workload")(
-      "max-running", po::value(&max_running)->default_value(256), "most sequences in a batch")(
-      "max-prefill-tokens", po::value(&max_prefill)->default_value(8192), "prompt tokens admitted per step")(
-      "long-requests", po::value(&long_policy)->default_value("reject"),
-      "requests longer than max-seq-len: reject or truncate")(
-      "device-model", po::value(&device_model)->default_value("a100-80gb"),
-      "roofline device of the modelled clock: a100-40gb, a100-80gb, h100-sxm, h200")(
-      "out", po::value(&out_dir), "write summary.json, steps.csv and requests.csv per backend under this folder")(
-      "no-progress", "no progress line on stderr");
+  opts.add_options()("help,h", "show this help")("backend", po::value(&backend)->default_value("paged-16"),
+                                                 "contiguous-max|pow2|oracle, paged-B (B = block size)");
+  c.add(opts);
   po::variables_map vm;
   po::store(po::command_line_parser(args).options(opts).run(), vm);
   if (vm.count("help")) {
     std::cout << "Usage: kvlab replay [OPTIONS]\n\n"
-                 "Replays a seeded synthetic workload under continuous batching through each backend and prints\n"
-                 "where the KV capacity went (token states, reserved, internal and external fragmentation, free).\n\n"
-              << opts
-              << "\nExamples:\n"
-                 "  kvlab replay                                   # OPT-13B, 12 GiB, Orca max/pow2/oracle\n"
-                 "  kvlab replay --backend contiguous-oracle --model llama-3-8b --capacity-gib 4\n"
-                 "  kvlab replay --requests 1000 --rate 5 --prompt-len lognormal:6:1:2048 --out results/replay\n";
+                 "Replays a workload under continuous batching through one KV-cache backend and prints where the\n"
+                 "KV capacity went (token states, reserved, internal and external fragmentation, free), batch\n"
+                 "sizes, throughput and latency.\n\n"
+              << opts << kReplayExamples;
     return 0;
   }
   po::notify(vm);
-  if (requests < 0) throw UsageError("--requests must not be negative (got " + std::to_string(requests) + ")");
-  if (!(capacity_gib > 0) || !std::isfinite(capacity_gib))
-    throw UsageError("--capacity-gib must be a positive number");
-  if (max_running < 1) throw UsageError("--max-running must be at least 1");
-  if (max_prefill < 1) throw UsageError("--max-prefill-tokens must be at least 1");
-  if (max_seq_len < 0) throw UsageError("--max-seq-len must not be negative");
-  if (long_policy != "reject" && long_policy != "truncate")
-    throw UsageError("--long-requests must be reject or truncate (got '" + long_policy + "')");
+  c.check(vm);
+  return run_backends(c, {backend}, invocation, false);
+}
 
-  SyntheticWorkload w;
-  w.num_requests = requests;
-  w.rate = rate;
-  w.prompt = LengthDistribution::parse(prompt_len, "--prompt-len");
-  w.output = LengthDistribution::parse(output_len, "--output-len");
-  w.seed = seed;
-  const std::vector<Request> workload = generate(w);
-
-  BackendOptions bo;
-  bo.model = model_preset(model_name);
-  bo.capacity_bytes = static_cast<std::size_t>(capacity_gib * (1ull << 30));
-  bo.max_seq_len = max_seq_len;
-  ReplayConfig rc;
-  rc.max_running = max_running;
-  rc.max_batched_tokens = max_prefill;
-  rc.long_requests = long_policy == "truncate" ? LongRequestPolicy::truncate : LongRequestPolicy::reject;
-  rc.device = device_model_preset(device_model);
-
-  const std::vector<std::string> names = split_list(backends);
-  if (names.empty()) throw UsageError("--backend names no backend");
-  std::vector<std::unique_ptr<KvBackend>> made;
-  for (const auto& n : names) made.push_back(make_backend(n, bo));  // fail before any long run
-
-  std::cout << "workload: " << requests << " synthetic requests, rate " << rate << "/s, prompt "
-            << w.prompt.describe() << ", output " << w.output.describe() << ", seed " << seed << "\n"
-            << "model: " << bo.model.name << " (" << bo.model.kv_bytes_per_token() << " KV bytes/token), capacity "
-            << capacity_gib << " GiB, clock modelled on " << rc.device.name << "\n\n";
-  std::vector<ReplaySummary> rows;
-  for (auto& backend : made) {
-    Progress progress("replay " + backend->name(), vm.count("no-progress") == 0);
-    const ReplayResult r = replay(*backend, workload, rc, [&](auto d, auto t) { progress.update(d, t); });
-    rows.push_back(r.summary);
-    if (!out_dir.empty()) {
-      RunInfo info{invocation, bo.model.name,
-                   "synthetic n=" + std::to_string(requests) + " rate=" + std::to_string(rate) + " prompt=" +
-                       w.prompt.describe() + " output=" + w.output.describe() + " seed=" + std::to_string(seed),
-                   "modelled", rc.device.name};
-      write_replay_files(out_dir, info, r);
-    }
+int cmd_compare(const std::vector<std::string>& args, const std::string& invocation) {
+  Common c;
+  std::string backends;
+  po::options_description opts("kvlab compare options");
+  opts.add_options()("help,h", "show this help")(
+      "backends", po::value(&backends)->default_value(default_compare_backends()),
+      "comma-separated backends, replayed side by side on the same workload");
+  c.add(opts);
+  po::variables_map vm;
+  po::store(po::command_line_parser(args).options(opts).run(), vm);
+  if (vm.count("help")) {
+    std::cout << "Usage: kvlab compare [OPTIONS]\n\n"
+                 "Replays one workload through several backends (by default the three contiguous reservation\n"
+                 "policies, paged at several block sizes and vmm at several page sizes), prints a side-by-side\n"
+                 "table and, with --out, writes compare.csv and a PNG chart of the memory breakdown and\n"
+                 "throughput.\n\n"
+              << opts
+              << "\nExamples:\n"
+                 "  kvlab compare --trace AzureLLMInferenceTrace_conv.csv --out results/compare-azure-conv\n"
+                 "  kvlab compare --backends contiguous-max,paged-16 --requests 500 --rate 4\n"
+                 "  kvlab compare --model llama-3-8b --capacity-gib 8 --samples 4 --out /tmp/sampling\n";
+    return 0;
   }
-  print_summary_table(std::cout, rows);
-  if (!out_dir.empty()) std::cout << "files written under " << out_dir << "/\n";
+  po::notify(vm);
+  c.check(vm);
+  return run_backends(c, split_list(backends), invocation, true);
+}
+
+fs::path self_exe() {
+  std::error_code ec;
+  const fs::path p = fs::read_symlink("/proc/self/exe", ec);
+  if (ec) throw std::runtime_error("cannot find the kvlab executable (/proc/self/exe)");
+  return p;
+}
+
+int cmd_sweep(const std::vector<std::string>& args) {
+  std::string config, out;
+  int jobs = 0;
+  bool slurm = false, dry = false;
+  po::options_description opts("kvlab sweep options");
+  opts.add_options()("help,h", "show this help")("config", po::value(&config), "the sweep file (also positional)")(
+      "out", po::value(&out)->default_value("results/sweep"), "one point-NNNN/ directory per grid point under here")(
+      "jobs,j", po::value(&jobs)->default_value(0), "concurrent replays (0: one per hardware thread)")(
+      "slurm", po::bool_switch(&slurm), "write OUT/sweep.sbatch (a Slurm array) instead of running")(
+      "dry-run", po::bool_switch(&dry), "list the points and their commands, run nothing")("no-progress", "no progress line");
+  po::positional_options_description pos;
+  pos.add("config", 1);
+  po::variables_map vm;
+  po::store(po::command_line_parser(args).options(opts).positional(pos).run(), vm);
+  if (vm.count("help")) {
+    std::cout << "Usage: kvlab sweep CONFIG [OPTIONS]\n\n"
+                 "Runs every combination of the axes in CONFIG as a `kvlab replay`, in parallel local processes;\n"
+                 "each point's directory holds command.txt (its exact command) and its results; points already\n"
+                 "done are skipped, so an interrupted sweep resumes. Sweep file format: experiments/sweep.hpp\n"
+                 "and docs/experiments.md.\n\n"
+              << opts
+              << "\nExamples:\n"
+                 "  kvlab sweep experiments/sweeps/block-size.sweep -j 2 --out results/sweep-block-size\n"
+                 "  kvlab sweep my.sweep --slurm --out /scratch/sweep && sbatch /scratch/sweep/sweep.sbatch\n"
+                 "  kvlab collect results/sweep-block-size\n";
+    return 0;
+  }
+  po::notify(vm);
+  if (config.empty()) throw UsageError("no sweep file given (kvlab sweep CONFIG)");
+  if (jobs < 0) throw UsageError("-j must not be negative");
+  if (jobs == 0) jobs = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const auto points = expand_sweep(read_sweep_file(config));
+  const fs::path exe = self_exe();
+  if (dry) {
+    for (const auto& p : points) std::cout << p.name << ": " << point_command(p, out, exe) << "\n";
+    return 0;
+  }
+  if (slurm) {
+    write_slurm_script(points, out, exe);
+    std::cout << points.size() << " points: sbatch " << (fs::path(out) / "sweep.sbatch").string() << "\n";
+    return 0;
+  }
+  std::cout << points.size() << " points under " << out << "/ with " << jobs << " jobs\n";
+  const int failed = run_sweep(points, out, jobs, exe, vm.count("no-progress") == 0);
+  const int rows = collect_sweep(out, fs::path(out) / "collected.csv");
+  std::cout << rows << " rows in " << (fs::path(out) / "collected.csv").string();
+  if (failed) std::cout << "; " << failed << " points failed (see their stderr.txt)";
+  std::cout << "\n";
+  return failed ? 1 : 0;
+}
+
+int cmd_collect(const std::vector<std::string>& args) {
+  if (args.empty() || args[0] == "--help" || args[0] == "-h") {
+    std::cout << "Usage: kvlab collect SWEEP_DIR [CSV]\n\nMerges SWEEP_DIR/point-*/compare.csv into one CSV "
+                 "(default SWEEP_DIR/collected.csv), each row with its point and command.\n\nExample:\n"
+                 "  kvlab collect results/sweep-block-size\n";
+    return args.empty() ? 2 : 0;
+  }
+  if (!fs::is_directory(args[0])) throw UsageError("'" + args[0] + "' is not a sweep directory");
+  const fs::path csv = args.size() > 1 ? fs::path(args[1]) : fs::path(args[0]) / "collected.csv";
+  std::cout << collect_sweep(args[0], csv) << " rows in " << csv.string() << "\n";
   return 0;
 }
 
@@ -191,6 +404,9 @@ int main(int argc, char** argv) {
     if (command == "devices") return cmd_devices();
     if (command == "models") return cmd_models();
     if (command == "replay") return cmd_replay(args, command_line(argc, argv));
+    if (command == "compare") return cmd_compare(args, command_line(argc, argv));
+    if (command == "sweep") return cmd_sweep(args);
+    if (command == "collect") return cmd_collect(args);
     throw UsageError("unknown command '" + command + "' (try 'kvlab help')");
   } catch (const po::error& e) {
     std::cerr << "kvlab " << command << ": error: " << e.what() << "\n";
@@ -198,7 +414,7 @@ int main(int argc, char** argv) {
   } catch (const UsageError& e) {
     std::cerr << "kvlab " << command << ": error: " << e.what() << "\n";
     return 2;
-  } catch (const InvalidArgument& e) {
+  } catch (const InvalidArgument& e) {  // bad names, bad values, malformed traces (file:line:field)
     std::cerr << "kvlab " << command << ": error: " << e.what() << "\n";
     return 2;
   } catch (const std::exception& e) {

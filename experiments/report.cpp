@@ -1,6 +1,7 @@
 #include "experiments/report.hpp"
 
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <iomanip>
 #include <sstream>
@@ -117,6 +118,48 @@ void write_replay_files(const std::filesystem::path& dir, const RunInfo& info, c
         << ',' << status << ",\"" << r.reason << "\"\n";
     }
   }
+}
+
+void write_compare_csv(const std::filesystem::path& file, const std::string& command, const std::string& workload,
+                       const std::vector<ReplaySummary>& rows) {
+  std::filesystem::create_directories(file.parent_path());
+  std::ofstream f(file);
+  if (!f) KVLAB_THROW(Error, "cannot write " + file.string());
+  f << std::setprecision(9) << "# " << command << "\n";
+  f << "backend,workload,clock,token_states,reserved,internal_fragmentation,external_fragmentation,free,mean_batch,"
+       "max_batch,tokens_per_s,requests_per_s,completed,rejected,truncated,preemptions,out_of_memory,"
+       "peak_allocated_bytes,capacity_bytes,mean_shared_savings_bytes,mean_ttft_s,p99_ttft_s,mean_tpot_s,"
+       "mean_normalized_latency_s,makespan_s\n";
+  for (const ReplaySummary& s : rows) {
+    const double span = s.makespan_s > 0 ? s.makespan_s : 1;
+    f << s.backend << ",\"" << workload << "\"," << s.clock << ',' << s.mean_fractions.token_states << ','
+      << s.mean_fractions.reserved << ',' << s.mean_fractions.internal_fragmentation << ','
+      << s.mean_fractions.external_fragmentation << ',' << s.mean_fractions.free << ',' << s.mean_batch << ','
+      << s.max_batch << ',' << s.generated_tokens / span << ',' << (s.completed + s.truncated) / span << ','
+      << s.completed << ',' << s.rejected << ',' << s.truncated << ',' << s.preemptions << ',' << s.out_of_memory
+      << ',' << s.peak_allocated_bytes << ',' << s.capacity_bytes << ',' << s.mean_shared_savings_bytes << ','
+      << s.mean_ttft_s << ',' << s.p99_ttft_s << ',' << s.mean_tpot_s << ',' << s.mean_normalized_latency_s << ','
+      << s.makespan_s << '\n';
+  }
+}
+
+namespace {
+std::string shell_quote(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+}  // namespace
+
+std::string plot_compare(const std::filesystem::path& dir) {
+  const std::string script = std::string(KVLAB_SOURCE_DIR) + "scripts/plot.py";
+  for (const char* python : {"python3", "/usr/bin/python3"}) {
+    const std::string probe = std::string(python) + " -c 'import matplotlib' >/dev/null 2>&1";
+    if (std::system(probe.c_str()) != 0) continue;
+    const std::string cmd = std::string(python) + " " + shell_quote(script) + " compare " + shell_quote(dir.string()) + " >/dev/null";
+    if (std::system(cmd.c_str()) == 0) return (dir / "compare.png").string();
+  }
+  return "";
 }
 
 }  // namespace kvlab

@@ -26,4 +26,12 @@ void write_replay_files(const std::filesystem::path& dir, const RunInfo& info, c
 
 [[nodiscard]] std::string json_escape(const std::string& s);
 
+/// One row per backend (the summary and the five fractions), headed by the reproducing command.
+void write_compare_csv(const std::filesystem::path& file, const std::string& command, const std::string& workload,
+                       const std::vector<ReplaySummary>& rows);
+
+/// Draws DIR/compare.png from DIR/compare.csv with scripts/plot.py, using the first python3 that
+/// has matplotlib. Returns the PNG's path, or "" when no such python exists.
+[[nodiscard]] std::string plot_compare(const std::filesystem::path& dir);
+
 }  // namespace kvlab

@@ -83,19 +83,39 @@ std::string LengthDistribution::describe() const {
 std::vector<Request> generate(const SyntheticWorkload& w) {
   KVLAB_EXPECTS(w.num_requests >= 0, "request count must not be negative");
   KVLAB_EXPECTS(w.rate >= 0 && std::isfinite(w.rate), "arrival rate must be a finite number >= 0");
+  KVLAB_EXPECTS(w.burstiness > 0 && std::isfinite(w.burstiness), "burstiness must be a positive number");
+  KVLAB_EXPECTS(w.prefix_groups >= 0 && w.shared_prefix_tokens >= 0, "prefix groups must not be negative");
   std::mt19937_64 rng(w.seed);
-  std::exponential_distribution<double> gap(w.rate > 0 ? w.rate : 1.0);
+  const double shape = 1.0 / (w.burstiness * w.burstiness);
+  std::gamma_distribution<double> gap(shape, w.rate > 0 ? 1.0 / (w.rate * shape) : 1.0);
+  std::uniform_int_distribution<std::size_t> pick(0, w.resample.empty() ? 0 : w.resample.size() - 1);
   std::vector<Request> out;
   out.reserve(static_cast<std::size_t>(w.num_requests));
   double t = 0;
+  std::int32_t next_token = 1'000'000;  // unique (unshared) token ids start here
   for (std::int64_t i = 0; i < w.num_requests; ++i) {
     if (w.rate > 0 && i > 0) t += gap(rng);
     Request r;
     r.id = i;
     r.arrival_s = t;
-    r.prompt_tokens = w.prompt.sample(rng);
-    r.output_tokens = w.output.sample(rng);
-    out.push_back(r);
+    if (!w.resample.empty()) {
+      const auto& [p, o] = w.resample[pick(rng)];
+      r.prompt_tokens = p;
+      r.output_tokens = o;
+    } else {
+      r.prompt_tokens = w.prompt.sample(rng);
+      r.output_tokens = w.output.sample(rng);
+    }
+    if (w.prefix_groups > 0 && w.shared_prefix_tokens > 0) {
+      const auto group = static_cast<std::int32_t>(i % w.prefix_groups);
+      r.prompt_tokens = std::max(r.prompt_tokens, w.shared_prefix_tokens + 1);
+      r.prompt_token_ids.reserve(static_cast<std::size_t>(r.prompt_tokens));
+      for (std::int64_t k = 0; k < w.shared_prefix_tokens; ++k)
+        r.prompt_token_ids.push_back(group * 100'000 + static_cast<std::int32_t>(k % 100'000));
+      while (static_cast<std::int64_t>(r.prompt_token_ids.size()) < r.prompt_tokens)
+        r.prompt_token_ids.push_back(next_token++);
+    }
+    out.push_back(std::move(r));
   }
   return out;
 }

@@ -6,19 +6,70 @@
 
 namespace kvlab {
 
-BlockPool::BlockPool(std::int32_t num_blocks) {
+BlockPool::BlockPool(std::int32_t num_blocks, FreeOrder order) : order_(order) {
   KVLAB_EXPECTS(num_blocks >= 1, "a block pool needs at least one block (got " + std::to_string(num_blocks) + ")");
   refs_.assign(static_cast<std::size_t>(num_blocks), 0);
-  free_.reserve(static_cast<std::size_t>(num_blocks));
-  for (BlockId b = num_blocks - 1; b >= 0; --b) free_.push_back(b);
+  if (order_ == FreeOrder::lifo) {
+    free_.reserve(static_cast<std::size_t>(num_blocks));
+    for (BlockId b = num_blocks - 1; b >= 0; --b) free_.push_back(b);
+    num_free_ = num_blocks;
+  } else {
+    prev_.assign(refs_.size(), -1);
+    next_.assign(refs_.size(), -1);
+    for (BlockId b = 0; b < num_blocks; ++b) push_free(b);  // low ids handed out first
+  }
+}
+
+void BlockPool::push_free(BlockId b) {
+  ++num_free_;
+  if (order_ == FreeOrder::lifo) {
+    free_.push_back(b);
+    return;
+  }
+  const auto i = static_cast<std::size_t>(b);
+  prev_[i] = tail_;
+  next_[i] = -1;
+  if (tail_ >= 0) next_[static_cast<std::size_t>(tail_)] = b;
+  else head_ = b;
+  tail_ = b;
+}
+
+void BlockPool::unlink(BlockId b) {
+  const auto i = static_cast<std::size_t>(b);
+  if (prev_[i] >= 0) next_[static_cast<std::size_t>(prev_[i])] = next_[i];
+  else head_ = next_[i];
+  if (next_[i] >= 0) prev_[static_cast<std::size_t>(next_[i])] = prev_[i];
+  else tail_ = prev_[i];
+  prev_[i] = next_[i] = -1;
+  --num_free_;
+}
+
+std::optional<BlockId> BlockPool::peek() const noexcept {
+  if (num_free_ == 0) return std::nullopt;
+  return order_ == FreeOrder::lifo ? free_.back() : head_;
 }
 
 std::optional<BlockId> BlockPool::allocate() {
-  if (free_.empty()) return std::nullopt;
-  const BlockId b = free_.back();
-  free_.pop_back();
+  if (num_free_ == 0) return std::nullopt;
+  BlockId b;
+  if (order_ == FreeOrder::lifo) {
+    b = free_.back();
+    free_.pop_back();
+    --num_free_;
+  } else {
+    b = head_;
+    unlink(b);
+  }
   refs_[static_cast<std::size_t>(b)] = 1;
   return b;
+}
+
+void BlockPool::take(BlockId b) {
+  KVLAB_EXPECTS(order_ == FreeOrder::lru, "take() needs the lru free order");
+  KVLAB_EXPECTS(b >= 0 && b < num_blocks(), "block " + std::to_string(b) + " is out of range");
+  KVLAB_EXPECTS(refs_[static_cast<std::size_t>(b)] == 0, "block " + std::to_string(b) + " is not free");
+  unlink(b);
+  refs_[static_cast<std::size_t>(b)] = 1;
 }
 
 void BlockPool::check(BlockId b) const {
@@ -34,13 +85,24 @@ void BlockPool::add_ref(BlockId b) {
 bool BlockPool::release(BlockId b) {
   check(b);
   if (--refs_[static_cast<std::size_t>(b)] > 0) return false;
-  free_.push_back(b);
+  push_free(b);
   return true;
 }
 
 std::int32_t BlockPool::ref_count(BlockId b) const {
   KVLAB_EXPECTS(b >= 0 && b < num_blocks(), "block " + std::to_string(b) + " is out of range");
   return refs_[static_cast<std::size_t>(b)];
+}
+
+std::vector<BlockId> BlockPool::free_list() const {
+  std::vector<BlockId> out;
+  out.reserve(static_cast<std::size_t>(num_free_));
+  if (order_ == FreeOrder::lifo) {
+    out.assign(free_.rbegin(), free_.rend());
+  } else {
+    for (BlockId b = head_; b >= 0; b = next_[static_cast<std::size_t>(b)]) out.push_back(b);
+  }
+  return out;
 }
 
 }  // namespace kvlab

@@ -5,6 +5,8 @@
 
 #include "alloc/copy.hpp"
 #include "alloc/error.hpp"
+#include "paged/prefix_hash.hpp"
+#include "paged/radix_cache.hpp"
 #if KVLAB_HAS_CUDA
 #include "alloc/cuda_check.hpp"
 #include "kernels/cuda/cuda_attention.hpp"
@@ -24,12 +26,35 @@ std::int32_t blocks_in(const PagedConfig& c) {
   KVLAB_EXPECTS(blocks <= static_cast<std::size_t>(INT32_MAX), "too many blocks for 32-bit block ids");
   return static_cast<std::int32_t>(blocks);
 }
+FreeOrder free_order_for(PrefixCacheMode mode) {
+  KVLAB_EXPECTS(mode == PrefixCacheMode::none || mode == PrefixCacheMode::hash || mode == PrefixCacheMode::radix,
+                "unknown prefix cache mode");
+  return mode == PrefixCacheMode::hash ? FreeOrder::lru : FreeOrder::lifo;
+}
 }  // namespace
+
+PrefixCacheMode parse_prefix_cache_mode(std::string_view name) {
+  if (name == "none") return PrefixCacheMode::none;
+  if (name == "hash") return PrefixCacheMode::hash;
+  if (name == "radix") return PrefixCacheMode::radix;
+  KVLAB_THROW(InvalidArgument, "unknown prefix cache mode '" + std::string(name) + "' (known: none, hash, radix)");
+}
+
+std::string_view to_string(PrefixCacheMode mode) noexcept {
+  switch (mode) {
+    case PrefixCacheMode::hash: return "hash";
+    case PrefixCacheMode::radix: return "radix";
+    default: return "none";
+  }
+}
 
 PagedBackend::PagedBackend(PagedConfig config)
     : config_(std::move(config)),
       block_bytes_(static_cast<std::size_t>(config_.block_size) * config_.model.kv_bytes_per_token_per_layer() / 2),
-      pool_(blocks_in(config_)) {
+      pool_(blocks_in(config_), free_order_for(config_.prefix_cache)) {
+  if (config_.prefix_cache == PrefixCacheMode::hash)
+    hash_ = std::make_unique<HashPrefixCache>(pool_.num_blocks(), config_.block_size);
+  if (config_.prefix_cache == PrefixCacheMode::radix) radix_ = std::make_unique<RadixCache>(config_.block_size, pool_);
   if (config_.max_seq_len == 0) config_.max_seq_len = config_.model.max_context;
   KVLAB_EXPECTS(config_.max_seq_len > 0, "max_seq_len must be positive");
   if (config_.swap_memory == nullptr) config_.swap_memory = &host_memory_resource();
@@ -45,6 +70,15 @@ PagedBackend::~PagedBackend() {
     config_.memory->deallocate(device_staging_, device_staging_bytes_);
     config_.memory->deallocate(region_, region_bytes_);
   }
+}
+
+std::string PagedBackend::name() const {
+  std::string n = "paged-b" + std::to_string(config_.block_size);
+  if (config_.prefix_cache != PrefixCacheMode::none) {
+    n += '-';
+    n += to_string(config_.prefix_cache);
+  }
+  return n;
 }
 
 Device PagedBackend::device() const noexcept { return config_.memory ? config_.memory->device() : Device::host; }
@@ -67,25 +101,155 @@ void PagedBackend::check_spec(const SequenceSpec& spec, std::int64_t initial_tok
   KVLAB_EXPECTS(initial_tokens <= config_.max_seq_len, "sequence of " + std::to_string(initial_tokens) +
                                                            " tokens exceeds max_seq_len " +
                                                            std::to_string(config_.max_seq_len));
+  KVLAB_EXPECTS(spec.prompt_token_ids.empty() ||
+                    static_cast<std::int64_t>(spec.prompt_token_ids.size()) >= spec.prompt_tokens,
+                std::to_string(spec.prompt_token_ids.size()) + " prompt token ids for a prompt of " +
+                    std::to_string(spec.prompt_tokens) + " tokens");
 }
+
+// ---- prefix caching -------------------------------------------------------------------------
+
+std::span<const std::int32_t> PagedBackend::prompt_ids(const SequenceSpec& spec, std::int64_t initial_tokens) const {
+  if (config_.prefix_cache == PrefixCacheMode::none || spec.prompt_token_ids.empty()) return {};
+  const std::int64_t known = std::max<std::int64_t>(0, std::min(spec.prompt_tokens, initial_tokens));
+  return spec.prompt_token_ids.first(static_cast<std::size_t>(known));
+}
+
+PagedBackend::Lookup PagedBackend::lookup(const SequenceSpec& spec, std::int64_t initial_tokens) const {
+  Lookup l;
+  const auto ids = prompt_ids(spec, initial_tokens);
+  if (ids.empty()) return l;
+  const auto n = static_cast<std::int64_t>(ids.size());
+  l.full_blocks = n / config_.block_size;
+  // At least one prompt token is computed: the hit covers at most n - 1 tokens, in whole blocks.
+  const std::int64_t cap = (n - 1) / config_.block_size;
+  if (hash_) {
+    l.blocks = hash_->match(ids, spec.extra_keys, cap);
+    for (const BlockId b : l.blocks) l.revived += pool_.ref_count(b) == 0 ? 1 : 0;
+  } else {
+    RadixCache::Match m = radix_->match(ids, spec.extra_keys, cap);
+    l.blocks = std::move(m.blocks);
+    l.revived = m.evictable_hit;
+    l.radix_node = m.node;
+    l.radix_node_blocks = m.node_blocks;
+  }
+  return l;
+}
+
+std::int64_t PagedBackend::lookup_cached_tokens(const SequenceSpec& spec, std::int64_t initial_tokens) const {
+  check_spec(spec, initial_tokens);
+  return static_cast<std::int64_t>(lookup(spec, initial_tokens).blocks.size()) * config_.block_size;
+}
+
+std::int64_t PagedBackend::available_blocks() const {
+  return pool_.num_free() + (radix_ ? radix_->evictable_blocks() : 0);
+}
+
+std::int64_t PagedBackend::num_cached_free_blocks() const {
+  if (radix_) return radix_->evictable_blocks();  // unlocked tree blocks: held by the tree alone
+  if (!hash_) return 0;
+  std::int64_t n = 0;
+  for (BlockId b = 0; b < pool_.num_blocks(); ++b) n += pool_.ref_count(b) == 0 && hash_->is_cached(b) ? 1 : 0;
+  return n;
+}
+
+void PagedBackend::make_room(std::int64_t n) {
+  if (radix_ && pool_.num_free() < n) radix_->evict(n - pool_.num_free());
+  KVLAB_ASSERT(pool_.num_free() >= n);
+}
+
+BlockId PagedBackend::take_block() {
+  const auto b = pool_.allocate();
+  KVLAB_ASSERT(b.has_value());
+  if (hash_ && hash_->forget(*b)) ++stats_.evictions;  // the LRU head loses its cache entry
+  return *b;
+}
+
+void PagedBackend::drop_blocks(Sequence& s) {
+  for (auto it = s.blocks.rbegin(); it != s.blocks.rend(); ++it) pool_.release(*it);  // tail first
+  s.blocks.clear();
+  if (radix_ && s.radix_node >= 0) {
+    radix_->unlock(s.radix_node);
+    radix_->touch(s.radix_node);  // SGLang re-inserts a finished request: its path becomes recent
+  }
+  s.radix_node = -1;
+}
+
+std::int64_t PagedBackend::cached_tokens(SeqId id) const { return at(id).cached_tokens; }
+
+PrefixCacheStats PagedBackend::prefix_cache_stats() const {
+  PrefixCacheStats st = stats_;
+  if (radix_) st.evictions = radix_->evicted_blocks();
+  return st;
+}
+
+// ---- admission and growth ---------------------------------------------------------------------
 
 bool PagedBackend::can_admit(const SequenceSpec& spec, std::int64_t initial_tokens) const {
   check_spec(spec, initial_tokens);
-  return blocks_for(initial_tokens) <= pool_.num_free();
+  if (config_.prefix_cache == PrefixCacheMode::none) return blocks_for(initial_tokens) <= pool_.num_free();
+  const Lookup l = lookup(spec, initial_tokens);
+  return blocks_for(initial_tokens) - static_cast<std::int64_t>(l.blocks.size()) <= available_blocks() - l.revived;
 }
 
 void PagedBackend::admit(SeqId id, const SequenceSpec& spec, std::int64_t initial_tokens) {
   check_spec(spec, initial_tokens);
   KVLAB_EXPECTS(!contains(id), "sequence " + std::to_string(id) + " already exists");
-  const std::int64_t need = blocks_for(initial_tokens);
-  if (need > pool_.num_free()) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const Lookup l = lookup(spec, initial_tokens);
+  const auto lookup_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
+  const auto hit = static_cast<std::int64_t>(l.blocks.size());
+  const std::int64_t need = blocks_for(initial_tokens) - hit;
+  const std::int64_t available = available_blocks() - l.revived;
+  if (need > available) {
     KVLAB_THROW(OutOfMemory, "admitting " + std::to_string(initial_tokens) + " tokens needs " + std::to_string(need) +
-                                 " blocks, " + std::to_string(pool_.num_free()) + " free");
+                                 " blocks (" + std::to_string(hit) + " more from the prefix cache), " +
+                                 std::to_string(available) + " available");
   }
+  // From here on nothing can fail.
   Sequence s;
   s.length = initial_tokens;
   s.final_tokens = spec.final_tokens;
-  for (std::int64_t i = 0; i < need; ++i) s.blocks.push_back(*pool_.allocate());
+  s.cached_tokens = hit * config_.block_size;
+  s.blocks.reserve(static_cast<std::size_t>(blocks_for(initial_tokens)));
+  const auto ids = prompt_ids(spec, initial_tokens);
+  if (hash_) {
+    for (const BlockId b : l.blocks) {
+      if (pool_.ref_count(b) == 0) pool_.take(b);  // revive a cached free block
+      else pool_.add_ref(b);
+      s.blocks.push_back(b);
+    }
+    for (std::int64_t i = 0; i < need; ++i) s.blocks.push_back(take_block());
+    if (!ids.empty()) stats_.inserted_blocks += hash_->insert(ids, spec.extra_keys, s.blocks, hit, l.full_blocks);
+  } else if (radix_ && !ids.empty()) {
+    const RadixCache::Match m{l.blocks, l.radix_node, l.radix_node_blocks, l.revived};
+    const std::int32_t node = radix_->commit(m, spec.extra_keys);
+    radix_->lock(node);  // the hit blocks are ours now: not evictable
+    for (const BlockId b : l.blocks) {
+      pool_.add_ref(b);
+      s.blocks.push_back(b);
+    }
+    make_room(need);
+    for (std::int64_t i = 0; i < need; ++i) s.blocks.push_back(take_block());
+    const auto bs = static_cast<std::size_t>(config_.block_size);
+    const std::int32_t leaf = radix_->insert(
+        node, ids.subspan(static_cast<std::size_t>(hit) * bs, static_cast<std::size_t>(l.full_blocks - hit) * bs),
+        std::span<const BlockId>(s.blocks).subspan(static_cast<std::size_t>(hit), static_cast<std::size_t>(l.full_blocks - hit)));
+    if (leaf != node) {
+      stats_.inserted_blocks += l.full_blocks - hit;
+      radix_->lock(leaf);
+      radix_->unlock(node);
+    }
+    s.radix_node = leaf;
+  } else {
+    make_room(need);
+    for (std::int64_t i = 0; i < need; ++i) s.blocks.push_back(take_block());
+  }
+  if (!ids.empty()) {
+    stats_.queries += static_cast<std::int64_t>(ids.size());
+    stats_.hits += s.cached_tokens;
+    stats_.lookup_ns += lookup_ns;
+  }
   seqs_.emplace(id, std::move(s));
 }
 
@@ -101,7 +265,7 @@ bool PagedBackend::can_grow(SeqId id, std::int64_t n) const {
   const Sequence& s = at(id);
   KVLAB_EXPECTS(s.swap == nullptr, "sequence " + std::to_string(id) + " is swapped out");
   if (s.length + n > config_.max_seq_len) return false;
-  return blocks_needed_to_grow(s, n) <= pool_.num_free();
+  return blocks_needed_to_grow(s, n) <= available_blocks();
 }
 
 void PagedBackend::grow(SeqId id, std::int64_t n) {
@@ -109,20 +273,21 @@ void PagedBackend::grow(SeqId id, std::int64_t n) {
     const Sequence& s = at(id);
     KVLAB_THROW(OutOfMemory, "growing sequence " + std::to_string(id) + " by " + std::to_string(n) + " tokens needs " +
                                  std::to_string(blocks_needed_to_grow(s, n)) + " blocks, " +
-                                 std::to_string(pool_.num_free()) + " free (or passes max_seq_len)");
+                                 std::to_string(available_blocks()) + " available (or passes max_seq_len)");
   }
   Sequence& s = seqs_.at(id);
   if (n == 0) return;
+  make_room(blocks_needed_to_grow(s, n));
   if (s.length % config_.block_size != 0 && pool_.ref_count(s.blocks.back()) > 1) {
     const BlockId shared = s.blocks.back();
-    const BlockId own = *pool_.allocate();
+    const BlockId own = take_block();
     copy_blocks({{shared, own}});
     pool_.release(shared);
     s.blocks.back() = own;
     ++cow_copies_;
   }
   const std::int64_t need = blocks_for(s.length + n) - static_cast<std::int64_t>(s.blocks.size());
-  for (std::int64_t i = 0; i < need; ++i) s.blocks.push_back(*pool_.allocate());
+  for (std::int64_t i = 0; i < need; ++i) s.blocks.push_back(take_block());
   s.length += n;
 }
 
@@ -134,13 +299,16 @@ void PagedBackend::fork(SeqId parent, SeqId child) {
   c.blocks = p.blocks;
   c.length = p.length;
   c.final_tokens = p.final_tokens;
+  c.radix_node = p.radix_node;  // the child holds the same tree blocks: it locks the same node
   for (BlockId b : c.blocks) pool_.add_ref(b);
+  if (radix_ && c.radix_node >= 0) radix_->lock(c.radix_node);
   seqs_.emplace(child, std::move(c));
 }
 
 void PagedBackend::release(SeqId id) {
-  Sequence s = at(id);
-  for (auto it = s.blocks.rbegin(); it != s.blocks.rend(); ++it) pool_.release(*it);  // tail first
+  KVLAB_EXPECTS(contains(id), "unknown sequence " + std::to_string(id));
+  Sequence& s = seqs_.at(id);
+  drop_blocks(s);  // tail first: in hash mode the tail is evicted first
   config_.swap_memory->deallocate(s.swap, s.swap_bytes);
   seqs_.erase(id);
 }
@@ -201,26 +369,26 @@ void PagedBackend::swap_out(SeqId id) {
         copy_bytes(device(), dst + (static_cast<std::size_t>(p) * nb + i) * block_bytes_,
                    plane(p / 2, p % 2) + static_cast<std::size_t>(s.blocks[i]) * block_bytes_, block_bytes_);
   }
-  for (auto it = s.blocks.rbegin(); it != s.blocks.rend(); ++it) pool_.release(*it);
-  s.blocks.clear();
+  drop_blocks(s);  // cached blocks keep their entries: their bytes stay valid on the device
   s.swapped_blocks = nb;
 }
 
 bool PagedBackend::can_swap_in(SeqId id) const {
   const Sequence& s = at(id);
   KVLAB_EXPECTS(s.swapped_blocks > 0, "sequence " + std::to_string(id) + " is not swapped out");
-  return s.swapped_blocks <= pool_.num_free();
+  return s.swapped_blocks <= available_blocks();
 }
 
 void PagedBackend::swap_in(SeqId id) {
   if (!can_swap_in(id)) {
     KVLAB_THROW(OutOfMemory, "swapping sequence " + std::to_string(id) + " in needs " +
                                  std::to_string(at(id).swapped_blocks) + " blocks, " +
-                                 std::to_string(pool_.num_free()) + " free");
+                                 std::to_string(available_blocks()) + " available");
   }
   Sequence& s = seqs_.at(id);
   const std::int64_t nb = s.swapped_blocks;
-  for (std::int64_t i = 0; i < nb; ++i) s.blocks.push_back(*pool_.allocate());
+  make_room(nb);
+  for (std::int64_t i = 0; i < nb; ++i) s.blocks.push_back(take_block());  // private: not re-cached
   if (region_ != nullptr) {
     const int planes = 2 * config_.model.num_layers;
     const auto* src = static_cast<const std::byte*>(s.swap);
@@ -297,9 +465,14 @@ MemoryBreakdown PagedBackend::breakdown(const SequenceSpec*) const {
   const std::int64_t bs = config_.block_size;
   std::vector<std::int32_t> filled(static_cast<std::size_t>(pool_.num_blocks()), 0);
   std::vector<std::int32_t> eventual(filled.size(), 0);
-  std::int64_t logical_blocks = 0;
+  std::vector<std::uint8_t> held(filled.size(), 0);
+  std::int64_t logical_blocks = 0, physical_blocks = 0;
   for (const auto& [id, s] : seqs_) {
     logical_blocks += static_cast<std::int64_t>(s.blocks.size());
+    for (const BlockId b : s.blocks) {
+      physical_blocks += held[static_cast<std::size_t>(b)] == 0 ? 1 : 0;
+      held[static_cast<std::size_t>(b)] = 1;
+    }
     const std::int64_t final_tokens = std::max(s.final_tokens, s.length);
     for (std::size_t i = 0; i < s.blocks.size(); ++i) {
       const std::int64_t start = static_cast<std::int64_t>(i) * bs;
@@ -312,13 +485,15 @@ MemoryBreakdown PagedBackend::breakdown(const SequenceSpec*) const {
   MemoryBreakdown m;
   m.capacity = static_cast<std::size_t>(pool_.num_blocks()) * static_cast<std::size_t>(bs) * token_bytes;
   for (std::size_t b = 0; b < filled.size(); ++b) {
-    if (pool_.ref_count(static_cast<BlockId>(b)) == 0) continue;
+    // Blocks no sequence holds are free — cached ones (an LRU entry, an unlocked tree node) too.
+    if (held[b] == 0) continue;
     const std::int64_t ev = std::max(eventual[b], filled[b]);
     m.token_states += static_cast<std::size_t>(filled[b]) * token_bytes;
     m.reserved += static_cast<std::size_t>(ev - filled[b]) * token_bytes;
     m.internal_fragmentation += static_cast<std::size_t>(bs - ev) * token_bytes;
   }
-  m.shared_savings = static_cast<std::size_t>(logical_blocks - pool_.num_used()) * static_cast<std::size_t>(bs) * token_bytes;
+  m.shared_savings = static_cast<std::size_t>(logical_blocks - physical_blocks) * static_cast<std::size_t>(bs) * token_bytes;
+  m.cached = static_cast<std::size_t>(num_cached_free_blocks()) * static_cast<std::size_t>(bs) * token_bytes;
   return m;  // no external fragmentation: any free block serves any sequence
 }
 

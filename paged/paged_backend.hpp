@@ -12,8 +12,15 @@
 //  * Layout: [layer][K|V][num_blocks][block_size][kv_heads][head_dim]; the kernels read it
 //    through PagedKv with the block tables built by prepare_batch.
 //  * Accounting: the five fractions, shared blocks counted once; shared_savings holds the bytes
-//    that sharing saved (logical blocks minus physical blocks).
+//    that sharing saved (logical blocks minus physical blocks held by sequences).
+//  * Prefix caching (--prefix-cache none|hash|radix, docs/prefix-caching.md): `hash` is vLLM v1's
+//    block-hash cache over an LRU free queue, `radix` SGLang's radix tree. A sequence admitted
+//    with prompt token ids reuses the cached blocks of its longest cached prefix (capped so at
+//    least one prompt token is computed) and enters its own full prompt blocks into the cache.
+//    Cached blocks no sequence holds count as `free` in the five fractions and as `cached`.
 #include <chrono>
+#include <memory>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -23,6 +30,14 @@
 
 namespace kvlab {
 
+class HashPrefixCache;
+class RadixCache;
+
+enum class PrefixCacheMode { none, hash, radix };
+/// "none", "hash", "radix" (the --prefix-cache values); InvalidArgument for anything else.
+[[nodiscard]] PrefixCacheMode parse_prefix_cache_mode(std::string_view name);
+[[nodiscard]] std::string_view to_string(PrefixCacheMode mode) noexcept;
+
 struct PagedConfig {
   ModelGeometry model;
   std::size_t capacity_bytes = 0;  ///< becomes floor(capacity / block bytes) blocks
@@ -30,6 +45,7 @@ struct PagedConfig {
   std::int64_t max_seq_len = 0;    ///< 0: the model's max context
   MemoryResource* memory = nullptr;       ///< KV pool; nullptr: accounting only
   MemoryResource* swap_memory = nullptr;  ///< swap space; nullptr: the host resource
+  PrefixCacheMode prefix_cache = PrefixCacheMode::none;
 };
 
 class PagedBackend final : public KvBackend {
@@ -37,7 +53,8 @@ class PagedBackend final : public KvBackend {
   explicit PagedBackend(PagedConfig config);
   ~PagedBackend() override;
 
-  [[nodiscard]] std::string name() const override { return "paged-b" + std::to_string(config_.block_size); }
+  /// "paged-b16"; with a prefix cache "paged-b16-hash" / "paged-b16-radix".
+  [[nodiscard]] std::string name() const override;
   [[nodiscard]] const ModelGeometry& model() const noexcept override { return config_.model; }
   [[nodiscard]] Device device() const noexcept override;
   [[nodiscard]] bool has_storage() const noexcept override { return region_ != nullptr; }
@@ -59,6 +76,8 @@ class PagedBackend final : public KvBackend {
   [[nodiscard]] bool contains(SeqId id) const override { return seqs_.count(id) != 0; }
   [[nodiscard]] std::int64_t length(SeqId id) const override;
   [[nodiscard]] std::size_t num_sequences() const noexcept override { return seqs_.size(); }
+  [[nodiscard]] std::int64_t cached_tokens(SeqId id) const override;
+  [[nodiscard]] PrefixCacheStats prefix_cache_stats() const override;
 
   PreparedBatch prepare_batch(std::span<const SeqId> seqs) override;
   [[nodiscard]] KvView layer_view(int layer) const override;
@@ -71,6 +90,17 @@ class PagedBackend final : public KvBackend {
   [[nodiscard]] std::int64_t cow_copies() const noexcept { return cow_copies_; }
   [[nodiscard]] double last_prepare_seconds() const noexcept { return last_prepare_seconds_; }
 
+  [[nodiscard]] PrefixCacheMode prefix_cache_mode() const noexcept { return config_.prefix_cache; }
+  /// Prompt tokens admit(spec, initial_tokens) would take from the cache now. No side effects.
+  [[nodiscard]] std::int64_t lookup_cached_tokens(const SequenceSpec& spec, std::int64_t initial_tokens) const;
+  /// Blocks that hold cached KV no sequence holds (free in the accounting, reusable on a hit).
+  [[nodiscard]] std::int64_t num_cached_free_blocks() const;
+  /// Blocks an allocation can get now: free blocks, plus evictable tree blocks in radix mode.
+  [[nodiscard]] std::int64_t available_blocks() const;
+  /// The caches themselves, for tests and inspection (nullptr unless in that mode).
+  [[nodiscard]] const HashPrefixCache* hash_cache() const noexcept { return hash_.get(); }
+  [[nodiscard]] const RadixCache* radix_cache() const noexcept { return radix_.get(); }
+
  private:
   struct Sequence {
     std::vector<BlockId> blocks;
@@ -80,7 +110,25 @@ class PagedBackend final : public KvBackend {
     void* swap = nullptr;
     std::size_t swap_bytes = 0;
     std::int64_t swapped_blocks = 0;
+    std::int64_t cached_tokens = 0;  // prompt tokens that hit the prefix cache at admit
+    std::int32_t radix_node = -1;    // radix mode: the locked tree node (-1: none)
   };
+  /// What a prefix-cache lookup found, before anything is committed.
+  struct Lookup {
+    std::vector<BlockId> blocks;  // hit blocks, in order
+    std::int64_t revived = 0;     // hit blocks that stop being available (free or evictable now)
+    std::int64_t full_blocks = 0; // full prompt blocks the sequence can enter into the cache
+    std::int32_t radix_node = -1;
+    std::int64_t radix_node_blocks = 0;
+  };
+  [[nodiscard]] Lookup lookup(const SequenceSpec& spec, std::int64_t initial_tokens) const;
+  [[nodiscard]] std::span<const std::int32_t> prompt_ids(const SequenceSpec& spec, std::int64_t initial_tokens) const;
+  /// Takes one block from the pool (evicting a cached entry when needed). Requires availability.
+  BlockId take_block();
+  /// Makes sure `n` blocks can be taken (radix: evicts tree leaves). Requires availability.
+  void make_room(std::int64_t n);
+  /// Drops the sequence's blocks (tail first) and its tree lock.
+  void drop_blocks(Sequence& s);
   [[nodiscard]] const Sequence& at(SeqId id) const;
   [[nodiscard]] std::int64_t blocks_for(std::int64_t tokens) const noexcept {
     return (tokens + config_.block_size - 1) / config_.block_size;
@@ -98,6 +146,9 @@ class PagedBackend final : public KvBackend {
   std::size_t region_bytes_ = 0;
   std::unordered_map<SeqId, Sequence> seqs_;
   std::int64_t cow_copies_ = 0;
+  std::unique_ptr<HashPrefixCache> hash_;
+  std::unique_ptr<RadixCache> radix_;
+  PrefixCacheStats stats_;
 
   // Prepared batch: block tables [batch][table_stride_] and lengths.
   int batch_ = 0;

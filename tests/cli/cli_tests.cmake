@@ -12,3 +12,11 @@ set_tests_properties(cli.replay_synthetic PROPERTIES LABELS cli
   PASS_REGULAR_EXPRESSION "token_states.*reserved.*internal.*external")
 add_test(NAME cli.help_has_examples COMMAND $<TARGET_FILE:kvlab> replay --help)
 set_tests_properties(cli.help_has_examples PROPERTIES LABELS cli PASS_REGULAR_EXPRESSION "Examples:")
+add_test(NAME cli.compare_writes_csv_and_chart
+         COMMAND ${CMAKE_COMMAND} -DBINARY=$<TARGET_FILE:kvlab> -DOUT=${CMAKE_CURRENT_BINARY_DIR}/cli-compare
+         -P ${CMAKE_CURRENT_SOURCE_DIR}/cli/check_compare.cmake)
+set_tests_properties(cli.compare_writes_csv_and_chart PROPERTIES LABELS cli)
+add_test(NAME cli.trace_errors_name_file_line_field
+         COMMAND ${CMAKE_COMMAND} -DBINARY=$<TARGET_FILE:kvlab> -DOUT=${CMAKE_CURRENT_BINARY_DIR}/cli-bad-trace
+         -P ${CMAKE_CURRENT_SOURCE_DIR}/cli/check_bad_trace.cmake)
+set_tests_properties(cli.trace_errors_name_file_line_field PROPERTIES LABELS cli)

@@ -48,7 +48,9 @@ TEST(SyntheticWorkload, IsDeterministicPerSeedAndSorted) {
   for (std::size_t i = 0; i < a.size(); ++i) {
     EXPECT_EQ(a[i].arrival_s, b[i].arrival_s);
     EXPECT_EQ(a[i].prompt_tokens, b[i].prompt_tokens);
-    if (i) EXPECT_GE(a[i].arrival_s, a[i - 1].arrival_s);
+    if (i) {
+      EXPECT_GE(a[i].arrival_s, a[i - 1].arrival_s);
+    }
   }
   // Poisson at 3/s: the mean gap is close to 1/3 s.
   EXPECT_NEAR(a.back().arrival_s / 499.0, 1.0 / 3.0, 0.05);

@@ -1,0 +1,263 @@
+#include "paged/radix_cache.hpp"
+
+#include <algorithm>
+#include <map>
+#include <queue>
+#include <tuple>
+
+#include "alloc/error.hpp"
+#include "paged/prefix_hash.hpp"
+
+namespace kvlab {
+
+RadixCache::RadixCache(std::int32_t block_size, BlockPool& pool) : block_size_(block_size), pool_(&pool) {
+  KVLAB_EXPECTS(block_size >= 1, "block size must be positive");
+  nodes_.emplace_back();
+  nodes_[0].live = true;  // the root for no extra keys; never in roots_
+}
+
+std::uint64_t RadixCache::edge_key(std::int32_t parent, std::span<const std::int32_t> first_block) const noexcept {
+  return hash_block(static_cast<std::uint64_t>(parent) * 0x9e3779b97f4a7c15ULL + 1, first_block);
+}
+
+std::int32_t RadixCache::find_root(std::span<const std::int64_t> extra) const {
+  if (extra.empty()) return 0;
+  const auto [lo, hi] = roots_.equal_range(hash_block(0, {}, extra));
+  for (auto it = lo; it != hi; ++it)
+    if (std::ranges::equal(nodes_[static_cast<std::size_t>(it->second)].extra, extra)) return it->second;
+  return -1;
+}
+
+std::int32_t RadixCache::find_child(std::int32_t node, std::span<const std::int32_t> first_block) const {
+  const auto [lo, hi] = edges_.equal_range(edge_key(node, first_block));
+  for (auto it = lo; it != hi; ++it) {
+    const Node& c = nodes_[static_cast<std::size_t>(it->second)];
+    if (c.parent == node && std::equal(first_block.begin(), first_block.end(), c.key.begin())) return it->second;
+  }
+  return -1;
+}
+
+void RadixCache::add_edge(std::int32_t child) {
+  const Node& c = nodes_[static_cast<std::size_t>(child)];
+  edges_.emplace(edge_key(c.parent, std::span(c.key).first(static_cast<std::size_t>(block_size_))), child);
+}
+
+void RadixCache::remove_edge(std::int32_t child) {
+  const Node& c = nodes_[static_cast<std::size_t>(child)];
+  auto [lo, hi] = edges_.equal_range(edge_key(c.parent, std::span(c.key).first(static_cast<std::size_t>(block_size_))));
+  for (auto it = lo; it != hi; ++it)
+    if (it->second == child) {
+      edges_.erase(it);
+      return;
+    }
+  KVLAB_ASSERT(false && "edge not found");
+}
+
+std::int32_t RadixCache::new_node() {
+  std::int32_t id;
+  if (!free_nodes_.empty()) {
+    id = free_nodes_.back();
+    free_nodes_.pop_back();
+    nodes_[static_cast<std::size_t>(id)] = Node{};
+  } else {
+    id = static_cast<std::int32_t>(nodes_.size());
+    nodes_.emplace_back();
+  }
+  nodes_[static_cast<std::size_t>(id)].live = true;
+  return id;
+}
+
+RadixCache::Match RadixCache::match(std::span<const std::int32_t> tokens, std::span<const std::int64_t> extra,
+                                    std::int64_t max_blocks) const {
+  Match m;
+  std::int32_t x = find_root(extra);
+  m.node = x;
+  if (x < 0) return m;
+  const auto bs = static_cast<std::size_t>(block_size_);
+  std::int64_t i = 0;
+  m.node_blocks = 0;
+  while (i < max_blocks) {
+    const std::int32_t c = find_child(x, tokens.subspan(static_cast<std::size_t>(i) * bs, bs));
+    if (c < 0) break;
+    const Node& n = nodes_[static_cast<std::size_t>(c)];
+    const auto size = static_cast<std::int64_t>(n.blocks.size());
+    std::int64_t k = 1;  // find_child matched the first block
+    while (k < size && i + k < max_blocks &&
+           std::equal(n.key.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(k) * bs),
+                      n.key.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(k + 1) * bs),
+                      tokens.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(i + k) * bs)))
+      ++k;
+    m.blocks.insert(m.blocks.end(), n.blocks.begin(), n.blocks.begin() + k);
+    if (n.lock == 0) m.evictable_hit += k;
+    i += k;
+    m.node = c;
+    m.node_blocks = k;
+    if (k < size) return m;  // ends inside c
+    x = c;
+  }
+  if (m.node >= 0 && m.node_blocks == 0) m.node_blocks = static_cast<std::int64_t>(nodes_[static_cast<std::size_t>(m.node)].blocks.size());
+  return m;
+}
+
+std::int32_t RadixCache::split(std::int32_t node, std::int64_t keep_blocks) {
+  // node = [prefix | rest] becomes new = [prefix] with child node = [rest].
+  const auto bs = static_cast<std::size_t>(block_size_);
+  const std::int32_t p = new_node();  // may reallocate nodes_: index afresh below
+  Node& n = nodes_[static_cast<std::size_t>(node)];
+  Node& pre = nodes_[static_cast<std::size_t>(p)];
+  remove_edge(node);
+  const auto kb = static_cast<std::ptrdiff_t>(keep_blocks);
+  pre.key.assign(n.key.begin(), n.key.begin() + kb * static_cast<std::ptrdiff_t>(bs));
+  pre.blocks.assign(n.blocks.begin(), n.blocks.begin() + kb);
+  pre.parent = n.parent;
+  pre.children = 1;
+  pre.lock = n.lock;
+  pre.last_access = n.last_access;
+  n.key.erase(n.key.begin(), n.key.begin() + kb * static_cast<std::ptrdiff_t>(bs));
+  n.blocks.erase(n.blocks.begin(), n.blocks.begin() + kb);
+  n.parent = p;
+  add_edge(p);
+  add_edge(node);
+  return p;
+}
+
+std::int32_t RadixCache::commit(const Match& m, std::span<const std::int64_t> extra) {
+  std::int32_t node = m.node;
+  if (node < 0) {
+    node = new_node();
+    nodes_[static_cast<std::size_t>(node)].extra.assign(extra.begin(), extra.end());
+    roots_.emplace(hash_block(0, {}, extra), node);
+    return node;
+  }
+  if (nodes_[static_cast<std::size_t>(node)].parent >= 0 &&
+      m.node_blocks < static_cast<std::int64_t>(nodes_[static_cast<std::size_t>(node)].blocks.size()))
+    node = split(node, m.node_blocks);
+  touch(node);
+  return node;
+}
+
+std::int32_t RadixCache::insert(std::int32_t node, std::span<const std::int32_t> tokens, std::span<const BlockId> blocks) {
+  if (blocks.empty()) return node;
+  const auto bs = static_cast<std::size_t>(block_size_);
+  KVLAB_ASSERT(tokens.size() == blocks.size() * bs);
+  if (find_child(node, tokens.first(bs)) >= 0) return node;  // already cached: ours stay private
+  const std::int32_t leaf = new_node();
+  Node& n = nodes_[static_cast<std::size_t>(leaf)];
+  n.key.assign(tokens.begin(), tokens.end());
+  n.blocks.assign(blocks.begin(), blocks.end());
+  n.parent = node;
+  n.last_access = ++clock_;
+  ++nodes_[static_cast<std::size_t>(node)].children;
+  add_edge(leaf);
+  for (const BlockId b : blocks) pool_->add_ref(b);
+  evictable_ += static_cast<std::int64_t>(blocks.size());
+  cached_ += static_cast<std::int64_t>(blocks.size());
+  return leaf;
+}
+
+void RadixCache::lock(std::int32_t node) {
+  for (std::int32_t x = node; x >= 0 && nodes_[static_cast<std::size_t>(x)].parent >= 0;
+       x = nodes_[static_cast<std::size_t>(x)].parent) {
+    Node& n = nodes_[static_cast<std::size_t>(x)];
+    if (n.lock++ == 0) evictable_ -= static_cast<std::int64_t>(n.blocks.size());
+  }
+}
+
+void RadixCache::unlock(std::int32_t node) {
+  for (std::int32_t x = node; x >= 0 && nodes_[static_cast<std::size_t>(x)].parent >= 0;
+       x = nodes_[static_cast<std::size_t>(x)].parent) {
+    Node& n = nodes_[static_cast<std::size_t>(x)];
+    KVLAB_ASSERT(n.lock > 0);
+    if (--n.lock == 0) evictable_ += static_cast<std::int64_t>(n.blocks.size());
+  }
+}
+
+void RadixCache::touch(std::int32_t node) {
+  const std::uint64_t t = ++clock_;
+  for (std::int32_t x = node; x >= 0; x = nodes_[static_cast<std::size_t>(x)].parent)
+    nodes_[static_cast<std::size_t>(x)].last_access = t;
+}
+
+std::int64_t RadixCache::evict(std::int64_t blocks) {
+  using Entry = std::pair<std::uint64_t, std::int32_t>;  // (last access, node): oldest first
+  std::priority_queue<Entry, std::vector<Entry>, std::greater<>> leaves;
+  const auto evictable_leaf = [](const Node& n) { return n.live && n.parent >= 0 && n.children == 0 && n.lock == 0; };
+  for (std::size_t i = 0; i < nodes_.size(); ++i)
+    if (evictable_leaf(nodes_[i])) leaves.emplace(nodes_[i].last_access, static_cast<std::int32_t>(i));
+  std::int64_t freed = 0;
+  while (freed < blocks && !leaves.empty()) {
+    const std::int32_t x = leaves.top().second;
+    leaves.pop();
+    Node& n = nodes_[static_cast<std::size_t>(x)];
+    for (const BlockId b : n.blocks) {
+      const bool now_free = pool_->release(b);
+      KVLAB_ASSERT(now_free);  // an unlocked node's blocks are held by the tree alone
+    }
+    const auto size = static_cast<std::int64_t>(n.blocks.size());
+    freed += size;
+    evictable_ -= size;
+    cached_ -= size;
+    evicted_ += size;
+    remove_edge(x);
+    const std::int32_t p = n.parent;
+    n = Node{};
+    free_nodes_.push_back(x);
+    Node& pn = nodes_[static_cast<std::size_t>(p)];
+    --pn.children;
+    if (evictable_leaf(pn)) leaves.emplace(pn.last_access, p);
+  }
+  return freed;
+}
+
+void RadixCache::check_invariants() const {
+  std::vector<std::int32_t> locks(nodes_.size(), 0), children(nodes_.size(), 0);
+  std::int64_t cached = 0, evictable = 0;
+  for (std::size_t i = 0; i < nodes_.size(); ++i) {
+    const Node& n = nodes_[i];
+    if (!n.live || n.parent < 0) continue;
+    KVLAB_ASSERT(n.key.size() == n.blocks.size() * static_cast<std::size_t>(block_size_) && !n.blocks.empty());
+    KVLAB_ASSERT(nodes_[static_cast<std::size_t>(n.parent)].live);
+    ++children[static_cast<std::size_t>(n.parent)];
+    KVLAB_ASSERT(find_child(n.parent, std::span(n.key).first(static_cast<std::size_t>(block_size_))) ==
+                 static_cast<std::int32_t>(i));
+    cached += static_cast<std::int64_t>(n.blocks.size());
+    if (n.lock == 0) evictable += static_cast<std::int64_t>(n.blocks.size());
+    KVLAB_ASSERT(n.lock <= nodes_[static_cast<std::size_t>(n.parent)].lock ||
+                 nodes_[static_cast<std::size_t>(n.parent)].parent < 0);
+    for (const BlockId b : n.blocks) KVLAB_ASSERT(pool_->ref_count(b) >= 1 + (n.lock > 0 ? 1 : 0));
+  }
+  for (std::size_t i = 0; i < nodes_.size(); ++i)
+    if (nodes_[i].live) KVLAB_ASSERT(children[i] == nodes_[i].children);
+  KVLAB_ASSERT(cached == cached_ && evictable == evictable_);
+}
+
+void RadixCache::dump_node(std::int32_t node, std::int64_t start, std::string& out) const {
+  const Node& n = nodes_[static_cast<std::size_t>(node)];
+  const std::int64_t end = start + static_cast<std::int64_t>(n.key.size());
+  if (n.parent >= 0) {
+    out += '(';
+    out += std::to_string(start);
+    out += "..";
+    out += std::to_string(end);
+    out += " [";
+    for (std::size_t i = 0; i < n.blocks.size(); ++i) {
+      if (i > 0) out += ',';
+      out += std::to_string(n.blocks[i]);
+    }
+    out += "] L";
+    out += std::to_string(n.lock);
+  }
+  std::map<std::vector<std::int32_t>, std::int32_t> kids;  // key order: deterministic text
+  for (std::size_t i = 0; i < nodes_.size(); ++i)
+    if (nodes_[i].live && nodes_[i].parent == node) kids.emplace(nodes_[i].key, static_cast<std::int32_t>(i));
+  for (const auto& [key, c] : kids) dump_node(c, end, out);
+  if (n.parent >= 0) out += ")";
+}
+
+std::string RadixCache::dump() const {
+  std::string out;
+  dump_node(0, 0, out);
+  return out;
+}
+
+}  // namespace kvlab

@@ -1,0 +1,95 @@
+#pragma once
+// SGLang's RadixCache, as the paged backend's `radix` mode (docs/prefix-caching.md).
+//
+//  * A radix tree over token ids. A node's key is a run of token ids cut to whole blocks and its
+//    value the blocks that hold their KV; a child is found by its first block of token ids
+//    (SGLang's paged key), through one hash map of edges (parent node, first-block hash) whose
+//    hits are verified token by token.
+//  * A lookup that ends inside a node splits it there (at a block boundary), as SGLang does.
+//  * The tree holds one pool reference on every block it caches. A sequence that uses tree blocks
+//    locks the deepest node it uses; a lock counts on that node and every ancestor (lock_ref).
+//    Nodes with lock 0 are evictable: eviction removes the least recently used unlocked leaves
+//    (whole nodes, cascading to parents that become leaves) and drops their references, which
+//    frees the blocks back to the pool.
+//  * Every node has a parent index, no pointers; removed node slots are reused.
+//  * Sequences with different extra keys (salts) live under different roots and never share.
+#include <cstdint>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "paged/block_pool.hpp"
+
+namespace kvlab {
+
+class RadixCache {
+ public:
+  RadixCache(std::int32_t block_size, BlockPool& pool);
+
+  struct Match {
+    std::vector<BlockId> blocks;    ///< the cached blocks of the matched prefix, in order
+    std::int32_t node = -1;         ///< node the match ends in (-1: no root for these extra keys yet)
+    std::int64_t node_blocks = 0;   ///< blocks of `node` matched (less than its size: a split is due)
+    std::int64_t evictable_hit = 0; ///< matched blocks now evictable (locking them takes them away)
+  };
+  /// The longest cached prefix within the first `max_blocks` full blocks of `tokens`. No side effects.
+  [[nodiscard]] Match match(std::span<const std::int32_t> tokens, std::span<const std::int64_t> extra,
+                            std::int64_t max_blocks) const;
+  /// Makes `m` real: creates the root for the extra keys, splits the node the match ends inside,
+  /// marks the path used now. Returns the node that ends exactly at the matched prefix.
+  std::int32_t commit(const Match& m, std::span<const std::int64_t> extra);
+  /// Adds `blocks` (full blocks whose token ids are `tokens`) as a new leaf under `node`, taking a
+  /// pool reference on each. When `node` already has a child starting with the same block (the
+  /// prompt's last block after the last-token rule), nothing is inserted and `node` is returned;
+  /// otherwise the new leaf.
+  std::int32_t insert(std::int32_t node, std::span<const std::int32_t> tokens, std::span<const BlockId> blocks);
+  /// Lock / unlock `node` and its ancestors (SGLang's inc_lock_ref / dec_lock_ref).
+  void lock(std::int32_t node);
+  void unlock(std::int32_t node);
+  /// Marks `node` and its ancestors most recently used.
+  void touch(std::int32_t node);
+  /// Evicts least recently used unlocked leaves until at least `blocks` blocks went back to the
+  /// pool (or nothing is left to evict). Returns the blocks freed.
+  std::int64_t evict(std::int64_t blocks);
+
+  [[nodiscard]] std::int64_t evictable_blocks() const noexcept { return evictable_; }
+  [[nodiscard]] std::int64_t cached_blocks() const noexcept { return cached_; }
+  [[nodiscard]] std::int64_t evicted_blocks() const noexcept { return evicted_; }
+  [[nodiscard]] std::int32_t lock_count(std::int32_t node) const { return nodes_.at(static_cast<std::size_t>(node)).lock; }
+  /// The tree as text, children in key order: "(tokens a..b: blocks [..] lock L)" nested (tests).
+  [[nodiscard]] std::string dump() const;
+  /// Checks every invariant (lock counts, evictable and cached totals, edges); throws on a bug.
+  void check_invariants() const;
+
+ private:
+  struct Node {
+    std::vector<std::int32_t> key;  // token ids, a whole number of blocks
+    std::vector<BlockId> blocks;
+    std::int32_t parent = -1;       // -1: a root
+    std::int32_t children = 0;
+    std::int32_t lock = 0;
+    std::uint64_t last_access = 0;
+    bool live = false;
+    std::vector<std::int64_t> extra;  // roots: their extra keys
+  };
+  [[nodiscard]] std::int32_t find_root(std::span<const std::int64_t> extra) const;
+  [[nodiscard]] std::int32_t find_child(std::int32_t node, std::span<const std::int32_t> first_block) const;
+  [[nodiscard]] std::uint64_t edge_key(std::int32_t parent, std::span<const std::int32_t> first_block) const noexcept;
+  void add_edge(std::int32_t child);
+  void remove_edge(std::int32_t child);
+  std::int32_t new_node();
+  std::int32_t split(std::int32_t node, std::int64_t keep_blocks);
+  void dump_node(std::int32_t node, std::int64_t start, std::string& out) const;
+
+  std::int32_t block_size_;
+  BlockPool* pool_;
+  std::vector<Node> nodes_;  // node 0: the root for no extra keys
+  std::vector<std::int32_t> free_nodes_;
+  std::unordered_multimap<std::uint64_t, std::int32_t> edges_;  // (parent, first block) -> child
+  std::unordered_multimap<std::uint64_t, std::int32_t> roots_;  // extra keys -> root
+  std::uint64_t clock_ = 0;
+  std::int64_t evictable_ = 0, cached_ = 0, evicted_ = 0;
+};
+
+}  // namespace kvlab

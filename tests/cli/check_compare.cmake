@@ -1,0 +1,32 @@
+# kvlab compare on a small synthetic workload: one table row and one CSV row per backend, each
+# result directory reproducible from the command recorded in it; a PNG when matplotlib exists.
+file(REMOVE_RECURSE ${OUT})
+execute_process(COMMAND ${BINARY} compare --backends contiguous-max,contiguous-oracle,paged-16 --requests 60
+                        --rate 20 --model llama-3-8b --capacity-gib 1 --no-progress --out ${OUT}
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "compare failed (${rc}): ${err}")
+endif()
+foreach(name contiguous-max contiguous-oracle paged-b16)
+  if(NOT out MATCHES "${name}")
+    message(FATAL_ERROR "table lacks ${name}:\n${out}")
+  endif()
+  if(NOT EXISTS ${OUT}/${name}/summary.json OR NOT EXISTS ${OUT}/${name}/steps.csv)
+    message(FATAL_ERROR "missing result files for ${name}")
+  endif()
+  file(READ ${OUT}/${name}/summary.json summary)
+  if(NOT summary MATCHES "\"command\": \"kvlab compare")
+    message(FATAL_ERROR "${name}/summary.json does not record the command")
+  endif()
+endforeach()
+file(STRINGS ${OUT}/compare.csv lines)
+list(LENGTH lines n)
+if(NOT n EQUAL 5)  # command comment, header, three backends
+  message(FATAL_ERROR "compare.csv has ${n} lines")
+endif()
+if(out MATCHES "chart: ")
+  if(NOT EXISTS ${OUT}/compare.png)
+    message(FATAL_ERROR "chart announced but ${OUT}/compare.png is missing")
+  endif()
+endif()
+message(STATUS "${out}")

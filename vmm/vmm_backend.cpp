@@ -1,0 +1,678 @@
+#include "vmm/vmm_backend.hpp"
+
+#include <algorithm>
+#include <bit>
+#include <chrono>
+#include <string>
+
+#include "alloc/copy.hpp"
+#include "alloc/error.hpp"
+
+namespace kvlab {
+
+namespace {
+constexpr std::size_t kKiB = 1024, kMiB = kKiB * 1024;
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+}  // namespace
+
+std::string page_size_name(std::size_t bytes) {
+  if (bytes != 0 && bytes % kMiB == 0) return std::to_string(bytes / kMiB) + "m";
+  if (bytes != 0 && bytes % kKiB == 0) return std::to_string(bytes / kKiB) + "k";
+  return std::to_string(bytes);
+}
+
+VmmBackend::VmmBackend(VmmConfig config) : config_(std::move(config)) {
+  const ModelGeometry& m = config_.model;
+  m.validate();
+  if (config_.max_seq_len == 0) config_.max_seq_len = m.max_context;
+  KVLAB_EXPECTS(config_.max_seq_len > 0, "max_seq_len must be positive");
+  KVLAB_EXPECTS(config_.max_batch >= 1, "max_batch must be at least 1");
+  KVLAB_EXPECTS(config_.eager_tokens >= 0, "eager_tokens must not be negative");
+  KVLAB_EXPECTS(config_.page_bytes > 0 && config_.page_bytes % (4 * kKiB) == 0,
+                "vmm page size must be a positive multiple of 4 KiB (got " + std::to_string(config_.page_bytes) +
+                    " bytes)");
+  if (config_.driver) {
+    KVLAB_EXPECTS(config_.page_bytes % config_.driver->granularity() == 0,
+                  "vmm page size " + page_size_name(config_.page_bytes) + " is not a multiple of the " +
+                      config_.driver->name() + " driver's granularity (" +
+                      page_size_name(config_.driver->granularity()) + ")");
+    KVLAB_EXPECTS(config_.driver->device() == Device::host || config_.memory != nullptr,
+                  "a vmm backend on device memory needs a memory resource for its per-batch arrays");
+  }
+
+  const std::size_t row = static_cast<std::size_t>(m.num_kv_heads) * m.head_dim * size_of(m.kv_dtype);
+  tensors_ = config_.layout == VmmLayout::per_layer ? 2 * m.num_layers : 2;
+  token_bytes_ = config_.layout == VmmLayout::per_layer ? row : row * static_cast<std::size_t>(m.num_layers);
+  const std::size_t page = config_.page_bytes;
+  slot_bytes_ = (static_cast<std::size_t>(config_.max_seq_len) * token_bytes_ + page - 1) / page * page;
+
+  const std::int64_t num_pages =
+      static_cast<std::int64_t>(config_.capacity_bytes / page) / tensors_ * tensors_;
+  KVLAB_EXPECTS(num_pages >= tensors_,
+                "KV capacity " + std::to_string(config_.capacity_bytes) + " bytes is below one " +
+                    page_size_name(page) + " page for each of the " + std::to_string(tensors_) + " KV tensors (" +
+                    std::to_string(static_cast<std::size_t>(tensors_) * page) + " bytes)");
+  KVLAB_EXPECTS(num_pages <= INT32_MAX, "too many pages for 32-bit page ids");
+
+  const long double va = static_cast<long double>(tensors_) * config_.max_batch * static_cast<long double>(slot_bytes_);
+  KVLAB_EXPECTS(va < static_cast<long double>(std::size_t{1} << 62), "the virtual reservation would not fit in 64 bits");
+  reservation_bytes_ = static_cast<std::size_t>(tensors_) * static_cast<std::size_t>(config_.max_batch) * slot_bytes_;
+
+  if (config_.driver) {
+    base_ = static_cast<std::byte*>(
+        config_.driver->reserve(reservation_bytes_, std::has_single_bit(page) ? page : std::size_t{0}));
+    try {
+      pool_ = std::make_unique<PhysicalPagePool>(config_.driver.get(), page, num_pages);
+    } catch (...) {
+      try {
+        config_.driver->free_reservation(base_, reservation_bytes_);
+      } catch (...) {
+      }
+      throw;
+    }
+    stats_.virtual_bytes = reservation_bytes_;
+  } else {
+    pool_ = std::make_unique<PhysicalPagePool>(nullptr, page, num_pages);
+  }
+  slots_.resize(static_cast<std::size_t>(config_.max_batch));
+  for (Slot& s : slots_) s.pages.resize(static_cast<std::size_t>(tensors_));
+  if (config_.overlap) mapper_ = std::thread([this] { mapper_loop(); });
+}
+
+VmmBackend::~VmmBackend() {
+  if (mapper_.joinable()) {
+    {
+      std::lock_guard lock(mutex_);
+      stop_ = true;
+    }
+    work_cv_.notify_all();
+    mapper_.join();
+  }
+  if (config_.driver) {
+    // Everything goes back: pages unmapped (after the device is idle), handles released (the pool),
+    // the reservation freed. A driver error here cannot be reported; the driver's leak accounting
+    // (the double's leak_report, PosixVmDriver::usage) shows it.
+    std::lock_guard lock(mutex_);
+    bool any = false;
+    for (const Slot& s : slots_) any = any || s.held > 0;
+    bool clean = true;
+    try {
+      if (any) synchronize(Origin::critical);
+    } catch (...) {
+    }
+    for (std::size_t si = 0; si < slots_.size(); ++si)
+      for (int t = 0; t < tensors_; ++t)
+        while (!slots_[si].pages[static_cast<std::size_t>(t)].empty()) {
+          try {
+            unmap_tail(static_cast<int>(si), t, Origin::critical);
+          } catch (...) {
+            clean = false;
+            break;
+          }
+        }
+    pool_.reset();
+    if (clean) {
+      try {
+        config_.driver->free_reservation(base_, reservation_bytes_);
+      } catch (...) {
+      }
+    }
+    if (config_.memory != nullptr) config_.memory->deallocate(device_staging_, device_staging_bytes_);
+  }
+}
+
+std::string VmmBackend::name() const {
+  return "vmm-" + page_size_name(config_.page_bytes) + (config_.layout == VmmLayout::megacache ? "-mega" : "");
+}
+
+Device VmmBackend::device() const noexcept { return config_.driver ? config_.driver->device() : Device::host; }
+
+std::int64_t VmmBackend::num_pages() const noexcept { return pool_->num_pages(); }
+
+std::int64_t VmmBackend::free_pages() const {
+  std::lock_guard lock(mutex_);
+  return pool_->num_free();
+}
+
+VmmStats VmmBackend::stats() const {
+  std::lock_guard lock(mutex_);
+  VmmStats s = stats_;
+  s.mapped_pages = pool_->num_used();
+  s.cached_pages = 0;
+  for (const Slot& slot : slots_)
+    if (!slot.live) s.cached_pages += slot.held;
+  return s;
+}
+
+const VmmBackend::Sequence& VmmBackend::at(SeqId id) const {
+  const auto it = seqs_.find(id);
+  KVLAB_EXPECTS(it != seqs_.end(), "unknown sequence " + std::to_string(id));
+  return it->second;
+}
+
+std::int64_t VmmBackend::length(SeqId id) const { return at(id).length; }
+int VmmBackend::slot_of(SeqId id) const { return at(id).slot; }
+
+std::int64_t VmmBackend::mapped_pages(SeqId id) const {
+  const int slot = at(id).slot;
+  std::lock_guard lock(mutex_);
+  return slots_[static_cast<std::size_t>(slot)].held;
+}
+
+void VmmBackend::check_spec(const SequenceSpec& spec, std::int64_t initial_tokens) const {
+  KVLAB_EXPECTS(initial_tokens >= 0, "initial tokens must not be negative");
+  KVLAB_EXPECTS(spec.final_tokens >= initial_tokens, "final tokens must be at least the initial tokens");
+  KVLAB_EXPECTS(initial_tokens <= config_.max_seq_len, "sequence of " + std::to_string(initial_tokens) +
+                                                           " tokens exceeds max_seq_len " +
+                                                           std::to_string(config_.max_seq_len));
+}
+
+std::int64_t VmmBackend::rows_for(std::int64_t tokens) const noexcept {
+  const std::size_t bytes = static_cast<std::size_t>(tokens) * token_bytes_;
+  return static_cast<std::int64_t>((bytes + config_.page_bytes - 1) / config_.page_bytes);
+}
+
+std::int64_t VmmBackend::target_rows(std::int64_t tokens) const noexcept {
+  return rows_for(std::min(tokens + config_.eager_tokens, config_.max_seq_len));
+}
+
+std::byte* VmmBackend::slot_base(int tensor, int slot) const noexcept {
+  if (base_ == nullptr) return nullptr;
+  return base_ + (static_cast<std::size_t>(tensor) * static_cast<std::size_t>(config_.max_batch) +
+                  static_cast<std::size_t>(slot)) *
+                     slot_bytes_;
+}
+
+std::byte* VmmBackend::page_va(int slot, int tensor, std::int64_t index) const noexcept {
+  return slot_base(tensor, slot) + static_cast<std::size_t>(index) * config_.page_bytes;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Page bookkeeping (mutex_ held)
+
+std::int64_t VmmBackend::missing_pages(const Slot& s, std::int64_t rows) const noexcept {
+  std::int64_t missing = 0;
+  for (const auto& p : s.pages) missing += std::max<std::int64_t>(0, rows - static_cast<std::int64_t>(p.size()));
+  return missing;
+}
+
+std::int64_t VmmBackend::complete_rows(const Slot& s) const noexcept {
+  std::int64_t rows = INT64_MAX;
+  for (const auto& p : s.pages) rows = std::min<std::int64_t>(rows, static_cast<std::int64_t>(p.size()));
+  return rows;
+}
+
+std::int64_t VmmBackend::reclaimable_from_others(int slot) const noexcept {
+  const Slot& s = slots_[static_cast<std::size_t>(slot)];
+  const std::int64_t everywhere = pool_->num_used() - live_needed_pages_;
+  return everywhere - (s.held - static_cast<std::int64_t>(tensors_) * s.needed_rows);
+}
+
+bool VmmBackend::feasible(int slot, std::int64_t rows) const noexcept {
+  return missing_pages(slots_[static_cast<std::size_t>(slot)], rows) <= pool_->num_free() + reclaimable_from_others(slot);
+}
+
+int VmmBackend::choose_slot(std::int64_t rows) const noexcept {
+  // A free slot whose cached pages (deferred reclamation) cover `rows` with the least to spare;
+  // else the one with the most cached rows; ties to the lowest index.
+  int best = -1;
+  bool best_covers = false;
+  std::int64_t best_key = 0;
+  for (std::size_t i = 0; i < slots_.size(); ++i) {
+    const Slot& s = slots_[i];
+    if (s.live) continue;
+    const std::int64_t have = s.held == 0 ? 0 : complete_rows(s);
+    const bool covers = have >= rows;
+    if (covers && s.held == static_cast<std::int64_t>(tensors_) * rows) return static_cast<int>(i);  // exact fit
+    const std::int64_t key = covers ? -s.held : have;  // larger is better
+    if (best < 0 || (covers && !best_covers) || (covers == best_covers && key > best_key)) {
+      best = static_cast<int>(i);
+      best_covers = covers;
+      best_key = key;
+    }
+  }
+  return best;
+}
+
+bool VmmBackend::map_page(int slot, int tensor, Origin origin) {
+  Slot& s = slots_[static_cast<std::size_t>(slot)];
+  auto& pages = s.pages[static_cast<std::size_t>(tensor)];
+  const std::optional<PageId> page = pool_->allocate();
+  if (!page) return false;
+  double seconds = 0;
+  if (VmDriver* d = config_.driver.get()) {
+    std::byte* va = page_va(slot, tensor, static_cast<std::int64_t>(pages.size()));
+    const auto t0 = std::chrono::steady_clock::now();
+    bool ok = false;
+    try {
+      ok = d->map(va, config_.page_bytes, pool_->handle(*page));
+    } catch (...) {
+      pool_->release(*page);
+      throw;
+    }
+    if (!ok) {
+      pool_->release(*page);
+      return false;
+    }
+    try {
+      d->set_access(va, config_.page_bytes);
+    } catch (...) {
+      try {
+        d->unmap(va, config_.page_bytes);
+        pool_->release(*page);
+      } catch (...) {
+        // Stuck mapped: keep it in the books (it is reclaimed like any page beyond the length).
+        pages.push_back(*page);
+        ++s.held;
+      }
+      throw;
+    }
+    seconds = seconds_since(t0);
+  }
+  pages.push_back(*page);
+  ++s.held;
+  if (origin == Origin::critical) {
+    ++stats_.critical_maps;
+    stats_.critical_map_seconds += seconds;
+  } else {
+    ++stats_.background_maps;
+    stats_.background_map_seconds += seconds;
+  }
+  return true;
+}
+
+void VmmBackend::unmap_tail(int slot, int tensor, Origin origin) {
+  Slot& s = slots_[static_cast<std::size_t>(slot)];
+  auto& pages = s.pages[static_cast<std::size_t>(tensor)];
+  KVLAB_ASSERT(!pages.empty());
+  double seconds = 0;
+  if (VmDriver* d = config_.driver.get()) {
+    const auto t0 = std::chrono::steady_clock::now();
+    d->unmap(page_va(slot, tensor, static_cast<std::int64_t>(pages.size()) - 1), config_.page_bytes);
+    seconds = seconds_since(t0);
+  }
+  pool_->release(pages.back());
+  pages.pop_back();
+  --s.held;
+  if (origin == Origin::critical) {
+    ++stats_.critical_unmaps;
+    stats_.critical_unmap_seconds += seconds;
+  } else {
+    ++stats_.background_unmaps;
+    stats_.background_unmap_seconds += seconds;
+  }
+}
+
+void VmmBackend::synchronize(Origin origin) {
+  VmDriver* d = config_.driver.get();
+  if (d == nullptr) return;
+  const auto t0 = std::chrono::steady_clock::now();
+  d->synchronize();
+  ++stats_.synchronizations;
+  (origin == Origin::critical ? stats_.critical_unmap_seconds : stats_.background_unmap_seconds) += seconds_since(t0);
+}
+
+std::int64_t VmmBackend::reclaim(std::int64_t pages, int exclude, bool live_too, Origin origin) {
+  std::int64_t got = 0;
+  bool synced = false;
+  // Unmaps whole rows from the top of slot `si` while they are above `floor_rows`.
+  auto take_rows_above = [&](int si, std::int64_t floor_rows) {
+    Slot& s = slots_[static_cast<std::size_t>(si)];
+    while (got < pages) {
+      std::int64_t top = 0;
+      for (const auto& p : s.pages) top = std::max<std::int64_t>(top, static_cast<std::int64_t>(p.size()));
+      if (top <= floor_rows) return;
+      for (int t = tensors_ - 1; t >= 0 && got < pages; --t) {
+        if (static_cast<std::int64_t>(s.pages[static_cast<std::size_t>(t)].size()) != top) continue;
+        if (!synced) {
+          synchronize(origin);  // a kernel may still read what a finished sequence left behind
+          synced = true;
+        }
+        unmap_tail(si, t, origin);
+        ++got;
+        ++stats_.reclaimed_pages;
+      }
+    }
+  };
+  for (int si = static_cast<int>(slots_.size()) - 1; si >= 0 && got < pages; --si) {
+    const Slot& s = slots_[static_cast<std::size_t>(si)];
+    if (si != exclude && !s.live && s.held > 0) take_rows_above(si, 0);
+  }
+  if (live_too) {
+    for (int si = static_cast<int>(slots_.size()) - 1; si >= 0 && got < pages; --si) {
+      const Slot& s = slots_[static_cast<std::size_t>(si)];
+      if (si != exclude && s.live && s.held > static_cast<std::int64_t>(tensors_) * s.needed_rows)
+        take_rows_above(si, s.needed_rows);
+    }
+  }
+  return got;
+}
+
+void VmmBackend::map_rows(Txn& txn, int slot, std::int64_t rows, bool required, Origin origin) {
+  Slot& s = slots_[static_cast<std::size_t>(slot)];
+  rows = std::min<std::int64_t>(rows, static_cast<std::int64_t>(slot_bytes_ / config_.page_bytes));
+  const std::int64_t need = missing_pages(s, rows);
+  if (need == 0) return;
+  // Speculative pages (eager) only take free pages: no unmapping on the critical path for them.
+  if (required && pool_->num_free() < need) reclaim(need - pool_->num_free(), slot, true, origin);
+  for (std::int64_t i = complete_rows(s); i < rows; ++i) {
+    for (int t = 0; t < tensors_; ++t) {
+      if (static_cast<std::int64_t>(s.pages[static_cast<std::size_t>(t)].size()) != i) continue;
+      if (!map_page(slot, t, origin)) {
+        if (!required) return;
+        KVLAB_THROW(OutOfMemory, "mapping page " + std::to_string(i) + " of tensor " + std::to_string(t) +
+                                     " in slot " + std::to_string(slot) + ": out of memory (" +
+                                     std::to_string(pool_->num_free()) + " free pages)");
+      }
+      txn.mapped.emplace_back(slot, t);
+    }
+  }
+}
+
+void VmmBackend::rollback(Txn& txn) noexcept {
+  // Freshly mapped pages: no kernel has used them, so no synchronize before unmapping.
+  for (auto it = txn.mapped.rbegin(); it != txn.mapped.rend(); ++it) {
+    try {
+      unmap_tail(it->first, it->second, Origin::critical);
+    } catch (...) {
+      break;  // the rest stay mapped and in the books (beyond the length: reclaimable)
+    }
+  }
+  txn.mapped.clear();
+}
+
+void VmmBackend::set_needed_rows(Slot& s, std::int64_t rows) noexcept {
+  live_needed_pages_ += static_cast<std::int64_t>(tensors_) * (rows - s.needed_rows);
+  s.needed_rows = rows;
+}
+
+void VmmBackend::unmap_slot(int slot, Origin origin) {
+  Slot& s = slots_[static_cast<std::size_t>(slot)];
+  if (s.held == 0) return;
+  synchronize(origin);
+  for (int t = tensors_ - 1; t >= 0; --t)
+    while (!s.pages[static_cast<std::size_t>(t)].empty()) unmap_tail(slot, t, origin);
+}
+
+// ---------------------------------------------------------------------------------------------
+// KvBackend
+
+bool VmmBackend::can_admit(const SequenceSpec& spec, std::int64_t initial_tokens) const {
+  check_spec(spec, initial_tokens);
+  std::lock_guard lock(mutex_);
+  const std::int64_t rows = rows_for(initial_tokens);
+  const int slot = choose_slot(rows);
+  return slot >= 0 && feasible(slot, rows);
+}
+
+void VmmBackend::admit(SeqId id, const SequenceSpec& spec, std::int64_t initial_tokens) {
+  check_spec(spec, initial_tokens);
+  KVLAB_EXPECTS(!contains(id), "sequence " + std::to_string(id) + " already exists");
+  std::lock_guard lock(mutex_);
+  const std::int64_t rows = rows_for(initial_tokens);
+  const int slot = choose_slot(rows);
+  if (slot < 0) {
+    KVLAB_THROW(OutOfMemory, "admitting sequence " + std::to_string(id) + ": all " +
+                                 std::to_string(config_.max_batch) + " slots hold sequences (max_batch)");
+  }
+  if (!feasible(slot, rows)) {
+    KVLAB_THROW(OutOfMemory, "admitting " + std::to_string(initial_tokens) + " tokens needs " +
+                                 std::to_string(missing_pages(slots_[static_cast<std::size_t>(slot)], rows)) +
+                                 " pages, " + std::to_string(pool_->num_free()) + " free and " +
+                                 std::to_string(reclaimable_from_others(slot)) + " reclaimable");
+  }
+  Slot& s = slots_[static_cast<std::size_t>(slot)];
+  std::int64_t reused = 0;
+  for (const auto& p : s.pages) reused += std::min<std::int64_t>(rows, static_cast<std::int64_t>(p.size()));
+  Txn txn;
+  try {
+    map_rows(txn, slot, rows, true, Origin::critical);
+    if (config_.eager_tokens > 0) map_rows(txn, slot, target_rows(initial_tokens), false, Origin::critical);
+  } catch (...) {
+    rollback(txn);
+    throw;
+  }
+  s.live = true;
+  ++s.generation;
+  set_needed_rows(s, rows);
+  stats_.reused_pages += reused;
+  seqs_.emplace(id, Sequence{slot, initial_tokens, spec.final_tokens});
+}
+
+bool VmmBackend::can_grow(SeqId id, std::int64_t n) const {
+  KVLAB_EXPECTS(n >= 0, "growth must not be negative");
+  const Sequence& s = at(id);
+  if (s.length + n > config_.max_seq_len) return false;
+  std::lock_guard lock(mutex_);
+  return feasible(s.slot, rows_for(s.length + n));
+}
+
+void VmmBackend::grow(SeqId id, std::int64_t n) {
+  KVLAB_EXPECTS(n >= 0, "growth must not be negative");
+  KVLAB_EXPECTS(contains(id), "unknown sequence " + std::to_string(id));
+  Sequence& s = seqs_.at(id);
+  if (s.length + n > config_.max_seq_len) {
+    KVLAB_THROW(OutOfMemory, "sequence " + std::to_string(id) + " would grow to " + std::to_string(s.length + n) +
+                                 " tokens past max_seq_len " + std::to_string(config_.max_seq_len));
+  }
+  if (n == 0) return;
+  std::lock_guard lock(mutex_);
+  const std::int64_t rows = rows_for(s.length + n);
+  if (!feasible(s.slot, rows)) {
+    KVLAB_THROW(OutOfMemory, "growing sequence " + std::to_string(id) + " by " + std::to_string(n) + " tokens needs " +
+                                 std::to_string(missing_pages(slots_[static_cast<std::size_t>(s.slot)], rows)) +
+                                 " pages, " + std::to_string(pool_->num_free()) + " free and " +
+                                 std::to_string(reclaimable_from_others(s.slot)) + " reclaimable");
+  }
+  Txn txn;
+  try {
+    map_rows(txn, s.slot, rows, true, Origin::critical);
+    if (config_.eager_tokens > 0) map_rows(txn, s.slot, target_rows(s.length + n), false, Origin::critical);
+  } catch (...) {
+    rollback(txn);
+    throw;
+  }
+  set_needed_rows(slots_[static_cast<std::size_t>(s.slot)], rows);
+  s.length += n;
+}
+
+void VmmBackend::fork(SeqId parent, SeqId child) {
+  KVLAB_EXPECTS(!contains(child), "sequence " + std::to_string(child) + " already exists");
+  const Sequence p = at(parent);
+  std::lock_guard lock(mutex_);
+  const std::int64_t rows = rows_for(p.length);
+  const int slot = choose_slot(rows);
+  if (slot < 0) {
+    KVLAB_THROW(OutOfMemory, "forking sequence " + std::to_string(parent) + ": all " +
+                                 std::to_string(config_.max_batch) + " slots hold sequences (max_batch)");
+  }
+  if (!feasible(slot, rows)) {
+    KVLAB_THROW(OutOfMemory, "forking sequence " + std::to_string(parent) + " needs " +
+                                 std::to_string(missing_pages(slots_[static_cast<std::size_t>(slot)], rows)) +
+                                 " pages, " + std::to_string(pool_->num_free()) + " free");
+  }
+  Txn txn;
+  try {
+    map_rows(txn, slot, rows, true, Origin::critical);
+    if (config_.eager_tokens > 0) map_rows(txn, slot, target_rows(p.length), false, Origin::critical);
+    if (has_storage() && p.length > 0) {
+      // No sharing yet: the child gets its own copy of every written token, tensor by tensor.
+      const std::size_t bytes = static_cast<std::size_t>(p.length) * token_bytes_;
+      for (int t = 0; t < tensors_; ++t) copy_bytes(device(), slot_base(t, slot), slot_base(t, p.slot), bytes);
+    }
+  } catch (...) {
+    rollback(txn);
+    throw;
+  }
+  Slot& s = slots_[static_cast<std::size_t>(slot)];
+  s.live = true;
+  ++s.generation;
+  set_needed_rows(s, rows);
+  seqs_.emplace(child, Sequence{slot, p.length, p.final_tokens});
+}
+
+void VmmBackend::release(SeqId id) {
+  const Sequence s = at(id);
+  seqs_.erase(id);
+  std::lock_guard lock(mutex_);
+  Slot& slot = slots_[static_cast<std::size_t>(s.slot)];
+  slot.live = false;
+  ++slot.generation;
+  set_needed_rows(slot, 0);
+  if (!config_.deferred_reclamation) unmap_slot(s.slot, Origin::critical);
+}
+
+PreparedBatch VmmBackend::prepare_batch(std::span<const SeqId> seqs) {
+  batch_ = static_cast<int>(seqs.size());
+  const int layers = config_.model.num_layers;
+  const std::size_t layer_offset =
+      static_cast<std::size_t>(config_.model.num_kv_heads) * config_.model.head_dim * size_of(config_.model.kv_dtype);
+  bases_.assign(static_cast<std::size_t>(layers) * 2 * static_cast<std::size_t>(batch_), nullptr);
+  lens_.resize(static_cast<std::size_t>(batch_));
+  for (int b = 0; b < batch_; ++b) {
+    const Sequence& s = at(seqs[static_cast<std::size_t>(b)]);
+    lens_[static_cast<std::size_t>(b)] = static_cast<std::int32_t>(s.length);
+    if (!has_storage()) continue;
+    for (int layer = 0; layer < layers; ++layer)
+      for (int kv = 0; kv < 2; ++kv) {
+        std::byte* base = config_.layout == VmmLayout::per_layer
+                              ? slot_base(2 * layer + kv, s.slot)
+                              : slot_base(kv, s.slot) + static_cast<std::size_t>(layer) * layer_offset;
+        bases_[static_cast<std::size_t>((2 * layer + kv) * batch_ + b)] = base;
+      }
+  }
+  if (device() == Device::host) return {batch_, lens_.data()};
+  // Device memory: the kernels read the arrays from device memory, one upload per prepared batch.
+  const std::size_t bytes = bases_.size() * sizeof(void*) + lens_.size() * sizeof(std::int32_t);
+  if (bytes > device_staging_bytes_) {
+    config_.memory->deallocate(device_staging_, device_staging_bytes_);
+    device_staging_ = nullptr;
+    device_staging_bytes_ = 0;
+    device_staging_ = config_.memory->allocate(bytes);
+    device_staging_bytes_ = bytes;
+  }
+  auto* dst = static_cast<std::byte*>(device_staging_);
+  upload_bytes(device(), dst, bases_.data(), bases_.size() * sizeof(void*));
+  upload_bytes(device(), dst + bases_.size() * sizeof(void*), lens_.data(), lens_.size() * sizeof(std::int32_t));
+  return {batch_, reinterpret_cast<const std::int32_t*>(dst + bases_.size() * sizeof(void*))};
+}
+
+KvView VmmBackend::layer_view(int layer) const {
+  KVLAB_EXPECTS(has_storage(), "accounting-only backend has no KV to view");
+  KVLAB_EXPECTS(layer >= 0 && layer < config_.model.num_layers, "layer out of range");
+  void* const* bases = device() == Device::host ? bases_.data() : static_cast<void* const*>(device_staging_);
+  const std::int64_t row = static_cast<std::int64_t>(config_.model.num_kv_heads) * config_.model.head_dim;
+  KvView v;
+  v.layout = KvLayout::contiguous;
+  v.dtype = config_.model.kv_dtype;
+  v.num_kv_heads = config_.model.num_kv_heads;
+  v.head_dim = config_.model.head_dim;
+  v.token_stride = config_.layout == VmmLayout::per_layer ? row : row * config_.model.num_layers;
+  v.head_stride = config_.model.head_dim;
+  v.k_seq = bases + static_cast<std::ptrdiff_t>(2 * layer) * batch_;
+  v.v_seq = bases + static_cast<std::ptrdiff_t>(2 * layer + 1) * batch_;
+  return v;
+}
+
+MemoryBreakdown VmmBackend::breakdown(const SequenceSpec*) const {
+  std::lock_guard lock(mutex_);
+  MemoryBreakdown m;
+  m.capacity = static_cast<std::size_t>(pool_->num_pages()) * config_.page_bytes;
+  for (const auto& [id, s] : seqs_) {
+    const Slot& slot = slots_[static_cast<std::size_t>(s.slot)];
+    const std::size_t held = static_cast<std::size_t>(s.length) * token_bytes_;
+    const std::int64_t eventually = std::clamp(std::max(s.final_tokens, s.length), s.length, config_.max_seq_len);
+    const std::size_t will_hold = static_cast<std::size_t>(eventually) * token_bytes_;
+    for (const auto& pages : slot.pages) {
+      const std::size_t mapped = pages.size() * config_.page_bytes;
+      const std::size_t filled_eventually = std::min(will_hold, mapped);
+      m.token_states += held;
+      m.reserved += filled_eventually - held;
+      m.internal_fragmentation += mapped - filled_eventually;
+    }
+  }
+  // Cached pages of free slots count as free (see the design note); no external fragmentation:
+  // any page serves any slot.
+  return m;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Overlap: the background mapper
+
+void VmmBackend::prefetch_for_next_step(std::span<const SeqId> ids, std::int64_t growth) {
+  KVLAB_EXPECTS(growth >= 0, "growth must not be negative");
+  if (!config_.overlap) return;
+  {
+    std::lock_guard lock(mutex_);
+    for (SeqId id : ids) {
+      const Sequence& s = at(id);
+      const std::int64_t rows = target_rows(std::min(s.length + growth, config_.max_seq_len));
+      const Slot& slot = slots_[static_cast<std::size_t>(s.slot)];
+      if (missing_pages(slot, rows) == 0) continue;
+      jobs_.push_back(Job{s.slot, slot.generation, rows});
+    }
+  }
+  work_cv_.notify_one();
+}
+
+void VmmBackend::wait_for_prefetch() {
+  if (!config_.overlap) return;
+  std::unique_lock lock(mutex_);
+  idle_cv_.wait(lock, [&] { return jobs_.empty() && !busy_; });
+  if (mapper_error_) {
+    const std::exception_ptr e = mapper_error_;
+    mapper_error_ = nullptr;
+    std::rethrow_exception(e);
+  }
+}
+
+void VmmBackend::mapper_loop() {
+  std::unique_lock lock(mutex_);
+  for (;;) {
+    work_cv_.wait(lock, [&] { return stop_ || !jobs_.empty(); });
+    if (stop_) break;
+    const Job job = jobs_.front();
+    jobs_.pop_front();
+    busy_ = true;
+    lock.unlock();
+    run_job(job);  // takes the mutex page by page, so the foreground can get in between
+    lock.lock();
+    busy_ = false;
+    if (jobs_.empty()) idle_cv_.notify_all();
+  }
+  busy_ = false;
+  idle_cv_.notify_all();
+}
+
+void VmmBackend::run_job(const Job& job) {
+  for (;;) {
+    std::lock_guard lock(mutex_);
+    if (stop_) return;
+    Slot& s = slots_[static_cast<std::size_t>(job.slot)];
+    if (!s.live || s.generation != job.generation) return;  // released (and maybe reused) meanwhile
+    const std::int64_t rows = std::min<std::int64_t>(job.rows, static_cast<std::int64_t>(slot_bytes_ / config_.page_bytes));
+    const std::int64_t next_row = complete_rows(s);
+    if (next_row >= rows) return;
+    int tensor = 0;
+    while (static_cast<std::int64_t>(s.pages[static_cast<std::size_t>(tensor)].size()) != next_row) ++tensor;
+    try {
+      // Best effort: free pages, else pages cached in free slots; never a running sequence's.
+      if (pool_->num_free() == 0 && reclaim(1, job.slot, false, Origin::background) == 0) {
+        ++stats_.prefetch_shortfalls;
+        return;
+      }
+      if (!map_page(job.slot, tensor, Origin::background)) {
+        ++stats_.prefetch_shortfalls;
+        return;
+      }
+    } catch (...) {
+      if (!mapper_error_) mapper_error_ = std::current_exception();
+      return;
+    }
+  }
+}
+
+}  // namespace kvlab

@@ -1,0 +1,253 @@
+#pragma once
+// The vAttention design as a kvlab backend: the KV cache stays virtually contiguous, physical
+// pages are mapped into it on demand. docs/vmm.md explains the design and the measurements.
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "alloc/kv_backend.hpp"
+#include "alloc/memory_resource.hpp"
+#include "vmm/page_pool.hpp"
+#include "vmm/vm_driver.hpp"
+
+namespace kvlab {
+
+/// How the virtual KV tensors are laid out.
+///   per_layer  one K and one V tensor per layer, each [max_batch][max_seq_len][kv_heads][head_dim]
+///              (vAttention's default; 2 x layers tensors, each grows by its own pages)
+///   megacache  one K and one V tensor for all layers, [max_batch][max_seq_len][layers][kv_heads]
+///              [head_dim] (vAttention's layer-interleaved "megacache": 2 tensors, so a page holds
+///              fewer tokens but a sequence needs 2 page mappings per step, not 2 x layers)
+enum class VmmLayout { per_layer, megacache };
+
+struct VmmConfig {
+  ModelGeometry model;
+  /// The KV budget: bytes of physical pages. Becomes floor(capacity / page_bytes) pages, rounded
+  /// down to a multiple of the tensor count (every page can then serve a whole row of tensors).
+  std::size_t capacity_bytes = 0;
+  std::size_t page_bytes = std::size_t{64} << 10;  ///< a multiple of 4 KiB and of the driver's granularity
+  std::int64_t max_seq_len = 0;                     ///< 0: the model's max context; bounds a slot
+  int max_batch = 256;                              ///< slots: sequences alive at once; bounds the reservation
+  VmmLayout layout = VmmLayout::per_layer;
+  /// Virtual memory. nullptr: accounting only (no reservation, no K/V bytes, same bookkeeping).
+  std::shared_ptr<VmDriver> driver;
+  /// Device memory for the per-batch base/length arrays when the driver's memory is on the GPU.
+  /// Unused for host memory (may be nullptr).
+  MemoryResource* memory = nullptr;
+
+  // vAttention's three optimisations, each off by default.
+  /// A background thread maps, while the current step computes, the pages the next step needs
+  /// (prefetch_for_next_step / wait_for_prefetch). Off: those calls do nothing and grow() maps.
+  bool overlap = false;
+  /// Map this many tokens beyond what a sequence needs (best effort: never causes OutOfMemory).
+  std::int64_t eager_tokens = 0;
+  /// A finished sequence's slot keeps its pages for the next sequence; they are unmapped only
+  /// when another sequence needs the memory.
+  bool deferred_reclamation = false;
+};
+
+/// Driver activity and address space. Counts are page operations the backend performed; in
+/// accounting-only mode they are counted all the same (the maps a real backend would do) and the
+/// times stay zero. "Critical" = inside admit/grow/fork/release (the caller waits); "background" =
+/// on the overlap thread.
+struct VmmStats {
+  std::int64_t critical_maps = 0, critical_unmaps = 0;
+  double critical_map_seconds = 0, critical_unmap_seconds = 0;  ///< map+set_access / synchronize+unmap
+  std::int64_t background_maps = 0, background_unmaps = 0;
+  double background_map_seconds = 0, background_unmap_seconds = 0;
+  std::int64_t synchronizations = 0;   ///< driver synchronize() calls (one per batch of unmaps)
+  std::int64_t reclaimed_pages = 0;    ///< unmapped from another slot because memory ran short
+  std::int64_t reused_pages = 0;       ///< found still mapped in a slot at admission (deferred reclamation)
+  std::int64_t prefetch_shortfalls = 0;  ///< background jobs that stopped for lack of memory
+  std::int64_t mapped_pages = 0;       ///< now
+  std::int64_t cached_pages = 0;       ///< now: mapped in slots no sequence holds
+  std::size_t virtual_bytes = 0;       ///< address space reserved (0 in accounting-only mode)
+};
+
+// Design note
+//
+// Rationale. Paged attention (vLLM) makes the KV cache non-contiguous and every kernel pays for a
+// block-table lookup; Orca-style reservations keep it contiguous but waste what they over-reserve.
+// vAttention (Prabhu et al., 2024) gets both: each layer's K and V are one virtually contiguous
+// tensor with a fixed slot per sequence, so unmodified contiguous kernels read them, and physical
+// memory is mapped into a slot page by page only as the sequence grows, so waste is bounded by one
+// page per tensor per sequence.
+//
+// Approach.
+//  * Layout: T = 2 x layers tensors (per_layer) or 2 (megacache), each max_batch slots of
+//    round_up(max_seq_len x token bytes, page) bytes, all in ONE reservation made at construction.
+//    A sequence owns one slot; its slot base never changes, so views and prepared batches stay
+//    valid across growth and the background mapper never disturbs a running kernel.
+//  * Growth: a sequence of n tokens has ceil(n x token bytes / page) pages mapped in every tensor
+//    (tokens may straddle page boundaries: the address space is contiguous). Pages come from a
+//    PhysicalPagePool created up front; each is mapped with map + set_access.
+//  * All or nothing: an operation first checks that free pages plus reclaimable ones cover it
+//    (else OutOfMemory, nothing touched), reclaims, then maps in a transaction; a failing map or
+//    set_access (out of memory or an error) unmaps what the transaction mapped and reports
+//    (OutOfMemory, or the driver's error). Unmapping first synchronizes the device once.
+//  * Reclamation under pressure, cheapest first: pages cached in free slots, then pages a running
+//    sequence holds beyond its current length (eager or prefetched ones), tail first.
+//  * Overlap: prefetch_for_next_step queues (slot, rows) jobs for a background thread that maps
+//    them one page at a time under the backend mutex; jobs carry the slot's generation so a slot
+//    released meanwhile is skipped. The foreground's kernels never take the mutex.
+//  * Accounting (five fractions): per tensor, a running sequence's mapped bytes split into token
+//    states, reserved (bytes it will fill: up to final_tokens) and internal fragmentation (page
+//    tails and mapped pages beyond final_tokens). Pages cached by deferred reclamation in free
+//    slots count as FREE: any admission can have them (the pool reclaims them on demand), so they
+//    never block a request — their cost is time (an unmap, a map), which VmmStats counts, not
+//    space. stats().cached_pages reports them. No external fragmentation: any page fits any slot.
+//  * Fork copies the parent's written tokens into the child's own pages (no sharing yet).
+//
+// Limitations. No swap (supports_swap() is false). No prefix sharing by aliasing pages across
+// slots. At most max_batch sequences at once (a full slot table is OutOfMemory). Small models with
+// large pages waste a lot: a page holds page / token-bytes tokens of ONE tensor, so a sequence
+// holds at least T pages. Per-page driver calls: with the CUDA driver the page must be a multiple
+// of the device granularity (2 MiB without vAttention's modified driver).
+class VmmBackend final : public KvBackend {
+ public:
+  explicit VmmBackend(VmmConfig config);
+  ~VmmBackend() override;
+
+  /// "vmm-64k", "vmm-2m", "vmm-4k"; "-mega" appended for the megacache layout.
+  [[nodiscard]] std::string name() const override;
+  [[nodiscard]] const ModelGeometry& model() const noexcept override { return config_.model; }
+  [[nodiscard]] Device device() const noexcept override;
+  [[nodiscard]] bool has_storage() const noexcept override { return config_.driver != nullptr; }
+  [[nodiscard]] std::int64_t max_seq_len() const noexcept override { return config_.max_seq_len; }
+
+  [[nodiscard]] bool can_admit(const SequenceSpec& spec, std::int64_t initial_tokens) const override;
+  void admit(SeqId id, const SequenceSpec& spec, std::int64_t initial_tokens) override;
+  [[nodiscard]] bool can_grow(SeqId id, std::int64_t n) const override;
+  void grow(SeqId id, std::int64_t n) override;
+  void fork(SeqId parent, SeqId child) override;
+  /// Ends the sequence. Its pages are unmapped, or kept in its slot with deferred reclamation. If
+  /// an unmap fails the sequence is still gone; the pages not unmapped stay cached in the slot
+  /// (reclaimed later) and the driver's error is rethrown.
+  void release(SeqId id) override;
+
+  [[nodiscard]] bool contains(SeqId id) const override { return seqs_.count(id) != 0; }
+  [[nodiscard]] std::int64_t length(SeqId id) const override;
+  [[nodiscard]] std::size_t num_sequences() const noexcept override { return seqs_.size(); }
+
+  PreparedBatch prepare_batch(std::span<const SeqId> seqs) override;
+  [[nodiscard]] KvView layer_view(int layer) const override;
+  [[nodiscard]] MemoryBreakdown breakdown(const SequenceSpec* blocked = nullptr) const override;
+
+  // --- overlap (vAttention's background mapping) ---
+
+  /// Queues, for the background mapper, the pages each of `ids` will need after growing by
+  /// `growth` tokens (plus eager_tokens) and returns at once. Call it before the step computes;
+  /// the next grow() then finds the pages mapped. Best effort: pages the pool cannot supply
+  /// without taking a running sequence's pages are left to grow(). Does nothing without overlap.
+  void prefetch_for_next_step(std::span<const SeqId> ids, std::int64_t growth = 1);
+  /// Blocks until every queued prefetch is done; rethrows (once) a driver error the mapper met.
+  void wait_for_prefetch();
+
+  // --- introspection ---
+
+  [[nodiscard]] VmmStats stats() const;
+  [[nodiscard]] const VmmConfig& config() const noexcept { return config_; }
+  [[nodiscard]] std::size_t page_bytes() const noexcept { return config_.page_bytes; }
+  [[nodiscard]] int num_tensors() const noexcept { return tensors_; }
+  [[nodiscard]] std::size_t token_bytes_per_tensor() const noexcept { return token_bytes_; }
+  [[nodiscard]] std::int64_t num_pages() const noexcept;
+  [[nodiscard]] std::int64_t free_pages() const;
+  /// Pages mapped in `id`'s slot, over all tensors.
+  [[nodiscard]] std::int64_t mapped_pages(SeqId id) const;
+  [[nodiscard]] int slot_of(SeqId id) const;
+  /// Base of tensor `tensor`'s slot `slot` (nullptr in accounting-only mode): tensor 2l+kv for
+  /// per_layer, kv for megacache.
+  [[nodiscard]] std::byte* slot_base(int tensor, int slot) const noexcept;
+
+ private:
+  struct Sequence {
+    int slot = -1;
+    std::int64_t length = 0;
+    std::int64_t final_tokens = 0;
+  };
+  struct Slot {
+    std::vector<std::vector<PageId>> pages;  // [tensor] pages mapped from the slot base on
+    std::int64_t held = 0;                   // sum of pages[t].size()
+    std::int64_t needed_rows = 0;            // rows the owner's current length needs (0 when free)
+    bool live = false;
+    std::uint64_t generation = 0;            // bumped at every admit/fork/release
+  };
+  enum class Origin { critical, background };
+  struct Txn {  // pages mapped by one operation, for rollback
+    std::vector<std::pair<int, int>> mapped;  // (slot, tensor), in order
+  };
+  struct Job {
+    int slot;
+    std::uint64_t generation;
+    std::int64_t rows;
+  };
+
+  [[nodiscard]] const Sequence& at(SeqId id) const;
+  void check_spec(const SequenceSpec& spec, std::int64_t initial_tokens) const;
+  [[nodiscard]] std::int64_t rows_for(std::int64_t tokens) const noexcept;
+  [[nodiscard]] std::int64_t target_rows(std::int64_t tokens) const noexcept;  // with eager tokens
+  [[nodiscard]] std::byte* page_va(int slot, int tensor, std::int64_t index) const noexcept;
+
+  // Everything below runs with mutex_ held.
+  [[nodiscard]] std::int64_t missing_pages(const Slot& s, std::int64_t rows) const noexcept;
+  [[nodiscard]] std::int64_t complete_rows(const Slot& s) const noexcept;
+  [[nodiscard]] std::int64_t reclaimable_from_others(int slot) const noexcept;
+  [[nodiscard]] int choose_slot(std::int64_t rows) const noexcept;  // -1: none free
+  [[nodiscard]] bool feasible(int slot, std::int64_t rows) const noexcept;
+  /// Maps the next page of (slot, tensor). False when the pool or the driver is out of memory.
+  bool map_page(int slot, int tensor, Origin origin);
+  void unmap_tail(int slot, int tensor, Origin origin);
+  void synchronize(Origin origin);
+  /// Unmaps up to `pages` pages from slots other than `exclude`: free slots' caches, then (if
+  /// `live_too`) running sequences' pages beyond their current length. Returns how many.
+  std::int64_t reclaim(std::int64_t pages, int exclude, bool live_too, Origin origin);
+  /// Maps pages of `slot` until every tensor has `rows`; all of them or (required) throws
+  /// OutOfMemory, or (optional) stops quietly when memory runs short.
+  void map_rows(Txn& txn, int slot, std::int64_t rows, bool required, Origin origin);
+  void rollback(Txn& txn) noexcept;
+  void set_needed_rows(Slot& s, std::int64_t rows) noexcept;
+  void unmap_slot(int slot, Origin origin);  // every page, tail first
+
+  void mapper_loop();
+  void run_job(const Job& job);
+
+  VmmConfig config_;
+  int tensors_ = 0;
+  std::size_t token_bytes_ = 0;  // one token in one tensor
+  std::size_t slot_bytes_ = 0;   // one slot of one tensor (virtual)
+  std::byte* base_ = nullptr;
+  std::size_t reservation_bytes_ = 0;
+
+  std::unordered_map<SeqId, Sequence> seqs_;  // the foreground's only
+
+  mutable std::mutex mutex_;  // guards pool_, slots_, live_needed_pages_, stats_, the job queue
+  std::unique_ptr<PhysicalPagePool> pool_;
+  std::vector<Slot> slots_;
+  std::int64_t live_needed_pages_ = 0;
+  VmmStats stats_;
+
+  // Background mapper.
+  std::thread mapper_;
+  std::condition_variable work_cv_, idle_cv_;
+  std::deque<Job> jobs_;
+  bool busy_ = false, stop_ = false;
+  std::exception_ptr mapper_error_;
+
+  // Prepared batch: per (layer, K|V) a row of batch_ base pointers, and the lengths.
+  int batch_ = 0;
+  std::vector<void*> bases_;
+  std::vector<std::int32_t> lens_;
+  void* device_staging_ = nullptr;
+  std::size_t device_staging_bytes_ = 0;
+};
+
+/// "64k" for 65536, "2m" for 2 MiB, "6144" for sizes that are no whole KiB.
+[[nodiscard]] std::string page_size_name(std::size_t bytes);
+
+}  // namespace kvlab
