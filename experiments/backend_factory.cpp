@@ -15,6 +15,7 @@ namespace kvlab {
 
 std::vector<std::string> backend_forms() {
   return {"contiguous-max", "contiguous-pow2", "contiguous-oracle", "paged-1", "paged-7", "paged-16", "paged-256",
+          "paged-16-hash", "paged-16-radix",
           // vmm forms whose pages fit the conformance suite's tiny model (512 B/token, 300-2000
           // token budgets); vmm-64k and vmm-2m need >= 4 x 64 KiB and 4 x 2 MiB (docs/vmm.md).
           "vmm-4k", "vmm-16k", "vmm-64k-mega"};
@@ -94,7 +95,14 @@ std::unique_ptr<KvBackend> make_backend(std::string_view name, const BackendOpti
   }
   constexpr std::string_view paged = "paged-";
   if (name.starts_with(paged)) {
-    const long long bs = suffix_number(name, paged);
+    // paged-B or paged-B-hash / paged-B-radix (prefix caching, docs/prefix-caching.md)
+    std::string_view rest = name.substr(paged.size());
+    PrefixCacheMode cache = PrefixCacheMode::none;
+    if (const auto dash = rest.find('-'); dash != std::string_view::npos) {
+      cache = parse_prefix_cache_mode(rest.substr(dash + 1));
+      rest = rest.substr(0, dash);
+    }
+    const long long bs = suffix_number(rest, "");
     if (bs < 1 || bs > 1024)
       KVLAB_THROW(InvalidArgument, "backend '" + std::string(name) + "': block size must be 1..1024 tokens");
     PagedConfig c;
@@ -103,6 +111,7 @@ std::unique_ptr<KvBackend> make_backend(std::string_view name, const BackendOpti
     c.max_seq_len = options.max_seq_len;
     c.memory = options.memory;
     c.block_size = static_cast<std::int32_t>(bs);
+    c.prefix_cache = cache;
     return std::make_unique<PagedBackend>(std::move(c));
   }
   if (name.starts_with("vmm-")) return make_vmm_backend(name, options);

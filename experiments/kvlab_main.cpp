@@ -2,6 +2,7 @@
 // Bad arguments print one line on stderr and exit with status 2.
 #include <boost/program_options.hpp>
 
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -18,6 +19,7 @@
 #include "alloc/model_geometry.hpp"
 #include "experiments/backend_factory.hpp"
 #include "experiments/cost_model.hpp"
+#include "experiments/figures.hpp"
 #include "experiments/progress.hpp"
 #include "experiments/replayer.hpp"
 #include "experiments/report.hpp"
@@ -64,6 +66,7 @@ const char* kUsage =
     "  compare   replay the same workload through several backends side by side; table + PNG chart\n"
     "  sweep     run a grid of replays (backends x sizes x workloads x models x capacities) in parallel\n"
     "  collect   merge the points of a sweep into one CSV\n"
+    "  figure    reproduce a paper figure into results/NAME (data, plot, README with the paper's numbers)\n"
     "  devices   show the devices this binary can use (host always; CUDA when a driver and GPU exist)\n"
     "  models    list the model presets and their KV bytes per token\n"
     "  version   print the version\n"
@@ -387,6 +390,53 @@ int cmd_collect(const std::vector<std::string>& args) {
   return 0;
 }
 
+int cmd_figure(const std::vector<std::string>& args, const std::string& invocation) {
+  std::string name, out, trace_dir;
+  bool full = false;
+  po::options_description opts("kvlab figure options");
+  opts.add_options()("help,h", "show this help")("name", po::value(&name), "the figure (also positional), or all")(
+      "full", po::bool_switch(&full), "paper scale (default: smoke scale, seconds)")(
+      "out", po::value(&out)->default_value("results"), "figures go to OUT/NAME/")(
+      "trace-dir", po::value(&trace_dir), "where the public traces are (default: $KVLAB_TRACE_DIR or ../shared/traces)")(
+      "no-progress", "no progress lines");
+  po::positional_options_description pos;
+  pos.add("name", 1);
+  po::variables_map vm;
+  po::store(po::command_line_parser(args).options(opts).positional(pos).run(), vm);
+  if (vm.count("help") || (name.empty() && args.empty())) {
+    std::cout << "Usage: kvlab figure NAME|all [--full] [--out DIR]\n\nFigures:\n";
+    for (const Figure& f : figures()) std::printf("  %-18s %s\n", f.name.c_str(), f.title.c_str());
+    std::cout << "\n" << opts
+              << "\nExamples:\n"
+                 "  kvlab figure memory-breakdown            # smoke scale into results/memory-breakdown/\n"
+                 "  kvlab figure block-size --full           # paper scale\n"
+                 "  kvlab figure all --out /tmp/figs\n";
+    return vm.count("help") ? 0 : 2;
+  }
+  po::notify(vm);
+  std::vector<const Figure*> todo;
+  if (name == "all") {
+    for (const Figure& f : figures()) todo.push_back(&f);
+  } else {
+    todo.push_back(&find_figure(name));
+  }
+  for (const Figure* f : todo) {
+    FigureContext ctx;
+    ctx.full = full;
+    ctx.out = fs::path(out) / f->name;
+    ctx.trace_dir = trace_dir.empty() ? default_trace_dir() : fs::path(trace_dir);
+    ctx.command = name == "all" ? "kvlab figure " + f->name + (full ? " --full" : "") : invocation;
+    ctx.progress = vm.count("no-progress") == 0;
+    fs::create_directories(ctx.out);
+    const auto t0 = std::chrono::steady_clock::now();
+    std::cout << "figure " << f->name << " (" << f->title << ")\n";
+    f->run(ctx);
+    std::cout << "  -> " << ctx.out.string() << "/ in "
+              << std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() << " s\n";
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -407,6 +457,7 @@ int main(int argc, char** argv) {
     if (command == "compare") return cmd_compare(args, command_line(argc, argv));
     if (command == "sweep") return cmd_sweep(args);
     if (command == "collect") return cmd_collect(args);
+    if (command == "figure") return cmd_figure(args, command_line(argc, argv));
     throw UsageError("unknown command '" + command + "' (try 'kvlab help')");
   } catch (const po::error& e) {
     std::cerr << "kvlab " << command << ": error: " << e.what() << "\n";

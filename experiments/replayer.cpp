@@ -31,10 +31,31 @@ struct Group {
   std::vector<Seq> seqs;       // empty while waiting
   std::int64_t chunk = 0;      // prefill tokens scheduled this step
   bool in_step = false;        // did work this step
+  std::vector<std::int32_t> ids;  // prompt token ids for prefix caching (empty: unknown)
   [[nodiscard]] bool prefilling() const noexcept { return prefilled < prompt; }
 };
 
-SequenceSpec spec_of(const Group& g) { return {g.prompt, g.prompt + g.output - 1}; }
+SequenceSpec spec_of(const Group& g) {
+  SequenceSpec s{g.prompt, g.prompt + g.output - 1};
+  if (static_cast<std::int64_t>(g.ids.size()) >= g.prompt) s.prompt_token_ids = g.ids;
+  return s;
+}
+
+/// Token ids a prefix cache can key on: the trace's own, or ids derived from chained block hashes
+/// (Mooncake hash_ids: equal hash at block i means equal first (i + 1) x B tokens, so block i's
+/// tokens are hash * B + offset). Empty when the request carries neither.
+std::vector<std::int32_t> token_ids_of(const Request& r) {
+  if (!r.prompt_token_ids.empty()) return r.prompt_token_ids;
+  std::vector<std::int32_t> ids;
+  if (r.prefix_hashes.empty() || r.prefix_hash_block <= 0) return ids;
+  ids.reserve(static_cast<std::size_t>(r.prompt_tokens));
+  for (std::int64_t t = 0; t < r.prompt_tokens; ++t) {
+    const auto block = static_cast<std::size_t>(t / r.prefix_hash_block);
+    const std::int64_t h = block < r.prefix_hashes.size() ? r.prefix_hashes[block] : -1 - static_cast<std::int64_t>(block);
+    ids.push_back(static_cast<std::int32_t>((h * r.prefix_hash_block + t % r.prefix_hash_block) & 0x7fffffff));
+  }
+  return ids;
+}
 
 class Replay {
  public:
@@ -53,6 +74,7 @@ class Replay {
   void swap_in_groups();
   void admit_waiting();
   void run_step();
+  void reselect_beams(Group& g);
   double execute_kernels(double& prepare_s);
 
   KvBackend& b_;
@@ -70,10 +92,12 @@ class Replay {
   int seqs_in_step_ = 0;
   std::optional<SequenceSpec> blocked_;
   double shared_savings_time_ = 0;  // integral of shared_savings over busy time
+  std::int32_t fresh_token_id_ = 0x7fffffff;
   // Execute mode buffers.
   std::vector<float> q_, out_;
   std::vector<std::int32_t> q_indptr_;
   std::mt19937_64 rng_{12345};
+  std::mt19937_64 beam_rng_;
 };
 
 void Replay::finish(Group& g, RequestRecord::Status status, const std::string& reason) {
@@ -113,6 +137,7 @@ void Replay::arrivals() {
     g.req = next_arrival_++;
     g.prompt = r.prompt_tokens;
     g.output = std::max<std::int64_t>(r.output_tokens, 1);
+    g.ids = token_ids_of(r);
     if (g.prompt < 1) {
       finish(g, RequestRecord::Status::rejected, "empty prompt");
       continue;
@@ -161,6 +186,10 @@ void Replay::preempt(std::size_t pos) {
     g.carried += g.seqs[0].produced;
     g.prompt += g.seqs[0].produced;
     g.output -= g.seqs[0].produced;
+    if (!g.ids.empty()) {  // generated tokens' ids are unknown: fresh ids that match nothing cached
+      g.ids.resize(static_cast<std::size_t>(g.prompt - g.seqs[0].produced));
+      while (static_cast<std::int64_t>(g.ids.size()) < g.prompt) g.ids.push_back(fresh_token_id_--);
+    }
   }  // parallel samples (or a partial prefill) restart from their prompt
   g.seqs.clear();
   g.prefilled = 0;
@@ -262,9 +291,13 @@ void Replay::admit_waiting() {
     const SeqId id = next_seq_++;
     b_.admit(id, spec, chunk);
     g.seqs = {{id, 0, false}};
-    g.chunk = chunk;
+    // Prompt tokens found in the prefix cache need no prefill compute (at least one always does).
+    const std::int64_t cached = std::min(b_.cached_tokens(id), chunk - 1);
+    g.prefilled = cached;
+    g.chunk = chunk - cached;
+    result_.summary.prefix_hit_tokens += cached;
     g.in_step = true;
-    budget_ -= chunk;
+    budget_ -= g.chunk;
     ++seqs_in_step_;
     RequestRecord& rec = result_.requests[g.req];
     if (rec.first_scheduled_s < 0) rec.first_scheduled_s = now_;
@@ -317,6 +350,28 @@ double Replay::execute_kernels(double& prepare_s) {
   const auto t2 = Clock::now();
   prepare_s = std::chrono::duration<double>(t1 - t0).count();
   return std::chrono::duration<double>(t2 - t1).count() * m.num_layers / layers;
+}
+
+/// Beam search stand-in: a beam may continue from another beam's sequence instead of its own. The
+/// fork comes first, so a fork that finds no memory changes nothing (it is counted and skipped).
+void Replay::reselect_beams(Group& g) {
+  if (g.seqs.size() < 2 || g.seqs[0].done) return;  // beams finish together
+  std::uniform_real_distribution<double> coin(0.0, 1.0);
+  std::uniform_int_distribution<std::size_t> other(0, g.seqs.size() - 2);
+  for (std::size_t i = 0; i < g.seqs.size(); ++i) {
+    if (coin(beam_rng_) >= c_.beam_reselect_probability) continue;
+    std::size_t j = other(beam_rng_);
+    if (j >= i) ++j;
+    const SeqId fresh = next_seq_++;
+    try {
+      b_.fork(g.seqs[j].id, fresh);
+    } catch (const OutOfMemory&) {
+      ++result_.summary.out_of_memory;
+      continue;
+    }
+    b_.release(g.seqs[i].id);
+    g.seqs[i].id = fresh;
+  }
 }
 
 void Replay::run_step() {
@@ -397,6 +452,7 @@ void Replay::run_step() {
   rec.decode_tokens = work.decode_tokens;
   rec.fractions = MemoryFractions::of(mem);
   rec.allocated_bytes = mem.allocated();
+  rec.shared_savings_bytes = mem.shared_savings;
   result_.steps.push_back(rec);
   sum.mean_fractions.add_scaled(rec.fractions, dt);
   shared_savings_time_ += static_cast<double>(mem.shared_savings) * dt;
@@ -430,6 +486,7 @@ void Replay::run_step() {
           b_.release(q.id);
         }
       }
+      if (c_.beam_reselect_probability > 0) reselect_beams(g);
     }
     g.chunk = 0;
     const bool all_forked = g.output == 1 || static_cast<int>(g.seqs.size()) == c_.samples_per_request;
@@ -455,6 +512,9 @@ ReplayResult Replay::run() {
   KVLAB_EXPECTS(!c_.execute || b_.has_storage(), "execute mode needs a backend with KV storage");
   for (std::size_t i = 1; i < w_.size(); ++i)
     KVLAB_EXPECTS(w_[i].arrival_s >= w_[i - 1].arrival_s, "workload must be sorted by arrival");
+  KVLAB_EXPECTS(c_.beam_reselect_probability >= 0 && c_.beam_reselect_probability <= 1,
+                "beam reselection probability must be in [0, 1]");
+  beam_rng_.seed(c_.seed);
   const auto wall0 = Clock::now();
   ReplaySummary& sum = result_.summary;
   sum.backend = b_.name();
@@ -499,6 +559,7 @@ ReplayResult Replay::run() {
     sum.p99_ttft_s = ttfts[static_cast<std::size_t>(std::ceil(0.99 * n)) - 1];
   }
   if (n_tpot > 0) sum.mean_tpot_s /= static_cast<double>(n_tpot);
+  sum.prefix_lookup_tokens = b_.prefix_cache_stats().queries;
   sum.wall_s = std::chrono::duration<double>(Clock::now() - wall0).count();
   KVLAB_ASSERT(b_.num_sequences() == 0);
   return std::move(result_);

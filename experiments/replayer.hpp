@@ -44,7 +44,12 @@ struct ReplayConfig {
   bool chunked_prefill = false;            ///< split prompts to fit max_batched_tokens
   PreemptionMode preemption = PreemptionMode::recompute;
   LongRequestPolicy long_requests = LongRequestPolicy::reject;
-  int samples_per_request = 1;  ///< parallel sampling n: the prompt is shared by n sequences
+  int samples_per_request = 1;  ///< parallel sampling n (or beam width): the prompt is shared by n sequences
+  /// Beam search: after every decode step each beam, with this probability, is replaced by a fork
+  /// of another beam of its request (a seeded stand-in for top-k beam selection), so beams share
+  /// the generated tokens too, not only the prompt. 0: independent samples.
+  double beam_reselect_probability = 0;
+  std::uint64_t seed = 0;  ///< for beam reselection
   DeviceModel device = {"a100-80gb", 2.039e12, 312e12};
   /// Execute mode: run the host attention kernels over the backend's memory every step and
   /// advance the clock by their measured time. Needs a backend with storage.
@@ -60,6 +65,7 @@ struct StepRecord {
   std::int64_t prefill_tokens = 0, decode_tokens = 0;
   MemoryFractions fractions;
   std::size_t allocated_bytes = 0;
+  std::size_t shared_savings_bytes = 0;  ///< bytes sharing saved (fork, prefix caching)
   double kernel_s = 0;   ///< measured attention time (execute mode), scaled to all layers
   double prepare_s = 0;  ///< building/uploading the per-batch arrays (execute mode)
 };
@@ -98,6 +104,8 @@ struct ReplaySummary {
   std::size_t mean_shared_savings_bytes = 0;  ///< time-weighted bytes saved by sharing
   double mean_ttft_s = 0, p99_ttft_s = 0, mean_tpot_s = 0, mean_e2e_s = 0, mean_normalized_latency_s = 0;
   double kernel_s = 0, prepare_s = 0;  ///< execute mode totals
+  std::int64_t prefix_hit_tokens = 0;     ///< prompt tokens served from the prefix cache (prefill skipped)
+  std::int64_t prefix_lookup_tokens = 0;  ///< prompt tokens looked up in the prefix cache
   double wall_s = 0;                   ///< wall-clock seconds the replay itself took
 };
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Plots for kvlab results (matplotlib; scripts/setup.sh installs Debian's python3-matplotlib).
 
-    scripts/plot.py compare DIR    # DIR/compare.csv -> DIR/compare.png
+    scripts/plot.py compare DIR        # DIR/compare.csv -> DIR/compare.png
+    scripts/plot.py figure NAME DIR    # DIR/data.csv    -> DIR/NAME.png  (kvlab figure NAME)
 
 Each plot states what it shows in its title and axis labels, so it can be read without the code.
 """
@@ -60,9 +61,121 @@ def compare(directory):
     print(f"wrote {directory}/compare.png")
 
 
+def fig_memory_breakdown(d, rows):
+    names = [r["system"] for r in rows]
+    fig, ax = plt.subplots(figsize=(11, 5))
+    bottom = [0.0] * len(rows)
+    keys = [("token_states_pct", CATEGORIES[0]), ("reserved_pct", CATEGORIES[1]),
+            ("internal_frag_pct", CATEGORIES[2]), ("external_frag_pct", CATEGORIES[3]), ("free_pct", CATEGORIES[4])]
+    for key, (_, label, color) in keys:
+        values = [float(r[key]) for r in rows]
+        ax.bar(names, values, bottom=bottom, label=label, color=color, edgecolor="white", linewidth=0.5)
+        bottom = [b + v for b, v in zip(bottom, values)]
+    paper = [float(r["paper_token_states_pct_of_used"]) * (100 - float(r["free_pct"])) / 100 for r in rows]
+    ax.scatter(names, paper, marker="_", s=900, color="black", zorder=3,
+               label="paper's token-state share of used memory, scaled to ours")
+    for i, r in enumerate(rows):
+        ax.text(i, float(r["token_states_pct"]) / 2, f"{float(r['token_states_pct']):.1f}%", ha="center",
+                color="white", fontsize=9)
+    ax.set_ylabel("share of KV capacity (%)")
+    ax.set_ylim(0, 100)
+    ax.set_title("OPT-13B, 12 GB KV, ShareGPT: where the KV cache memory goes\n(bars: kvlab, modelled clock; "
+                 "black ticks: vLLM paper Fig. 2)", fontsize=10)
+    ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5))
+    return fig
+
+
+def fig_batch_size(d, rows):
+    names = [r["system"] for r in rows]
+    x = range(len(rows))
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    ax.bar([i - 0.2 for i in x], [float(r["mean_batched_requests"]) for r in rows], 0.4, label="kvlab (modelled)",
+           color="#1565c0")
+    ax.bar([i + 0.2 for i in x], [float(r["paper_mean_batched_requests"]) for r in rows], 0.4,
+           label="vLLM paper Fig. 13", color="#90a4ae")
+    ax.set_xticks(list(x), names, fontsize=8)
+    ax.set_ylabel("average batched requests")
+    ax.set_title("OPT-13B, ShareGPT at 2 req/s: how many requests run together", fontsize=10)
+    ax.legend()
+    return fig
+
+
+def fig_block_size(d, rows):
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(12, 4.5))
+    for wl in dict.fromkeys(r["workload"] for r in rows):
+        sub = [r for r in rows if r["workload"] == wl]
+        bs = [int(r["block_size"]) for r in sub]
+        a1.plot(bs, [1e3 * float(r["mean_normalized_latency_s_per_token"]) for r in sub], marker="o", label=wl)
+        a2.plot(bs, [float(r["internal_frag_pct"]) + float(r["reserved_pct"]) for r in sub], marker="o", label=wl)
+    for a in (a1, a2):
+        a.set_xscale("log", base=2)
+        a.set_xlabel("block size (tokens)")
+        a.legend(fontsize=8)
+    a1.set_ylabel("mean normalized latency (ms / output token, modelled)")
+    a1.set_title("Latency vs block size (vLLM Fig. 18b)", fontsize=10)
+    a2.set_ylabel("unused slots in held blocks (% of capacity)")
+    a2.set_title("Block-tail waste (internal fragmentation + reserved)", fontsize=10)
+    return fig
+
+
+def fig_kernel_overhead(d, rows):
+    phases = list(dict.fromkeys(r["phase"] for r in rows))
+    fig, axes = plt.subplots(1, len(phases), figsize=(6 * len(phases), 4.5), squeeze=False)
+    for ax, phase in zip(axes[0], phases):
+        sub = [r for r in rows if r["phase"] == phase]
+        contexts = list(dict.fromkeys(r["context"] for r in sub))
+        backends = list(dict.fromkeys(r["backend"] for r in sub))
+        width = 0.8 / len(backends)
+        for j, b in enumerate(backends):
+            vals = [float(next(r["relative_to_contiguous"] for r in sub if r["backend"] == b and r["context"] == c))
+                    for c in contexts]
+            ax.bar([i + j * width for i in range(len(contexts))], vals, width, label=b)
+        ax.axhline(1.0, color="black", linewidth=0.8)
+        ax.set_xticks([i + 0.4 - width / 2 for i in range(len(contexts))], [f"context {c}" for c in contexts])
+        ax.set_ylabel("attention latency / contiguous (measured on host)")
+        ax.set_title(f"{phase}: cost of the KV view", fontsize=10)
+        ax.legend(fontsize=8)
+    return fig
+
+
+def fig_sharing(d, rows):
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    for dec, color in (("parallel sampling", "#1565c0"), ("beam search", "#e64a19")):
+        sub = [r for r in rows if r["decoding"] == dec]
+        n = [int(r["outputs"]) for r in sub]
+        ax.plot(n, [float(r["memory_saving_pct"]) for r in sub], marker="o", color=color, label=f"{dec} (kvlab)")
+        ax.plot(n, [float(r["paper_memory_saving_pct"]) for r in sub], marker="x", linestyle="--", color=color,
+                label=f"{dec} (vLLM paper Fig. 15)")
+    ax.set_xlabel("outputs per request (n / beam width)")
+    ax.set_ylabel("memory saved by sharing blocks (%)")
+    ax.set_title("OPT-13B, Alpaca-like lengths: memory saved by sharing", fontsize=10)
+    ax.legend(fontsize=8)
+    return fig
+
+
+FIGURES = {
+    "memory-breakdown": fig_memory_breakdown,
+    "batch-size": fig_batch_size,
+    "block-size": fig_block_size,
+    "kernel-overhead": fig_kernel_overhead,
+    "sharing": fig_sharing,
+}
+
+
+def figure(name, directory):
+    rows = read_rows(f"{directory}/data.csv")
+    fig = FIGURES[name](directory, rows)
+    fig.tight_layout()
+    fig.savefig(f"{directory}/{name}.png", dpi=120)
+    print(f"wrote {directory}/{name}.png")
+
+
 def main(argv):
     if len(argv) == 3 and argv[1] == "compare":
         compare(argv[2])
+        return 0
+    if len(argv) == 4 and argv[1] == "figure" and argv[2] in FIGURES:
+        figure(argv[2], argv[3])
         return 0
     print(__doc__, file=sys.stderr)
     return 2

@@ -20,3 +20,10 @@ add_test(NAME cli.trace_errors_name_file_line_field
          COMMAND ${CMAKE_COMMAND} -DBINARY=$<TARGET_FILE:kvlab> -DOUT=${CMAKE_CURRENT_BINARY_DIR}/cli-bad-trace
          -P ${CMAKE_CURRENT_SOURCE_DIR}/cli/check_bad_trace.cmake)
 set_tests_properties(cli.trace_errors_name_file_line_field PROPERTIES LABELS cli)
+# Every paper figure at smoke scale, so none rots (CI runs this with the rest of ctest).
+add_test(NAME figures.smoke COMMAND $<TARGET_FILE:kvlab> figure all --no-progress --out ${CMAKE_CURRENT_BINARY_DIR}/figures)
+set_tests_properties(figures.smoke PROPERTIES LABELS figures TIMEOUT 600)
+add_test(NAME cli.sweep_and_collect
+         COMMAND ${CMAKE_COMMAND} -DBINARY=$<TARGET_FILE:kvlab> -DOUT=${CMAKE_CURRENT_BINARY_DIR}/cli-sweep
+         -DSWEEP=${PROJECT_SOURCE_DIR}/experiments/sweeps/smoke.sweep -P ${CMAKE_CURRENT_SOURCE_DIR}/cli/check_sweep.cmake)
+set_tests_properties(cli.sweep_and_collect PROPERTIES LABELS cli)

@@ -252,3 +252,84 @@ TEST(Replayer, SameWorkloadSameResult) {
 
 }  // namespace
 }  // namespace kvlab
+
+namespace kvlab {
+namespace {
+
+TEST(Replayer, BeamSearchSharesMoreThanParallelSampling) {
+  const std::vector<Request> w = {{0, 0.0, 40, 60}, {1, 0.0, 40, 60}};
+  ReplayConfig sampling;
+  sampling.samples_per_request = 4;
+  ReplayConfig beams = sampling;
+  beams.beam_reselect_probability = 0.5;
+  BackendOptions o;
+  o.model = testing::tiny_model();
+  o.capacity_bytes = 4000 * o.model.kv_bytes_per_token();
+  o.max_seq_len = 128;
+  auto a = make_backend("paged-16", o), b = make_backend("paged-16", o);
+  const ReplayResult s = replay(*a, w, sampling), r = replay(*b, w, beams);
+  EXPECT_EQ(r.summary.completed, 2);
+  EXPECT_EQ(r.requests[0].generated_tokens, 240);
+  EXPECT_EQ(b->breakdown().allocated(), 0u);
+  EXPECT_GT(r.summary.mean_shared_savings_bytes, s.summary.mean_shared_savings_bytes);
+  // Beam forks on contiguous reservations copy, and still lose nothing.
+  auto c = make_backend("contiguous-oracle", o);
+  const ReplayResult q = replay(*c, w, beams);
+  EXPECT_EQ(q.summary.completed, 2);
+  EXPECT_EQ(c->num_sequences(), 0u);
+}
+
+}  // namespace
+}  // namespace kvlab
+
+namespace kvlab {
+namespace {
+
+TEST(Replayer, PrefixCachingSkipsPrefillOfSharedPrompts) {
+  SyntheticWorkload w;
+  w.num_requests = 60;
+  w.rate = 5;
+  w.prompt = LengthDistribution::parse("uniform:300:400", "p");
+  w.output = LengthDistribution::parse("uniform:2:20", "o");
+  w.prefix_groups = 3;
+  w.shared_prefix_tokens = 256;
+  const auto workload = generate(w);
+  BackendOptions o;
+  o.model = testing::tiny_model();
+  o.capacity_bytes = 8000 * o.model.kv_bytes_per_token();
+  o.max_seq_len = 1024;
+  std::int64_t hits[3] = {0, 0, 0}, computed[3] = {0, 0, 0};
+  const char* names[] = {"paged-16", "paged-16-hash", "paged-16-radix"};
+  for (int i = 0; i < 3; ++i) {
+    auto b = make_backend(names[i], o);
+    const ReplayResult r = replay(*b, workload, ReplayConfig{});
+    EXPECT_EQ(r.summary.completed, 60) << names[i];
+    hits[i] = r.summary.prefix_hit_tokens;
+    computed[i] = r.summary.prefill_tokens_computed;
+    EXPECT_EQ(b->num_sequences(), 0u);
+  }
+  EXPECT_EQ(hits[0], 0);
+  // Every request after the first of its group hits the whole 256-token system prompt.
+  EXPECT_EQ(hits[1], (60 - 3) * 256);
+  EXPECT_EQ(hits[2], hits[1]);  // hash and radix agree
+  EXPECT_EQ(computed[0] - computed[1], hits[1]);
+}
+
+TEST(Replayer, ChainedBlockHashesBecomeSharedTokenIds) {
+  // Mooncake-style: hash ids per 512-token block; requests 0 and 1 share their first block.
+  Request a{0, 0.0, 700, 3}, b{1, 0.1, 600, 3};
+  a.prefix_hashes = {11, 12};
+  b.prefix_hashes = {11, 13};
+  a.prefix_hash_block = b.prefix_hash_block = 512;
+  BackendOptions o;
+  o.model = testing::tiny_model();
+  o.capacity_bytes = 4000 * o.model.kv_bytes_per_token();
+  o.max_seq_len = 2048;
+  auto backend = make_backend("paged-16-radix", o);
+  const ReplayResult r = replay(*backend, {a, b}, ReplayConfig{});
+  EXPECT_EQ(r.summary.completed, 2);
+  EXPECT_EQ(r.summary.prefix_hit_tokens, 512);
+}
+
+}  // namespace
+}  // namespace kvlab

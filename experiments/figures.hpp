@@ -1,0 +1,32 @@
+#pragma once
+// `kvlab figure NAME`: each headline figure of the papers kvlab is built to check, reproduced by one
+// command into results/NAME/ — the data (data.csv), the plot (NAME.png, drawn by scripts/plot.py)
+// and a README stating the command, the machine, whether times are measured or modelled, and our
+// numbers next to the paper's. Smoke scale by default (seconds, run by CI), paper scale with --full.
+#include <filesystem>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace kvlab {
+
+struct FigureContext {
+  bool full = false;                 ///< paper scale
+  std::filesystem::path out;         ///< results/NAME
+  std::filesystem::path trace_dir;   ///< where the public traces are
+  std::string command;               ///< the command that reproduces this figure
+  bool progress = true;
+};
+
+struct Figure {
+  std::string name;
+  std::string title;  ///< which paper figure it reproduces
+  std::function<void(const FigureContext&)> run;
+};
+
+/// Every figure, in the order of docs/experiments.md.
+[[nodiscard]] const std::vector<Figure>& figures();
+/// Throws InvalidArgument listing the known names.
+[[nodiscard]] const Figure& find_figure(const std::string& name);
+
+}  // namespace kvlab
