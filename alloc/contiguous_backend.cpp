@@ -131,8 +131,13 @@ void ContiguousBackend::fork(SeqId parent, SeqId child) {
   if (region_ != nullptr) {
     // Contiguous reservations cannot share: the child gets its own copy of every written token.
     const std::size_t bytes = static_cast<std::size_t>(p.length) * config_.model.kv_bytes_per_token_per_layer() / 2;
-    for (int layer = 0; layer < config_.model.num_layers; ++layer)
-      for (int kv = 0; kv < 2; ++kv) copy_bytes(device(), layer_base(c, layer, kv), layer_base(p, layer, kv), bytes);
+    try {
+      for (int layer = 0; layer < config_.model.num_layers; ++layer)
+        for (int kv = 0; kv < 2; ++kv) copy_bytes(device(), layer_base(c, layer, kv), layer_base(p, layer, kv), bytes);
+    } catch (...) {  // a failed copy leaves no child behind
+      arena_.deallocate(*offset);
+      throw;
+    }
   }
   seqs_.emplace(child, c);
 }

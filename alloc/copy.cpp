@@ -3,14 +3,23 @@
 #include <cstring>
 
 #include "alloc/error.hpp"
+#include "alloc/fault_injection.hpp"
 #if KVLAB_HAS_CUDA
 #include "alloc/cuda_check.hpp"
 #endif
 
 namespace kvlab {
 
+namespace {
+void maybe_inject(const char* site) {
+  if (FaultInjector* f = copy_fault_injector(); f != nullptr && f->should_fail(site))
+    KVLAB_THROW(Error, std::string("injected device copy failure (") + site + ")");
+}
+}  // namespace
+
 void copy_bytes(Device device, void* dst, const void* src, std::size_t bytes) {
   if (bytes == 0) return;
+  maybe_inject("copy");
   if (device == Device::host) {
     std::memmove(dst, src, bytes);
     return;
@@ -26,6 +35,7 @@ void copy_bytes(Device device, void* dst, const void* src, std::size_t bytes) {
 
 void upload_bytes(Device device, void* dst, const void* host_src, std::size_t bytes) {
   if (bytes == 0) return;
+  maybe_inject("upload");
   if (device == Device::host) {
     std::memmove(dst, host_src, bytes);
     return;

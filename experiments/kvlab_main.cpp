@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <iostream>
 #include <sstream>
 #include <string>
@@ -15,6 +16,7 @@
 
 #include "alloc/cuda_runtime.hpp"
 #include "alloc/error.hpp"
+#include "alloc/fault_injection.hpp"
 #include "alloc/limiting_adaptor.hpp"
 #include "alloc/model_geometry.hpp"
 #include "experiments/backend_factory.hpp"
@@ -94,12 +96,12 @@ int cmd_models() {
 /// Options shared by replay and compare: the workload, the model and capacity, the scheduler.
 struct Common {
   std::string trace, trace_dir, trace_format, prompt_len, output_len, model_name, device_model, out_dir;
-  std::string long_policy, preemption, lengths_from;
+  std::string long_policy, preemption, lengths_from, inject_faults;
   double capacity_gib = 0, rate = 0, burstiness = 1, time_scale = 1;
   std::int64_t requests = 0, max_seq_len = 0, max_batched = 0, limit = 0, shared_prefix = 0;
   int max_running = 0, samples = 1, execute_layers = 0, prefix_groups = 0;
   std::uint64_t seed = 0;
-  bool chunked = false, execute = false, progress = true;
+  bool chunked = false, execute = false, progress = true, verify_kv = false;
 
   void add(po::options_description& o) {
     po::options_description w("Workload");
@@ -135,7 +137,11 @@ struct Common {
         "roofline device of the modelled clock: a100-40gb, a100-80gb, h100-sxm, h200")(
         "execute", po::bool_switch(&execute),
         "execute mode: run the host attention kernels over real KV memory; the clock is their measured time")(
-        "execute-layers", po::value(&execute_layers)->default_value(0), "execute mode: run N layers, scale to all (0: all)");
+        "execute-layers", po::value(&execute_layers)->default_value(0), "execute mode: run N layers, scale to all (0: all)")(
+        "verify-kv", po::bool_switch(&verify_kv),
+        "write a known pattern into every KV slot and read all resident KV back after every step (slow)")(
+        "inject-faults", po::value(&inject_faults),
+        "make device copies fail: nth:N (the N-th copy) or random:P[:SEED]; needs --execute or --verify-kv");
     po::options_description out("Output");
     out.add_options()("out", po::value(&out_dir), "write summary.json, steps.csv and requests.csv per backend here")(
         "no-progress", "no progress line on stderr");
@@ -157,8 +163,39 @@ struct Common {
     if (execute_layers < 0) throw UsageError("--execute-layers must not be negative");
     if (long_policy != "reject" && long_policy != "truncate")
       throw UsageError("--long-requests must be reject or truncate (got '" + long_policy + "')");
+    if (!inject_faults.empty() && !execute && !verify_kv)
+      throw UsageError("--inject-faults needs KV storage: add --execute or --verify-kv");
+    if (!inject_faults.empty()) (void)fault_plan();  // validate now
     if (preemption != "recompute" && preemption != "swap")
       throw UsageError("--preemption must be recompute or swap (got '" + preemption + "')");
+  }
+
+  /// --inject-faults nth:N | random:P[:SEED] as an armed injector.
+  std::unique_ptr<FaultInjector> fault_plan() const {
+    auto f = std::make_unique<FaultInjector>();
+    const auto parts = split_args_colon(inject_faults);
+    try {
+      if (parts.size() == 2 && parts[0] == "nth") {
+        const long long n = std::stoll(parts[1]);
+        if (n < 1) throw std::invalid_argument("n");
+        f->fail_nth(static_cast<std::uint64_t>(n));
+        return f;
+      }
+      if ((parts.size() == 2 || parts.size() == 3) && parts[0] == "random") {
+        const double p = std::stod(parts[1]);
+        if (!(p >= 0 && p <= 1)) throw std::invalid_argument("p");
+        f->fail_randomly(p, parts.size() == 3 ? std::stoull(parts[2]) : 0);
+        return f;
+      }
+    } catch (const std::logic_error&) {
+    }
+    throw UsageError("--inject-faults '" + inject_faults + "': expected nth:N (N >= 1) or random:P[:SEED] (0 <= P <= 1)");
+  }
+  static std::vector<std::string> split_args_colon(const std::string& s) {
+    std::vector<std::string> out;
+    std::stringstream ss(s);
+    for (std::string item; std::getline(ss, item, ':');) out.push_back(item);
+    return out;
   }
 
   fs::path trace_directory() const { return trace_dir.empty() ? default_trace_dir() : fs::path(trace_dir); }
@@ -212,6 +249,8 @@ struct Common {
     rc.device = device_model_preset(device_model);
     rc.execute = execute;
     rc.execute_layers = execute_layers;
+    rc.verify_kv = verify_kv;
+    rc.seed = seed;
     return rc;
   }
 
@@ -240,15 +279,33 @@ int run_backends(const Common& c, const std::vector<std::string>& names, const s
             << c.capacity_gib << " GiB, clock "
             << (c.execute ? "measured (host attention kernels)" : "modelled on " + rc.device.name) << "\n\n";
   std::vector<ReplaySummary> rows;
+  bool corrupted = false;
   for (const auto& name : names) {
-    auto backend = make_backend(name, c.backend_options(c.execute ? &host_memory_resource() : nullptr));
+    const bool storage = c.execute || c.verify_kv;
+    auto backend = make_backend(name, c.backend_options(storage ? &host_memory_resource() : nullptr));
     Progress progress("replay " + backend->name(), c.progress);
+    std::unique_ptr<FaultInjector> faults = c.inject_faults.empty() ? nullptr : c.fault_plan();
+    std::optional<ScopedCopyFaults> guard;
+    if (faults) guard.emplace(*faults);
     const ReplayResult r = replay(*backend, workload, rc, [&](auto d, auto t) { progress.update(d, t); });
+    guard.reset();
+    if (faults || c.verify_kv)
+      std::cout << r.summary.backend << ": " << (faults ? std::to_string(faults->injected()) + " faults injected, " : "")
+                << r.summary.failed << " requests failed with a reason, " << r.summary.rejected << " rejected"
+                << (c.verify_kv ? ", " + std::to_string(r.summary.kv_tokens_checked) + " token reads verified, " +
+                                      std::to_string(r.summary.kv_mismatches) + " KV mismatches"
+                                : std::string())
+                << "\n";
+    if (c.verify_kv && r.summary.kv_mismatches > 0) corrupted = true;
     rows.push_back(r.summary);
     if (!c.out_dir.empty())
       write_replay_files(c.out_dir, RunInfo{invocation, model.name, description, r.summary.clock, rc.device.name}, r);
   }
   print_summary_table(std::cout, rows);
+  if (corrupted) {
+    std::cerr << "kvlab: KV integrity check failed: some KV did not read back as written\n";
+    return 1;
+  }
   if (!c.out_dir.empty()) {
     write_compare_csv(fs::path(c.out_dir) / "compare.csv", invocation, description, rows);
     std::cout << "files written under " << c.out_dir << "/\n";

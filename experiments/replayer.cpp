@@ -4,9 +4,11 @@
 #include <chrono>
 #include <cmath>
 #include <deque>
+#include <memory>
 #include <random>
 
 #include "alloc/error.hpp"
+#include "experiments/kv_integrity.hpp"
 #include "kernels/attention.hpp"
 
 namespace kvlab {
@@ -32,6 +34,8 @@ struct Group {
   std::int64_t chunk = 0;      // prefill tokens scheduled this step
   bool in_step = false;        // did work this step
   std::vector<std::int32_t> ids;  // prompt token ids for prefix caching (empty: unknown)
+  std::int64_t admitted_from = 0;  // prompt tokens already in the cache at admission (not computed)
+  mutable std::vector<std::uint64_t> tags;  // integrity tags of the prompt tokens (verify_kv)
   [[nodiscard]] bool prefilling() const noexcept { return prefilled < prompt; }
 };
 
@@ -75,6 +79,16 @@ class Replay {
   void admit_waiting();
   void run_step();
   void reselect_beams(Group& g);
+  void release_seq(SeqId id) {
+    b_.release(id);
+    if (integrity_) integrity_->forget(id);
+  }
+  void fork_seq(SeqId parent, SeqId child) {
+    b_.fork(parent, child);
+    if (integrity_) integrity_->fork(parent, child);
+  }
+  [[nodiscard]] const std::vector<std::uint64_t>& prompt_tags(Group& g) const;
+  void check_integrity();
   double execute_kernels(double& prepare_s);
 
   KvBackend& b_;
@@ -93,6 +107,7 @@ class Replay {
   std::optional<SequenceSpec> blocked_;
   double shared_savings_time_ = 0;  // integral of shared_savings over busy time
   std::int32_t fresh_token_id_ = 0x7fffffff;
+  std::unique_ptr<KvIntegrity> integrity_;
   // Execute mode buffers.
   std::vector<float> q_, out_;
   std::vector<std::int32_t> q_indptr_;
@@ -104,11 +119,14 @@ void Replay::finish(Group& g, RequestRecord::Status status, const std::string& r
   RequestRecord& r = result_.requests[g.req];
   ReplaySummary& s = result_.summary;
   for (Seq& q : g.seqs)
-    if (b_.contains(q.id)) b_.release(q.id);
+    if (b_.contains(q.id)) release_seq(q.id);
   r.status = status;
-  if (status == RequestRecord::Status::rejected) {
+  if (status == RequestRecord::Status::rejected || status == RequestRecord::Status::failed) {
     r.reason = reason;
-    ++s.rejected;
+    ++(status == RequestRecord::Status::rejected ? s.rejected : s.failed);
+    std::int64_t generated = g.carried;
+    for (const Seq& q : g.seqs) generated += q.produced;
+    r.generated_tokens = generated;
   } else {
     std::int64_t generated = g.carried;
     for (const Seq& q : g.seqs) generated += q.produced;
@@ -170,9 +188,18 @@ void Replay::preempt(std::size_t pos) {
   RequestRecord& rec = result_.requests[g.req];
   ++rec.preemptions;
   ++result_.summary.preemptions;
+  bool swapped = false;
   if (c_.preemption == PreemptionMode::swap && b_.supports_swap() && !g.prefilling()) {
-    for (Seq& q : g.seqs)
-      if (!q.done) b_.swap_out(q.id);
+    try {
+      for (Seq& q : g.seqs)
+        if (!q.done) b_.swap_out(q.id);
+      swapped = true;
+    } catch (const Error&) {
+      // No swap space, or a failed copy: fall back to recompute (release frees swapped copies too).
+      ++result_.summary.out_of_memory;
+    }
+  }
+  if (swapped) {
     ++result_.summary.swaps;
     g.in_step = false;
     swapped_.push_back(std::move(g));
@@ -180,7 +207,7 @@ void Replay::preempt(std::size_t pos) {
     return;
   }
   for (Seq& q : g.seqs)
-    if (b_.contains(q.id)) b_.release(q.id);
+    if (b_.contains(q.id)) release_seq(q.id);
   if (g.seqs.size() == 1 && !g.prefilling()) {
     // Recompute: the generated tokens become part of the prompt.
     g.carried += g.seqs[0].produced;
@@ -218,7 +245,7 @@ bool Replay::claim_slots(Group& g) {
   while (static_cast<int>(g.seqs.size()) < c_.samples_per_request) {
     const SeqId child = next_seq_++;
     try {
-      b_.fork(g.seqs[0].id, child);
+      fork_seq(g.seqs[0].id, child);
     } catch (const OutOfMemory&) {
       ++result_.summary.out_of_memory;
       return false;
@@ -247,19 +274,25 @@ void Replay::swap_in_groups() {
     if (seqs_in_step_ + live > c_.max_running) return;
     std::vector<SeqId> in;
     bool ok = true;
-    for (Seq& q : g.seqs) {
-      if (q.done) continue;
-      if (!b_.can_swap_in(q.id)) {
-        ok = false;
-        break;
+    try {
+      for (Seq& q : g.seqs) {
+        if (q.done) continue;
+        if (!b_.can_swap_in(q.id)) {
+          ok = false;
+          break;
+        }
+        b_.swap_in(q.id);
+        in.push_back(q.id);
       }
-      b_.swap_in(q.id);
-      in.push_back(q.id);
+      if (!ok)
+        for (SeqId id : in) b_.swap_out(id);  // roll back a partial swap-in
+    } catch (const Error& e) {
+      Group dead = std::move(g);
+      swapped_.pop_front();
+      finish(dead, RequestRecord::Status::failed, std::string("swap-in failed: ") + e.what());
+      continue;
     }
-    if (!ok) {
-      for (SeqId id : in) b_.swap_out(id);  // roll back a partial swap-in
-      return;
-    }
+    if (!ok) return;
     running_.push_back(std::move(g));
     swapped_.pop_front();
     if (!claim_slots(running_.back())) {  // swapped in but no room to decode: back out
@@ -289,12 +322,26 @@ void Replay::admit_waiting() {
       return;
     }
     const SeqId id = next_seq_++;
-    b_.admit(id, spec, chunk);
+    try {
+      b_.admit(id, spec, chunk);
+    } catch (const OutOfMemory&) {  // e.g. an allocation that failed although can_admit said yes
+      ++result_.summary.out_of_memory;
+      blocked_ = spec;
+      return;
+    } catch (const InvalidArgument&) {
+      throw;  // a bug in the replayer, not a device error
+    } catch (const Error& e) {
+      Group dead = std::move(g);
+      waiting_.pop_front();
+      finish(dead, RequestRecord::Status::failed, std::string("admission failed: ") + e.what());
+      continue;
+    }
     g.seqs = {{id, 0, false}};
     // Prompt tokens found in the prefix cache need no prefill compute (at least one always does).
     const std::int64_t cached = std::min(b_.cached_tokens(id), chunk - 1);
     g.prefilled = cached;
     g.chunk = chunk - cached;
+    if (integrity_ && cached > 0) integrity_->expect(id, 0, std::span(prompt_tags(g)).first(static_cast<std::size_t>(cached)));
     result_.summary.prefix_hit_tokens += cached;
     g.in_step = true;
     budget_ -= g.chunk;
@@ -352,6 +399,42 @@ double Replay::execute_kernels(double& prepare_s) {
   return std::chrono::duration<double>(t2 - t1).count() * m.num_layers / layers;
 }
 
+/// Integrity tags of a group's prompt tokens: chained over token ids when known (so cached prefixes
+/// carry the same tags as the KV another request wrote), else by request and position.
+const std::vector<std::uint64_t>& Replay::prompt_tags(Group& g) const {
+  if (static_cast<std::int64_t>(g.tags.size()) == g.prompt) return g.tags;
+  g.tags.resize(static_cast<std::size_t>(g.prompt));
+  std::uint64_t prev = 0;
+  for (std::int64_t t = 0; t < g.prompt; ++t) {
+    g.tags[t] = static_cast<std::int64_t>(g.ids.size()) >= g.prompt
+                    ? (prev = KvIntegrity::chain(prev, g.ids[static_cast<std::size_t>(t)]))
+                    : KvIntegrity::positional((1ull << 40) + g.req, t);
+  }
+  return g.tags;
+}
+
+/// Writes the pattern of every token computed this step, then reads back every resident sequence.
+void Replay::check_integrity() {
+  std::vector<SeqId> resident;
+  for (Group& g : running_) {
+    if (g.in_step && g.chunk > 0) {
+      const auto& tags = prompt_tags(g);
+      integrity_->write(g.seqs[0].id, g.prefilled,
+                        std::span(tags).subspan(static_cast<std::size_t>(g.prefilled), static_cast<std::size_t>(g.chunk)));
+    } else if (g.in_step) {
+      for (const Seq& q : g.seqs) {
+        if (q.done) continue;
+        const std::int64_t pos = b_.length(q.id) - 1;  // the slot claimed for this step's token
+        const std::uint64_t tag = KvIntegrity::positional(static_cast<std::uint64_t>(q.id), pos);
+        integrity_->write(q.id, pos, {&tag, 1});
+      }
+    }
+    for (const Seq& q : g.seqs)
+      if (!q.done && b_.contains(q.id) && !b_.is_swapped(q.id)) resident.push_back(q.id);
+  }
+  integrity_->verify(resident);
+}
+
 /// Beam search stand-in: a beam may continue from another beam's sequence instead of its own. The
 /// fork comes first, so a fork that finds no memory changes nothing (it is counted and skipped).
 void Replay::reselect_beams(Group& g) {
@@ -364,12 +447,14 @@ void Replay::reselect_beams(Group& g) {
     if (j >= i) ++j;
     const SeqId fresh = next_seq_++;
     try {
-      b_.fork(g.seqs[j].id, fresh);
-    } catch (const OutOfMemory&) {
+      fork_seq(g.seqs[j].id, fresh);
+    } catch (const InvalidArgument&) {
+      throw;
+    } catch (const Error&) {  // no memory or a failed copy: this beam keeps its own sequence
       ++result_.summary.out_of_memory;
       continue;
     }
-    b_.release(g.seqs[i].id);
+    release_seq(g.seqs[i].id);
     g.seqs[i].id = fresh;
   }
 }
@@ -383,7 +468,20 @@ void Replay::run_step() {
   // Running groups claim their slots in arrival order, preempting the latest arrival on failure.
   std::sort(running_.begin(), running_.end(), [](const Group& a, const Group& b) { return a.req < b.req; });
   for (std::size_t i = 0; i < running_.size();) {
-    if (claim_slots(running_[i])) {
+    bool claimed = false;
+    try {
+      claimed = claim_slots(running_[i]);
+    } catch (const OutOfMemory&) {
+      claimed = false;  // handled like any growth that does not fit: preempt
+    } catch (const InvalidArgument&) {
+      throw;
+    } catch (const Error& e) {
+      Group dead = std::move(running_[i]);
+      running_.erase(running_.begin() + static_cast<std::ptrdiff_t>(i));
+      finish(dead, RequestRecord::Status::failed, std::string("growth failed: ") + e.what());
+      continue;
+    }
+    if (claimed) {
       ++i;
       continue;
     }
@@ -463,6 +561,8 @@ void Replay::run_step() {
   sum.prefill_tokens_computed += work.prefill_tokens;
   ++sum.steps;
 
+  if (integrity_) check_integrity();
+
   // Sample: every sequence that worked produces a token; finished requests leave.
   for (std::size_t i = 0; i < running_.size();) {
     Group& g = running_[i];
@@ -483,7 +583,7 @@ void Replay::run_step() {
         if (q.done) continue;
         if (++q.produced >= g.output) {
           q.done = true;
-          b_.release(q.id);
+          release_seq(q.id);
         }
       }
       if (c_.beam_reselect_probability > 0) reselect_beams(g);
@@ -515,6 +615,7 @@ ReplayResult Replay::run() {
   KVLAB_EXPECTS(c_.beam_reselect_probability >= 0 && c_.beam_reselect_probability <= 1,
                 "beam reselection probability must be in [0, 1]");
   beam_rng_.seed(c_.seed);
+  if (c_.verify_kv) integrity_ = std::make_unique<KvIntegrity>(b_);
   const auto wall0 = Clock::now();
   ReplaySummary& sum = result_.summary;
   sum.backend = b_.name();
@@ -560,6 +661,10 @@ ReplayResult Replay::run() {
   }
   if (n_tpot > 0) sum.mean_tpot_s /= static_cast<double>(n_tpot);
   sum.prefix_lookup_tokens = b_.prefix_cache_stats().queries;
+  if (integrity_) {
+    sum.kv_mismatches = integrity_->mismatches();
+    sum.kv_tokens_checked = integrity_->tokens_checked();
+  }
   sum.wall_s = std::chrono::duration<double>(Clock::now() - wall0).count();
   KVLAB_ASSERT(b_.num_sequences() == 0);
   return std::move(result_);

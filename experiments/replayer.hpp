@@ -54,6 +54,9 @@ struct ReplayConfig {
   /// Execute mode: run the host attention kernels over the backend's memory every step and
   /// advance the clock by their measured time. Needs a backend with storage.
   bool execute = false;
+  /// Write a deterministic pattern into every KV slot computed and read every resident sequence
+  /// back after every step (experiments/kv_integrity.hpp). Needs a host backend with storage; slow.
+  bool verify_kv = false;
   int execute_layers = 0;  ///< layers really run in execute mode (0: all); time is scaled to all
 };
 
@@ -80,8 +83,10 @@ struct RequestRecord {
   std::int64_t output_tokens = 0;     ///< as requested by the workload (per sample)
   std::int64_t generated_tokens = 0;  ///< as produced, over all samples (fewer when truncated)
   int preemptions = 0;
-  enum class Status { completed, rejected, truncated_completed } status = Status::completed;
-  std::string reason;  ///< why rejected
+  /// rejected: never served (too long, cannot fit); failed: a device error (an injected fault, a
+  /// failed copy) ended it, its memory released. Both carry the reason.
+  enum class Status { completed, rejected, truncated_completed, failed } status = Status::completed;
+  std::string reason;  ///< why rejected or failed
 
   [[nodiscard]] bool finished() const noexcept { return finish_s >= 0; }
   [[nodiscard]] double ttft() const noexcept { return first_token_s - arrival_s; }
@@ -91,7 +96,7 @@ struct RequestRecord {
 struct ReplaySummary {
   std::string backend;
   std::string clock = "modelled";  ///< "modelled" (memory mode) or "measured" (execute mode)
-  std::int64_t requests = 0, completed = 0, rejected = 0, truncated = 0;
+  std::int64_t requests = 0, completed = 0, rejected = 0, truncated = 0, failed = 0;
   std::int64_t steps = 0, preemptions = 0, swaps = 0, out_of_memory = 0;
   std::int64_t generated_tokens = 0, prompt_tokens = 0, prefill_tokens_computed = 0;
   double makespan_s = 0;
@@ -106,6 +111,8 @@ struct ReplaySummary {
   double kernel_s = 0, prepare_s = 0;  ///< execute mode totals
   std::int64_t prefix_hit_tokens = 0;     ///< prompt tokens served from the prefix cache (prefill skipped)
   std::int64_t prefix_lookup_tokens = 0;  ///< prompt tokens looked up in the prefix cache
+  std::int64_t kv_mismatches = 0;         ///< verify_kv: KV elements that did not read back as written
+  std::int64_t kv_tokens_checked = 0;     ///< verify_kv: token reads (summed over steps)
   double wall_s = 0;                   ///< wall-clock seconds the replay itself took
 };
 
@@ -119,7 +126,9 @@ struct ReplayResult {
 using ProgressCallback = std::function<void(std::int64_t, std::int64_t)>;
 
 /// Replays `workload` (sorted by arrival) through `backend`, which must start empty; it is empty
-/// again afterwards. Every request ends completed, truncated or rejected with a reason.
+/// again afterwards. Every request ends completed, truncated, rejected or failed (with a reason):
+/// out of memory is counted and handled by the scheduler, and a device error fails only the
+/// request it hit.
 [[nodiscard]] ReplayResult replay(KvBackend& backend, const std::vector<Request>& workload,
                                   const ReplayConfig& config, const ProgressCallback& progress = {});
 

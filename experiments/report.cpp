@@ -75,7 +75,7 @@ void write_replay_files(const std::filesystem::path& dir, const RunInfo& info, c
       << "  \"device_model\": \"" << json_escape(info.device_model) << "\",\n"
       << "  \"capacity_bytes\": " << s.capacity_bytes << ",\n"
       << "  \"requests\": " << s.requests << ", \"completed\": " << s.completed << ", \"rejected\": " << s.rejected
-      << ", \"truncated\": " << s.truncated << ",\n"
+      << ", \"truncated\": " << s.truncated << ", \"failed\": " << s.failed << ",\n"
       << "  \"steps\": " << s.steps << ", \"preemptions\": " << s.preemptions
       << ", \"out_of_memory\": " << s.out_of_memory << ",\n"
       << "  \"prompt_tokens\": " << s.prompt_tokens << ", \"generated_tokens\": " << s.generated_tokens << ",\n"
@@ -112,6 +112,7 @@ void write_replay_files(const std::filesystem::path& dir, const RunInfo& info, c
     for (const RequestRecord& r : result.requests) {
       const char* status = r.status == RequestRecord::Status::rejected    ? "rejected"
                            : r.status == RequestRecord::Status::completed ? "completed"
+                           : r.status == RequestRecord::Status::failed    ? "failed"
                                                                           : "truncated";
       f << r.id << ',' << r.arrival_s << ',' << r.first_scheduled_s << ',' << r.first_token_s << ',' << r.finish_s
         << ',' << r.prompt_tokens << ',' << r.output_tokens << ',' << r.generated_tokens << ',' << r.preemptions

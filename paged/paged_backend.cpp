@@ -281,7 +281,12 @@ void PagedBackend::grow(SeqId id, std::int64_t n) {
   if (s.length % config_.block_size != 0 && pool_.ref_count(s.blocks.back()) > 1) {
     const BlockId shared = s.blocks.back();
     const BlockId own = take_block();
-    copy_blocks({{shared, own}});
+    try {
+      copy_blocks({{shared, own}});
+    } catch (...) {  // a failed copy leaves the sequence as it was
+      pool_.release(own);
+      throw;
+    }
     pool_.release(shared);
     s.blocks.back() = own;
     ++cow_copies_;
@@ -364,10 +369,17 @@ void PagedBackend::swap_out(SeqId id) {
     s.swap_bytes = static_cast<std::size_t>(nb) * planes * block_bytes_;
     s.swap = config_.swap_memory->allocate(s.swap_bytes);  // throws OutOfMemory before any change
     auto* dst = static_cast<std::byte*>(s.swap);
-    for (int p = 0; p < planes; ++p)
-      for (std::int64_t i = 0; i < nb; ++i)
-        copy_bytes(device(), dst + (static_cast<std::size_t>(p) * nb + i) * block_bytes_,
-                   plane(p / 2, p % 2) + static_cast<std::size_t>(s.blocks[i]) * block_bytes_, block_bytes_);
+    try {
+      for (int p = 0; p < planes; ++p)
+        for (std::int64_t i = 0; i < nb; ++i)
+          copy_bytes(device(), dst + (static_cast<std::size_t>(p) * nb + i) * block_bytes_,
+                     plane(p / 2, p % 2) + static_cast<std::size_t>(s.blocks[i]) * block_bytes_, block_bytes_);
+    } catch (...) {  // a failed copy: the sequence stays on the device, untouched
+      config_.swap_memory->deallocate(s.swap, s.swap_bytes);
+      s.swap = nullptr;
+      s.swap_bytes = 0;
+      throw;
+    }
   }
   drop_blocks(s);  // cached blocks keep their entries: their bytes stay valid on the device
   s.swapped_blocks = nb;
@@ -392,10 +404,16 @@ void PagedBackend::swap_in(SeqId id) {
   if (region_ != nullptr) {
     const int planes = 2 * config_.model.num_layers;
     const auto* src = static_cast<const std::byte*>(s.swap);
-    for (int p = 0; p < planes; ++p)
-      for (std::int64_t i = 0; i < nb; ++i)
-        copy_bytes(device(), plane(p / 2, p % 2) + static_cast<std::size_t>(s.blocks[i]) * block_bytes_,
-                   src + (static_cast<std::size_t>(p) * nb + i) * block_bytes_, block_bytes_);
+    try {
+      for (int p = 0; p < planes; ++p)
+        for (std::int64_t i = 0; i < nb; ++i)
+          copy_bytes(device(), plane(p / 2, p % 2) + static_cast<std::size_t>(s.blocks[i]) * block_bytes_,
+                     src + (static_cast<std::size_t>(p) * nb + i) * block_bytes_, block_bytes_);
+    } catch (...) {  // a failed copy: the blocks go back, the sequence stays swapped out
+      for (auto it = s.blocks.rbegin(); it != s.blocks.rend(); ++it) pool_.release(*it);
+      s.blocks.clear();
+      throw;
+    }
     config_.swap_memory->deallocate(s.swap, s.swap_bytes);
   }
   s.swap = nullptr;

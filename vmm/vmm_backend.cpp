@@ -605,14 +605,17 @@ MemoryBreakdown VmmBackend::breakdown(const SequenceSpec*) const {
 void VmmBackend::prefetch_for_next_step(std::span<const SeqId> ids, std::int64_t growth) {
   KVLAB_EXPECTS(growth >= 0, "growth must not be negative");
   if (!config_.overlap) return;
+  std::vector<std::pair<int, std::int64_t>> wanted;  // (slot, rows); unknown ids throw before anything is queued
+  wanted.reserve(ids.size());
+  for (SeqId id : ids) {
+    const Sequence& s = at(id);
+    wanted.emplace_back(s.slot, target_rows(std::min(s.length + growth, config_.max_seq_len)));
+  }
   {
     std::lock_guard lock(mutex_);
-    for (SeqId id : ids) {
-      const Sequence& s = at(id);
-      const std::int64_t rows = target_rows(std::min(s.length + growth, config_.max_seq_len));
-      const Slot& slot = slots_[static_cast<std::size_t>(s.slot)];
-      if (missing_pages(slot, rows) == 0) continue;
-      jobs_.push_back(Job{s.slot, slot.generation, rows});
+    for (const auto& [slot, rows] : wanted) {
+      const Slot& s = slots_[static_cast<std::size_t>(slot)];
+      if (missing_pages(s, rows) > 0) jobs_.push_back(Job{slot, s.generation, rows});
     }
   }
   work_cv_.notify_one();
@@ -659,8 +662,10 @@ void VmmBackend::run_job(const Job& job) {
     int tensor = 0;
     while (static_cast<std::int64_t>(s.pages[static_cast<std::size_t>(tensor)].size()) != next_row) ++tensor;
     try {
-      // Best effort: free pages, else pages cached in free slots; never a running sequence's.
-      if (pool_->num_free() == 0 && reclaim(1, job.slot, false, Origin::background) == 0) {
+      // Best effort: free pages, else pages cached in free slots (a row at a time, so one
+      // synchronize serves several pages); never a running sequence's.
+      if (pool_->num_free() == 0 &&
+          reclaim(std::min<std::int64_t>(tensors_, missing_pages(s, rows)), job.slot, false, Origin::background) == 0) {
         ++stats_.prefetch_shortfalls;
         return;
       }

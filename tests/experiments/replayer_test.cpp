@@ -151,7 +151,7 @@ std::unique_ptr<KvBackend> backend(const std::string& name, std::int64_t capacit
 }
 
 void expect_all_accounted(const ReplayResult& r, std::int64_t n) {
-  EXPECT_EQ(r.summary.completed + r.summary.rejected + r.summary.truncated, n);
+  EXPECT_EQ(r.summary.completed + r.summary.rejected + r.summary.truncated + r.summary.failed, n);
   for (const StepRecord& s : r.steps) ASSERT_NEAR(s.fractions.sum(), 1.0, 1e-9);
 }
 

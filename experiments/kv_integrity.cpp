@@ -1,0 +1,108 @@
+#include "experiments/kv_integrity.hpp"
+
+#include "alloc/error.hpp"
+#include "kernels/dispatch.hpp"
+
+namespace kvlab {
+
+namespace {
+std::uint64_t mix(std::uint64_t x) noexcept {  // splitmix64 finaliser
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+}  // namespace
+
+KvIntegrity::KvIntegrity(KvBackend& backend) : b_(backend) {
+  KVLAB_EXPECTS(backend.has_storage(), "KV integrity checks need a backend with KV storage");
+  KVLAB_EXPECTS(backend.device() == Device::host, "KV integrity checks read KV on the host");
+}
+
+float KvIntegrity::pattern(std::uint64_t tag, int layer, int kv, int head, int d) noexcept {
+  const std::uint64_t m = mix(tag ^ (static_cast<std::uint64_t>(layer) << 40) ^ (static_cast<std::uint64_t>(kv) << 39) ^
+                              (static_cast<std::uint64_t>(head) << 24));
+  const auto byte = static_cast<int>(((m >> ((d % 8) * 8)) + static_cast<std::uint64_t>(d / 8)) & 0xff);
+  return static_cast<float>(byte - 128);  // an integer in [-128, 127]: exact in every KV dtype
+}
+
+std::uint64_t KvIntegrity::chain(std::uint64_t previous, std::int64_t token_id) noexcept {
+  return mix(previous * 0x100000001b3ull ^ static_cast<std::uint64_t>(token_id));
+}
+
+std::uint64_t KvIntegrity::positional(std::uint64_t owner, std::int64_t position) noexcept {
+  return mix((owner << 32) ^ static_cast<std::uint64_t>(position) ^ 0xabcdef1234567ull);
+}
+
+std::vector<std::uint64_t>& KvIntegrity::tags_of(SeqId id, std::int64_t upto) {
+  auto& v = tags_[id];
+  if (static_cast<std::int64_t>(v.size()) < upto) v.resize(static_cast<std::size_t>(upto), 0);
+  return v;
+}
+
+void KvIntegrity::expect(SeqId id, std::int64_t from, std::span<const std::uint64_t> tags) {
+  auto& v = tags_of(id, from + static_cast<std::int64_t>(tags.size()));
+  std::copy(tags.begin(), tags.end(), v.begin() + from);
+}
+
+void KvIntegrity::write(SeqId id, std::int64_t from, std::span<const std::uint64_t> tags) {
+  if (tags.empty()) return;
+  expect(id, from, tags);
+  const ModelGeometry& m = b_.model();
+  b_.prepare_batch({&id, 1});
+  for (int layer = 0; layer < m.num_layers; ++layer) {
+    const KvView view = b_.layer_view(layer);
+    visit_kv_view(view, [&](auto typed, auto) {
+      using T = std::remove_cv_t<std::remove_pointer_t<decltype(typed.k(0, 0, 0))>>;
+      for (std::size_t i = 0; i < tags.size(); ++i) {
+        const std::int64_t t = from + static_cast<std::int64_t>(i);
+        for (int h = 0; h < m.num_kv_heads; ++h) {
+          T* k = typed.k(0, t, h);
+          T* v = typed.v(0, t, h);
+          for (int d = 0; d < m.head_dim; ++d) {
+            k[d] = from_float<T>(pattern(tags[i], layer, 0, h, d));
+            v[d] = from_float<T>(pattern(tags[i], layer, 1, h, d));
+          }
+        }
+      }
+    });
+  }
+}
+
+void KvIntegrity::fork(SeqId parent, SeqId child) {
+  const auto it = tags_.find(parent);
+  if (it != tags_.end()) tags_[child] = it->second;
+}
+
+void KvIntegrity::forget(SeqId id) { tags_.erase(id); }
+
+std::int64_t KvIntegrity::verify(std::span<const SeqId> ids) {
+  if (ids.empty()) return 0;
+  const ModelGeometry& m = b_.model();
+  const PreparedBatch batch = b_.prepare_batch(ids);
+  std::int64_t bad = 0;
+  for (int layer = 0; layer < m.num_layers; ++layer) {
+    const KvView view = b_.layer_view(layer);
+    visit_kv_view(view, [&](auto typed, auto) {
+      for (int s = 0; s < batch.batch; ++s) {
+        const auto it = tags_.find(ids[static_cast<std::size_t>(s)]);
+        if (it == tags_.end()) continue;
+        const std::int64_t n = std::min<std::int64_t>(static_cast<std::int64_t>(it->second.size()), batch.seq_lens[s]);
+        if (layer == 0) tokens_checked_ += n;
+        for (std::int64_t t = 0; t < n; ++t)
+          for (int h = 0; h < m.num_kv_heads; ++h) {
+            const auto* k = typed.k(s, t, h);
+            const auto* v = typed.v(s, t, h);
+            for (int d = 0; d < m.head_dim; ++d) {
+              bad += to_float(k[d]) != pattern(it->second[t], layer, 0, h, d);
+              bad += to_float(v[d]) != pattern(it->second[t], layer, 1, h, d);
+            }
+          }
+      }
+    });
+  }
+  mismatches_ += bad;
+  return bad;
+}
+
+}  // namespace kvlab
