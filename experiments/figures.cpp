@@ -386,6 +386,63 @@ void sharing(const FigureContext& ctx) {
   plot(ctx, "sharing");
 }
 
+// ----------------------------------------------------------------------------------------------
+// 8. Prefix caching (SGLang Fig. 8 style): hit rate against batch size, and throughput.
+
+void prefix_cache(const FigureContext& ctx) {
+  struct Source {
+    std::string label, file;
+    double anchor_pct;
+    std::string anchor;
+  };
+  const std::vector<Source> sources = {
+      {"Mooncake conversation", "conversation_trace.jsonl", 40.0, "Mooncake (FAST'25) cache ratio"},
+      {"Mooncake synthetic", "synthetic_trace.jsonl", 66.0, "Mooncake (FAST'25) cache ratio"},
+      {"ShareGPT (LLMServingSim, token ids)", "sharegpt-llama-3.1-8b-300-sps10.jsonl", 7.59,
+       "LLMServingSim prefix hit ratio, 16-token blocks"},
+  };
+  const std::vector<int> batches = ctx.full ? std::vector<int>{8, 32, 128, 512} : std::vector<int>{8, 64, 256};
+  BackendOptions o;
+  o.model = model_preset("llama-3-8b");
+  o.max_seq_len = 200'000;  // Mooncake prompts reach 191k tokens
+  o.capacity_bytes = std::size_t{ctx.full ? 128ull : 64ull} << 30;
+  Table t{{"trace", "backend", "max_batch", "hit_rate_pct", "prefill_tokens_saved", "mean_batch", "tokens_per_s",
+           "mean_ttft_s", "anchor_pct", "anchor"}};
+  for (const Source& src : sources) {
+    TraceOptions topt;
+    topt.max_requests = ctx.full ? 0 : 300;
+    const auto w = read_trace(resolve_trace(src.file, ctx.trace_dir), topt).requests;
+    for (const char* backend : {"paged-16-radix", "paged-16-hash", "paged-16"})
+      for (int mb : batches) {
+        if (std::string(backend) != "paged-16-radix" && mb != batches.back()) continue;  // one point each
+        ReplayConfig c;
+        c.max_running = mb;
+        c.max_batched_tokens = 32768;
+        c.chunked_prefill = true;
+        const ReplaySummary s = run(ctx, backend, o, w, c).summary;
+        const double queried = static_cast<double>(s.prefix_lookup_tokens);
+        const double rate = queried > 0 ? static_cast<double>(s.prefix_hit_tokens) / queried : 0;
+        t.add({src.label, backend, std::to_string(mb), pct(rate), std::to_string(s.prefix_hit_tokens), fmt(s.mean_batch),
+               fmt(s.makespan_s > 0 ? static_cast<double>(s.generated_tokens) / s.makespan_s : 0, 0),
+               fmt(s.mean_ttft_s, 3), fmt(src.anchor_pct, 2), src.anchor});
+      }
+  }
+  t.write_csv(ctx.out / "data.csv", ctx.command);
+  write_readme(ctx, "prefix-cache", "SGLang (Fig. 8 style): prefix-cache hit rate against batch size, and throughput",
+               "Llama-3-8B geometry with max_seq_len 200k, " + std::to_string(o.capacity_bytes >> 30) +
+                   " GiB of KV, paged backend (block 16) with the radix (SGLang) and hash (vLLM v1) prefix caches and "
+                   "without; Mooncake traces (hash_ids per 512-token block, turned into token ids) and the "
+                   "LLMServingSim ShareGPT file (real token ids); trace arrival times; chunked prefill, 32k tokens "
+                   "per step" + std::string(ctx.full ? "" : "; first 300 requests of each trace"),
+               "modelled: declared A100-80GB roofline; prefill skipped for hit tokens; no GPU was used", t,
+               "Hit rate = prompt tokens served from the cache / prompt tokens looked up. The anchors are what the "
+               "trace owners report: Mooncake's cache ratios assume a large distributed cache over the whole trace, "
+               "so a smoke-scale prefix of the trace and a single node's KV capacity see less; LLMServingSim's 7.59 % "
+               "is for the same ShareGPT file at 16-token blocks. Larger batches keep more sequences (and their "
+               "prefixes) resident, which raises the hit rate until capacity, not batch size, limits it.");
+  plot(ctx, "prefix-cache");
+}
+
 }  // namespace
 
 const std::vector<Figure>& figures() {
@@ -395,6 +452,7 @@ const std::vector<Figure>& figures() {
       {"block-size", "vLLM Fig. 18b: latency and fragmentation vs block size", block_size},
       {"kernel-overhead", "vLLM Fig. 18a / vAttention: attention through paged, contiguous, vmm views", kernel_overhead},
       {"sharing", "vLLM Fig. 15: memory saved by parallel sampling and beam search", sharing},
+      {"prefix-cache", "SGLang Fig. 8 style: prefix-cache hit rate vs batch size, throughput", prefix_cache},
   };
   return all;
 }

@@ -153,7 +153,27 @@ def fig_sharing(d, rows):
     return fig
 
 
+def fig_prefix_cache(d, rows):
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(12, 4.5))
+    for trace in dict.fromkeys(r["trace"] for r in rows):
+        sub = [r for r in rows if r["trace"] == trace and r["backend"] == "paged-16-radix"]
+        mb = [int(r["max_batch"]) for r in sub]
+        line = a1.plot(mb, [float(r["hit_rate_pct"]) for r in sub], marker="o", label=trace)[0]
+        a1.axhline(float(sub[0]["anchor_pct"]), color=line.get_color(), linestyle=":", linewidth=1)
+        a2.plot(mb, [float(r["tokens_per_s"]) for r in sub], marker="o", label=trace)
+    for a in (a1, a2):
+        a.set_xscale("log", base=2)
+        a.set_xlabel("max batch size (sequences)")
+        a.legend(fontsize=8)
+    a1.set_ylabel("prefix-cache hit rate (% of prompt tokens)")
+    a1.set_title("Radix prefix cache hit rate (dotted: trace owners' numbers)", fontsize=10)
+    a2.set_ylabel("generated tokens / s (modelled)")
+    a2.set_title("Throughput", fontsize=10)
+    return fig
+
+
 FIGURES = {
+    "prefix-cache": fig_prefix_cache,
     "memory-breakdown": fig_memory_breakdown,
     "batch-size": fig_batch_size,
     "block-size": fig_block_size,
