@@ -61,6 +61,8 @@ std::vector<std::string> split_args(const std::string& s, const std::string& whe
 }
 
 std::vector<SweepAxis> read_sweep_file(const fs::path& file) {
+  std::error_code ec;
+  if (fs::is_directory(file, ec)) KVLAB_THROW(InvalidArgument, file.string() + ": is a directory, not a sweep file");
   std::ifstream in(file);
   if (!in) KVLAB_THROW(InvalidArgument, file.string() + ": cannot read the sweep file");
   std::vector<SweepAxis> axes;

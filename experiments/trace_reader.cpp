@@ -751,6 +751,7 @@ std::filesystem::path resolve_trace(const std::string& name_or_path, const std::
   for (const fs::path& c : candidates) {
     if (fs::is_regular_file(c, ec)) return c;
     if (fs::is_directory(c, ec)) throw TraceError(c.string(), 0, "", "is a directory, not a trace file");
+    if (fs::exists(c, ec)) throw TraceError(c.string(), 0, "", "is not a regular file (a device, pipe or socket), not a trace file");
   }
   std::string where = candidates.front().string();
   if (candidates.size() > 1) where += " or ./" + name_or_path;

@@ -3,12 +3,14 @@
 //    4 KiB .. 2 MiB; counters map_us / unmap_us per page and map_GBps (bytes mapped per second of
 //    map time). touch = 1 also writes one byte per 4 KiB after mapping (the host's first-touch
 //    page faults, which a GPU mapping does not have: cuMemMap installs the page tables).
-//  * BM_DecodeAttention/<backend>: one decode step of one layer (host_attention) over the same
+//  * BM_DecodeAttention/<backend>/<threads>: one decode step of one layer (host_attention) over the same
 //    lengths through the contiguous backend and through vmm at several page sizes and layouts,
 //    llama-3-8b heads (32 q / 8 kv / 128) with 4 layers, batch 8 x 2048 tokens. Compare the
 //    rows side by side: same kernel, same strides (per_layer), only the addresses differ.
+//    threads = 1 is the robust comparison on a busy machine; 0 uses every core.
 //  * BM_StepLatency/<page KiB>/<overlap>: decode steps of 16 staggered sequences that keep
-//    crossing page boundaries: prefetch (overlap) -> attention over every layer -> wait -> grow.
+//    crossing page boundaries: prefetch (overlap) -> attention over every layer (on one thread,
+//    standing in for the GPU) -> wait -> grow; counters split the step into attention, wait, grow.
 //    Counter critical_maps_per_step shows what the step had to map itself.
 //
 //   build/release/bench/kvlab_bench_vmm --benchmark_out=vmm.json --benchmark_out_format=json
@@ -170,14 +172,19 @@ void BM_DecodeAttention(benchmark::State& state) {
   std::vector<float> q, out;
   const AttentionParams p = decode_params(b->model(), kBatch, pb, q, out);
   const KvView view = b->layer_view(1);
+  ThreadPool pool(static_cast<unsigned>(state.range(1)));
   for (auto _ : state) {
-    host_attention(p, view);
+    host_attention(p, view, pool);
     benchmark::DoNotOptimize(out.data());
   }
   const double kv_bytes = static_cast<double>(kBatch * kLen) * static_cast<double>(b->model().kv_bytes_per_token_per_layer());
   state.counters["KV_GBps"] = benchmark::Counter(kv_bytes, benchmark::Counter::kIsIterationInvariantRate);
 }
-BENCHMARK(BM_DecodeAttention)->DenseRange(0, 3)->ArgName("backend")->UseRealTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_DecodeAttention)
+    ->ArgNames({"backend", "threads"})
+    ->ArgsProduct({{0, 1, 2, 3}, {1, 0}})
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
 
 // --- per-step latency with and without overlap --------------------------------------------------
 
@@ -207,6 +214,8 @@ void BM_StepLatency(benchmark::State& state) {
   std::int64_t steps = 0;
   const VmmStats before = b.stats();
   double attention_s = 0, wait_s = 0, grow_s = 0;
+  // The attention runs on one thread, standing in for the GPU; the mapper gets the other core.
+  ThreadPool pool(1);
   for (auto _ : state) {
     if (b.length(0) + 1 >= kMax - 64) {  // start over (rare): release and re-admit
       state.PauseTiming();
@@ -218,7 +227,7 @@ void BM_StepLatency(benchmark::State& state) {
     b.prefetch_for_next_step(ids, 1);  // returns at once; no-op without overlap
     const PreparedBatch pb = b.prepare_batch(ids);
     const AttentionParams p = decode_params(m, kSeqs, pb, q, out);
-    for (int layer = 0; layer < m.num_layers; ++layer) host_attention(p, b.layer_view(layer));
+    for (int layer = 0; layer < m.num_layers; ++layer) host_attention(p, b.layer_view(layer), pool);
     const auto t1 = Clock::now();
     b.wait_for_prefetch();
     const auto t2 = Clock::now();

@@ -27,3 +27,5 @@ add_test(NAME cli.sweep_and_collect
          COMMAND ${CMAKE_COMMAND} -DBINARY=$<TARGET_FILE:kvlab> -DOUT=${CMAKE_CURRENT_BINARY_DIR}/cli-sweep
          -DSWEEP=${PROJECT_SOURCE_DIR}/experiments/sweeps/smoke.sweep -P ${CMAKE_CURRENT_SOURCE_DIR}/cli/check_sweep.cmake)
 set_tests_properties(cli.sweep_and_collect PROPERTIES LABELS cli)
+# The bad-input matrix of docs/bad-inputs.md: one test per group (cli.bad_inputs.*).
+include(${CMAKE_CURRENT_SOURCE_DIR}/cli/bad_inputs.cmake)

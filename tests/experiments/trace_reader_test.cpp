@@ -595,5 +595,16 @@ TEST(RealTraces, AzureAndItsVidurCopyAgreeRowByRow) {
   }
 }
 
+TEST(ResolveTrace, NonRegularFileIsNamedAsSuch) {
+  // Regression (docs/bad-inputs.md TP-5): a device was reported as "trace not found".
+  try {
+    (void)resolve_trace("/dev/null");
+    FAIL() << "no error";
+  } catch (const TraceError& e) {
+    EXPECT_EQ(e.file(), "/dev/null");
+    EXPECT_NE(std::string(e.what()).find("is not a regular file"), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace kvlab
