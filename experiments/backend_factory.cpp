@@ -39,11 +39,29 @@ long long suffix_number(std::string_view name, std::string_view prefix) {
 std::unique_ptr<KvBackend> make_vmm_backend(std::string_view name, const BackendOptions& options) {
   std::string_view rest = name.substr(4);  // after "vmm-"
   VmmConfig c;
-  constexpr std::string_view mega = "-mega";
-  if (rest.ends_with(mega)) {
-    c.layout = VmmLayout::megacache;
-    rest.remove_suffix(mega.size());
+  c.deferred_reclamation = true;  // vAttention's default; cached pages count as free (docs/vmm.md)
+  // Options after the page size, each switchable so its effect can be measured:
+  //   -mega (layers inside a token), -overlap (background mapping), -eagerN (map N tokens ahead),
+  //   -nodefer (unmap a finished sequence's pages at once).
+  std::string_view size = rest.substr(0, rest.find('-'));
+  for (std::string_view opts = rest.substr(size.size()); !opts.empty();) {
+    opts.remove_prefix(1);  // the dash
+    const std::string_view opt = opts.substr(0, opts.find('-'));
+    opts.remove_prefix(opt.size());
+    if (opt == "mega") {
+      c.layout = VmmLayout::megacache;
+    } else if (opt == "overlap") {
+      c.overlap = true;
+    } else if (opt == "nodefer") {
+      c.deferred_reclamation = false;
+    } else if (opt.starts_with("eager") && suffix_number(opt, "eager") > 0) {
+      c.eager_tokens = suffix_number(opt, "eager");
+    } else {
+      KVLAB_THROW(InvalidArgument, "backend '" + std::string(name) + "': unknown vmm option '" + std::string(opt) +
+                                       "' (options: -mega, -overlap, -eagerN, -nodefer)");
+    }
   }
+  rest = size;
   unsigned long long n = 0;
   const auto [ptr, ec] = std::from_chars(rest.data(), rest.data() + rest.size(), n);
   const std::string_view unit = rest.substr(static_cast<std::size_t>(ptr - rest.data()));
@@ -61,7 +79,6 @@ std::unique_ptr<KvBackend> make_vmm_backend(std::string_view name, const Backend
   c.model = options.model;
   c.capacity_bytes = options.capacity_bytes;
   c.max_seq_len = options.max_seq_len;
-  c.deferred_reclamation = true;  // vAttention's default; cached pages count as free (docs/vmm.md)
   if (options.memory != nullptr) {
     // Storage: KV bytes come from the VM driver of the resource's device; the resource itself only
     // serves the per-batch arrays on a GPU.

@@ -10,6 +10,7 @@
 #include "alloc/error.hpp"
 #include "experiments/kv_integrity.hpp"
 #include "kernels/attention.hpp"
+#include "vmm/vmm_backend.hpp"
 
 namespace kvlab {
 
@@ -108,6 +109,7 @@ class Replay {
   double shared_savings_time_ = 0;  // integral of shared_savings over busy time
   std::int32_t fresh_token_id_ = 0x7fffffff;
   std::unique_ptr<KvIntegrity> integrity_;
+  VmmBackend* vmm_ = nullptr;  // for overlap (background mapping) and mapping-time counters
   // Execute mode buffers.
   std::vector<float> q_, out_;
   std::vector<std::int32_t> q_indptr_;
@@ -459,8 +461,22 @@ void Replay::reselect_beams(Group& g) {
   }
 }
 
+double critical_mapping_seconds(const VmmBackend* vmm) {
+  if (vmm == nullptr) return 0;
+  const VmmStats st = vmm->stats();
+  return st.critical_map_seconds + st.critical_unmap_seconds;
+}
+
 void Replay::run_step() {
   ReplaySummary& sum = result_.summary;
+  if (vmm_ != nullptr) {
+    try {
+      vmm_->wait_for_prefetch();  // the pages this step needs were mapped while the last one ran
+    } catch (const Error&) {
+      ++sum.out_of_memory;  // best effort: grow() maps whatever the background mapper could not
+    }
+  }
+  const double mapping_before = critical_mapping_seconds(vmm_);
   budget_ = c_.max_batched_tokens;
   seqs_in_step_ = 0;
   blocked_.reset();
@@ -531,10 +547,25 @@ void Replay::run_step() {
       }
     }
   }
+  if (vmm_ != nullptr) {  // start mapping the next step's pages while this one computes
+    std::vector<SeqId> next;
+    for (const Group& g : running_) {
+      if (!g.in_step) continue;
+      if (g.chunk > 0) {
+        if (g.prefilled + g.chunk == g.prompt) next.push_back(g.seqs[0].id);  // decodes next
+      } else {
+        for (const Seq& q : g.seqs)
+          if (!q.done && q.produced + 1 < g.output) next.push_back(q.id);
+      }
+    }
+    vmm_->prefetch_for_next_step(next, 1);
+  }
+  rec.mapping_s = critical_mapping_seconds(vmm_) - mapping_before;
+  sum.mapping_s += rec.mapping_s;
   double dt = 0;
   if (c_.execute) {
     rec.kernel_s = execute_kernels(rec.prepare_s);
-    dt = rec.kernel_s;
+    dt = rec.kernel_s + rec.mapping_s;  // mapping on the critical path delays the step
     sum.kernel_s += rec.kernel_s;
     sum.prepare_s += rec.prepare_s;
   } else {
@@ -616,6 +647,7 @@ ReplayResult Replay::run() {
                 "beam reselection probability must be in [0, 1]");
   beam_rng_.seed(c_.seed);
   if (c_.verify_kv) integrity_ = std::make_unique<KvIntegrity>(b_);
+  vmm_ = dynamic_cast<VmmBackend*>(&b_);
   const auto wall0 = Clock::now();
   ReplaySummary& sum = result_.summary;
   sum.backend = b_.name();

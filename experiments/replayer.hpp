@@ -71,6 +71,7 @@ struct StepRecord {
   std::size_t shared_savings_bytes = 0;  ///< bytes sharing saved (fork, prefix caching)
   double kernel_s = 0;   ///< measured attention time (execute mode), scaled to all layers
   double prepare_s = 0;  ///< building/uploading the per-batch arrays (execute mode)
+  double mapping_s = 0;  ///< vmm: measured map/unmap time on the step's critical path (in the clock in execute mode)
 };
 
 struct RequestRecord {
@@ -109,6 +110,7 @@ struct ReplaySummary {
   std::size_t mean_shared_savings_bytes = 0;  ///< time-weighted bytes saved by sharing
   double mean_ttft_s = 0, p99_ttft_s = 0, mean_tpot_s = 0, mean_e2e_s = 0, mean_normalized_latency_s = 0;
   double kernel_s = 0, prepare_s = 0;  ///< execute mode totals
+  double mapping_s = 0;                ///< vmm: critical-path mapping time, summed
   std::int64_t prefix_hit_tokens = 0;     ///< prompt tokens served from the prefix cache (prefill skipped)
   std::int64_t prefix_lookup_tokens = 0;  ///< prompt tokens looked up in the prefix cache
   std::int64_t kv_mismatches = 0;         ///< verify_kv: KV elements that did not read back as written

@@ -50,8 +50,10 @@ void print_summary_table(std::ostream& os, const std::vector<ReplaySummary>& row
        << std::fixed << std::setprecision(2) << r.mean_batch << std::setw(10) << r.preemptions << std::setw(10)
        << r.rejected << std::setw(12) << std::setprecision(0) << tps << "\n";
   }
+  const bool measured = !rows.empty() && rows.front().clock == "measured";
   os << "fractions are time-weighted shares of the KV capacity (vLLM Fig. 2 categories); "
-        "times are modelled by the declared roofline.\n";
+     << (measured ? "times are measured (host attention kernels over the real KV memory).\n"
+                  : "times are modelled by the declared roofline.\n");
 }
 
 void write_replay_files(const std::filesystem::path& dir, const RunInfo& info, const ReplayResult& result) {
@@ -98,11 +100,12 @@ void write_replay_files(const std::filesystem::path& dir, const RunInfo& info, c
     auto f = open("steps.csv");
     f << "# " << info.command << "\n";
     f << "time_s,duration_s,running,waiting,token_states,reserved,internal_fragmentation,external_fragmentation,"
-         "free,allocated_bytes\n";
+         "free,allocated_bytes,kernel_s,prepare_s,mapping_s\n";
     for (const StepRecord& r : result.steps)
       f << r.time_s << ',' << r.duration_s << ',' << r.running << ',' << r.waiting << ',' << r.fractions.token_states
         << ',' << r.fractions.reserved << ',' << r.fractions.internal_fragmentation << ','
-        << r.fractions.external_fragmentation << ',' << r.fractions.free << ',' << r.allocated_bytes << '\n';
+        << r.fractions.external_fragmentation << ',' << r.fractions.free << ',' << r.allocated_bytes << ','
+        << r.kernel_s << ',' << r.prepare_s << ',' << r.mapping_s << '\n';
   }
   {
     auto f = open("requests.csv");

@@ -172,7 +172,50 @@ def fig_prefix_cache(d, rows):
     return fig
 
 
+def fig_page_size(d, rows):
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(12, 4.5))
+    per = [r for r in rows if r["layout"] == "per-layer"]
+    pages = [r["page"] for r in per]
+    a1.plot(pages, [float(r["map_touch_us_per_page"]) for r in per], marker="o", label="map + first write")
+    a1.plot(pages, [float(r["map_us_per_page"]) for r in per], marker="o", label="map only")
+    a1.plot(pages, [float(r["unmap_us_per_page"]) for r in per], marker="o", label="unmap")
+    a1.set_yscale("log")
+    a1.set_ylabel("microseconds per page (host, measured)")
+    a1.set_xlabel("page size")
+    a1.set_title("Mapping cost per page (POSIX VM driver)", fontsize=10)
+    a1.legend(fontsize=8)
+    x = range(len(pages))
+    for j, (layout, color) in enumerate((("per-layer", "#e64a19"), ("megacache", "#2e7d32"))):
+        sub = [r for r in rows if r["layout"] == layout]
+        a2.bar([i + 0.4 * j - 0.2 for i in x], [float(r["internal_frag_pct"]) + float(r["reserved_pct"]) for r in sub],
+               0.4, label=f"{layout} tensors", color=color)
+    a2.set_xticks(list(x), pages)
+    a2.set_xlabel("page size")
+    a2.set_ylabel("mapped but unused (% of capacity, modelled)")
+    a2.set_title("Page-tail waste: per-layer tensors vs megacache", fontsize=10)
+    a2.legend(fontsize=8)
+    return fig
+
+
+def fig_overlap(d, rows):
+    steps = read_rows(f"{d}/steps.csv")
+    pages = list(dict.fromkeys(r["page"] for r in steps))
+    fig, axes = plt.subplots(1, len(pages), figsize=(6 * len(pages), 4.5), squeeze=False)
+    for ax, page in zip(axes[0], pages):
+        for mode, color in (("synchronous", "#e64a19"), ("background", "#1565c0")):
+            sub = [r for r in steps if r["page"] == page and r["mapping"] == mode]
+            ax.plot(range(len(sub)), [float(r["step_ms"]) for r in sub], color=color, linewidth=1,
+                    label=f"{mode} mapping")
+        ax.set_xlabel("decode step")
+        ax.set_ylabel("step latency (ms, host, measured)")
+        ax.set_title(f"{page} pages: decode step latency (vAttention Fig. 11)", fontsize=10)
+        ax.legend(fontsize=8)
+    return fig
+
+
 FIGURES = {
+    "page-size": fig_page_size,
+    "overlap": fig_overlap,
     "prefix-cache": fig_prefix_cache,
     "memory-breakdown": fig_memory_breakdown,
     "batch-size": fig_batch_size,

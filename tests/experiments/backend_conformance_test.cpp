@@ -154,3 +154,31 @@ TEST(BackendFactory, UnknownNameFailsLoudly) {
 
 }  // namespace
 }  // namespace kvlab
+
+namespace kvlab {
+namespace {
+
+TEST(BackendFactory, VmmNamesAndOptions) {
+  BackendOptions o;
+  o.model = testing::tiny_model();
+  o.capacity_bytes = 64ull << 20;
+  o.max_seq_len = 128;
+  EXPECT_EQ(make_backend("vmm-64k", o)->name().rfind("vmm", 0), 0u);
+  EXPECT_NO_THROW((void)make_backend("vmm-2m-mega", o));
+  EXPECT_NO_THROW((void)make_backend("vmm-16k-overlap-eager32-nodefer", o));
+  for (const char* bad : {"vmm-6k", "vmm-2k", "vmm-64", "vmm-0k", "vmm-k", "vmm-64k-turbo", "vmm-64k-eager0", "vmm-"}) {
+    try {
+      (void)make_backend(bad, o);
+      ADD_FAILURE() << "accepted " << bad;
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find(bad), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_THROW((void)make_backend("paged-16-lru", o), InvalidArgument);
+  EXPECT_THROW((void)make_backend("paged-0", o), InvalidArgument);
+  EXPECT_THROW((void)make_backend("paged-1025", o), InvalidArgument);
+  EXPECT_NO_THROW((void)make_backend("paged-1024-radix", o));
+}
+
+}  // namespace
+}  // namespace kvlab
