@@ -96,7 +96,7 @@ int cmd_models() {
 /// Options shared by replay and compare: the workload, the model and capacity, the scheduler.
 struct Common {
   std::string trace, trace_dir, trace_format, prompt_len, output_len, model_name, device_model, out_dir;
-  std::string long_policy, preemption, lengths_from, inject_faults;
+  std::string long_policy, preemption, lengths_from, inject_faults, kernels;
   double capacity_gib = 0, rate = 0, burstiness = 1, time_scale = 1;
   std::int64_t requests = 0, max_seq_len = 0, max_batched = 0, limit = 0, shared_prefix = 0;
   int max_running = 0, samples = 1, execute_layers = 0, prefix_groups = 0;
@@ -138,6 +138,8 @@ struct Common {
         "execute", po::bool_switch(&execute),
         "execute mode: run the host attention kernels over real KV memory; the clock is their measured time")(
         "execute-layers", po::value(&execute_layers)->default_value(0), "execute mode: run N layers, scale to all (0: all)")(
+        "kernels", po::value(&kernels)->default_value("native"),
+        "execute mode: native (host or CUDA kernels) or emulated (the CUDA kernels under the host SIMT emulator)")(
         "verify-kv", po::bool_switch(&verify_kv),
         "write a known pattern into every KV slot and read all resident KV back after every step (slow)")(
         "inject-faults", po::value(&inject_faults),
@@ -163,6 +165,8 @@ struct Common {
     if (execute_layers < 0) throw UsageError("--execute-layers must not be negative");
     if (long_policy != "reject" && long_policy != "truncate")
       throw UsageError("--long-requests must be reject or truncate (got '" + long_policy + "')");
+    if (kernels != "native" && kernels != "emulated")
+      throw UsageError("--kernels must be native or emulated (got '" + kernels + "')");
     if (!inject_faults.empty() && !execute && !verify_kv)
       throw UsageError("--inject-faults needs KV storage: add --execute or --verify-kv");
     if (!inject_faults.empty()) (void)fault_plan();  // validate now
@@ -250,6 +254,7 @@ struct Common {
     rc.execute = execute;
     rc.execute_layers = execute_layers;
     rc.verify_kv = verify_kv;
+    rc.kernels = kernels == "emulated" ? ReplayConfig::Kernels::emulated : ReplayConfig::Kernels::native;
     rc.seed = seed;
     return rc;
   }

@@ -10,6 +10,7 @@
 #include "alloc/error.hpp"
 #include "experiments/kv_integrity.hpp"
 #include "kernels/attention.hpp"
+#include "kernels/simt/emulated_attention.hpp"
 #include "vmm/vmm_backend.hpp"
 
 namespace kvlab {
@@ -395,7 +396,13 @@ double Replay::execute_kernels(double& prepare_s) {
   p.q_indptr = q_indptr_.data();
   p.seq_lens = batch.seq_lens;
   const int layers = c_.execute_layers > 0 ? std::min(c_.execute_layers, m.num_layers) : m.num_layers;
-  for (int l = 0; l < layers; ++l) attention(b_.device(), p, b_.layer_view(l));
+  for (int l = 0; l < layers; ++l) {
+    if (c_.kernels == ReplayConfig::Kernels::emulated) {
+      emulated_attention(p, b_.layer_view(l), /*num_partitions=*/2);  // split-KV + merge path too
+    } else {
+      attention(b_.device(), p, b_.layer_view(l));
+    }
+  }
   const auto t2 = Clock::now();
   prepare_s = std::chrono::duration<double>(t1 - t0).count();
   return std::chrono::duration<double>(t2 - t1).count() * m.num_layers / layers;
@@ -641,6 +648,8 @@ ReplayResult Replay::run() {
   KVLAB_EXPECTS(c_.samples_per_request >= 1, "samples per request must be at least 1");
   KVLAB_EXPECTS(c_.samples_per_request <= c_.max_running, "samples per request must fit max_running");
   KVLAB_EXPECTS(!c_.execute || b_.has_storage(), "execute mode needs a backend with KV storage");
+  KVLAB_EXPECTS(c_.kernels == ReplayConfig::Kernels::native || b_.device() == Device::host,
+                "emulated kernels read KV on the host");
   for (std::size_t i = 1; i < w_.size(); ++i)
     KVLAB_EXPECTS(w_[i].arrival_s >= w_[i - 1].arrival_s, "workload must be sorted by arrival");
   KVLAB_EXPECTS(c_.beam_reselect_probability >= 0 && c_.beam_reselect_probability <= 1,

@@ -58,6 +58,10 @@ struct ReplayConfig {
   /// back after every step (experiments/kv_integrity.hpp). Needs a host backend with storage; slow.
   bool verify_kv = false;
   int execute_layers = 0;  ///< layers really run in execute mode (0: all); time is scaled to all
+  /// Which attention implementation execute mode runs: the device's native one (host kernels on
+  /// the host, CUDA kernels on a GPU) or the CUDA kernels under the host SIMT emulator (slow; for
+  /// end-to-end tests of the CUDA code path without a GPU).
+  enum class Kernels { native, emulated } kernels = Kernels::native;
 };
 
 struct StepRecord {
