@@ -99,7 +99,7 @@ struct Common {
   std::string long_policy, preemption, lengths_from, inject_faults, kernels;
   double capacity_gib = 0, rate = 0, burstiness = 1, time_scale = 1;
   std::int64_t requests = 0, max_seq_len = 0, max_batched = 0, limit = 0, shared_prefix = 0;
-  int max_running = 0, samples = 1, execute_layers = 0, prefix_groups = 0;
+  int max_running = 0, samples = 1, execute_layers = 0, prefix_groups = 0, turns = 1;
   std::uint64_t seed = 0;
   bool chunked = false, execute = false, progress = true, verify_kv = false;
 
@@ -121,6 +121,8 @@ struct Common {
         "lengths-from", po::value(&lengths_from), "synthetic: resample (prompt, output) pairs from this trace")(
         "prefix-groups", po::value(&prefix_groups)->default_value(0), "synthetic: requests share G system prompts")(
         "shared-prefix", po::value(&shared_prefix)->default_value(0), "synthetic: tokens in each shared system prompt")(
+        "turns", po::value(&turns)->default_value(1),
+        "synthetic: multi-turn chats of N turns; each prompt holds the conversation so far")(
         "seed", po::value(&seed)->default_value(0), "random seed of the workload");
     po::options_description m("Model, memory and scheduling");
     m.add_options()("model", po::value(&model_name)->default_value("opt-13b"), "model preset (see 'kvlab models')")(
@@ -159,6 +161,8 @@ struct Common {
     if (max_seq_len < 0) throw UsageError("--max-seq-len must not be negative");
     if (samples < 1 || samples > max_running) throw UsageError("--samples must be between 1 and --max-running");
     if (limit < 0) throw UsageError("--limit must not be negative");
+    if (turns < 1) throw UsageError("--turns must be at least 1");
+    if (prefix_groups < 0 || shared_prefix < 0) throw UsageError("--prefix-groups and --shared-prefix must not be negative");
     if (!(rate >= 0) || !std::isfinite(rate)) throw UsageError("--rate must be a number >= 0");
     if (!(burstiness > 0)) throw UsageError("--burstiness must be positive");
     if (!(time_scale > 0)) throw UsageError("--time-scale must be positive");
@@ -228,6 +232,7 @@ struct Common {
     w.output = LengthDistribution::parse(output_len, "--output-len");
     w.prefix_groups = prefix_groups;
     w.shared_prefix_tokens = shared_prefix;
+    w.turns = turns;
     w.seed = seed;
     std::string lengths = "prompt " + w.prompt.describe() + ", output " + w.output.describe();
     if (!lengths_from.empty()) {
@@ -239,6 +244,7 @@ struct Common {
     d << "synthetic: " << w.num_requests << " requests, rate " << w.rate << "/s (cv " << burstiness << "), " << lengths
       << ", seed " << seed;
     if (prefix_groups > 0) d << ", " << prefix_groups << " shared prefixes of " << shared_prefix << " tokens";
+    if (turns > 1) d << ", " << turns << "-turn conversations";
     return {generate(w), d.str()};
   }
 

@@ -87,6 +87,10 @@ void write_replay_files(const std::filesystem::path& dir, const RunInfo& info, c
       << ",\n"
       << "  \"mean_batch\": " << s.mean_batch << ", \"max_batch\": " << s.max_batch << ",\n"
       << "  \"peak_allocated_bytes\": " << s.peak_allocated_bytes << ",\n"
+      << "  \"prefix_hit_tokens\": " << s.prefix_hit_tokens << ", \"prefix_lookup_tokens\": " << s.prefix_lookup_tokens
+      << ", \"kv_mismatches\": " << s.kv_mismatches << ", \"kv_tokens_checked\": " << s.kv_tokens_checked << ",\n"
+      << "  \"kernel_s\": " << s.kernel_s << ", \"prepare_s\": " << s.prepare_s << ", \"mapping_s\": " << s.mapping_s
+      << ", \"replay_wall_s\": " << s.wall_s << ",\n"
       << "  \"mean_ttft_s\": " << s.mean_ttft_s << ", \"mean_tpot_s\": " << s.mean_tpot_s
       << ", \"mean_e2e_s\": " << s.mean_e2e_s << ",\n"
       << "  \"fractions\": {\"token_states\": " << s.mean_fractions.token_states
@@ -133,7 +137,7 @@ void write_compare_csv(const std::filesystem::path& file, const std::string& com
   f << "backend,workload,clock,token_states,reserved,internal_fragmentation,external_fragmentation,free,mean_batch,"
        "max_batch,tokens_per_s,requests_per_s,completed,rejected,truncated,preemptions,out_of_memory,"
        "peak_allocated_bytes,capacity_bytes,mean_shared_savings_bytes,mean_ttft_s,p99_ttft_s,mean_tpot_s,"
-       "mean_normalized_latency_s,makespan_s\n";
+       "mean_normalized_latency_s,makespan_s,prefix_hit_tokens,failed,replay_wall_s,simulated_tokens_per_wall_s\n";
   for (const ReplaySummary& s : rows) {
     const double span = s.makespan_s > 0 ? s.makespan_s : 1;
     f << s.backend << ",\"" << workload << "\"," << s.clock << ',' << s.mean_fractions.token_states << ','
@@ -143,7 +147,8 @@ void write_compare_csv(const std::filesystem::path& file, const std::string& com
       << s.completed << ',' << s.rejected << ',' << s.truncated << ',' << s.preemptions << ',' << s.out_of_memory
       << ',' << s.peak_allocated_bytes << ',' << s.capacity_bytes << ',' << s.mean_shared_savings_bytes << ','
       << s.mean_ttft_s << ',' << s.p99_ttft_s << ',' << s.mean_tpot_s << ',' << s.mean_normalized_latency_s << ','
-      << s.makespan_s << '\n';
+      << s.makespan_s << ',' << s.prefix_hit_tokens << ',' << s.failed << ',' << s.wall_s << ','
+      << (s.wall_s > 0 ? static_cast<double>(s.generated_tokens + s.prefill_tokens_computed) / s.wall_s : 0) << '\n';
   }
 }
 

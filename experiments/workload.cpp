@@ -85,6 +85,9 @@ std::vector<Request> generate(const SyntheticWorkload& w) {
   KVLAB_EXPECTS(w.rate >= 0 && std::isfinite(w.rate), "arrival rate must be a finite number >= 0");
   KVLAB_EXPECTS(w.burstiness > 0 && std::isfinite(w.burstiness), "burstiness must be a positive number");
   KVLAB_EXPECTS(w.prefix_groups >= 0 && w.shared_prefix_tokens >= 0, "prefix groups must not be negative");
+  KVLAB_EXPECTS(w.turns >= 1, "turns per conversation must be at least 1");
+  const std::int64_t conversations = w.turns > 1 ? (w.num_requests + w.turns - 1) / w.turns : 0;
+  std::vector<std::vector<std::int32_t>> history(static_cast<std::size_t>(conversations));
   std::mt19937_64 rng(w.seed);
   const double shape = 1.0 / (w.burstiness * w.burstiness);
   std::gamma_distribution<double> gap(shape, w.rate > 0 ? 1.0 / (w.rate * shape) : 1.0);
@@ -106,7 +109,14 @@ std::vector<Request> generate(const SyntheticWorkload& w) {
       r.prompt_tokens = w.prompt.sample(rng);
       r.output_tokens = w.output.sample(rng);
     }
-    if (w.prefix_groups > 0 && w.shared_prefix_tokens > 0) {
+    if (conversations > 0) {
+      auto& h = history[static_cast<std::size_t>(i % conversations)];
+      r.prompt_token_ids = h;
+      for (std::int64_t k = 0; k < r.prompt_tokens; ++k) r.prompt_token_ids.push_back(next_token++);
+      r.prompt_tokens = static_cast<std::int64_t>(r.prompt_token_ids.size());
+      h = r.prompt_token_ids;  // the next turn sees this prompt and this answer
+      for (std::int64_t k = 0; k < r.output_tokens; ++k) h.push_back(next_token++);
+    } else if (w.prefix_groups > 0 && w.shared_prefix_tokens > 0) {
       const auto group = static_cast<std::int32_t>(i % w.prefix_groups);
       r.prompt_tokens = std::max(r.prompt_tokens, w.shared_prefix_tokens + 1);
       r.prompt_token_ids.reserve(static_cast<std::size_t>(r.prompt_tokens));

@@ -55,6 +55,11 @@ struct SyntheticWorkload {
   /// that group's shared_prefix_tokens tokens (a system prompt); prompt_token_ids are generated.
   int prefix_groups = 0;
   std::int64_t shared_prefix_tokens = 0;
+  /// Multi-turn chats: requests form conversations of this many turns (request i belongs to
+  /// conversation i % ceil(n / turns), so turns interleave in time); a turn's prompt is the whole
+  /// conversation so far (earlier prompts and answers) plus a new message of the prompt length.
+  /// prompt_token_ids are generated. 1: independent requests.
+  int turns = 1;
   std::uint64_t seed = 0;
 };
 

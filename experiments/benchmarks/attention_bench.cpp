@@ -145,6 +145,7 @@ int main(int argc, char** argv) {
   benchmark::AddCustomContext("threads", std::to_string(default_thread_pool().size()));
   benchmark::AddCustomContext("geometry", "llama-3-8b: 32 q / 8 kv heads, head_dim 128, fp16 KV, batch 32, context 4096");
   benchmark::AddCustomContext("device", "host");
+  benchmark::AddCustomContext("kvlab_git_revision", KVLAB_GIT_REVISION);
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
   return 0;

@@ -5,6 +5,8 @@
 //   build/release/bench/kvlab_bench_paged --benchmark_out=paged.json --benchmark_out_format=json
 #include <benchmark/benchmark.h>
 
+#include "experiments/benchmarks/bench_main.hpp"
+
 #include <numeric>
 #include <string>
 #include <vector>
@@ -137,4 +139,4 @@ const bool registered_prefix_lookup = [] {
 
 }  // namespace
 
-BENCHMARK_MAIN();
+KVLAB_BENCHMARK_MAIN()

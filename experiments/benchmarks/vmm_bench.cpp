@@ -16,6 +16,8 @@
 //   build/release/bench/kvlab_bench_vmm --benchmark_out=vmm.json --benchmark_out_format=json
 #include <benchmark/benchmark.h>
 
+#include "experiments/benchmarks/bench_main.hpp"
+
 #include <chrono>
 #include <cmath>
 #include <memory>
@@ -255,4 +257,4 @@ BENCHMARK(BM_StepLatency)
 
 }  // namespace
 
-BENCHMARK_MAIN();
+KVLAB_BENCHMARK_MAIN()

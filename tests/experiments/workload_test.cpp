@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
 
 #include "alloc/error.hpp"
@@ -69,6 +70,29 @@ TEST(CostModel, DecodeIsBandwidthBoundAndKnownDevicesParse) {
   EXPECT_NEAR(step_seconds(m, d, w), expected, expected * 1e-12);
   EXPECT_EQ(step_seconds(m, d, StepWork{}), 0.0);
   EXPECT_THROW((void)device_model_preset("tpu-v5"), InvalidArgument);
+}
+
+}  // namespace
+}  // namespace kvlab
+
+namespace kvlab {
+namespace {
+
+TEST(SyntheticWorkload, MultiTurnPromptsCarryTheConversation) {
+  SyntheticWorkload w;
+  w.num_requests = 6;
+  w.turns = 3;  // two conversations: requests 0, 2, 4 and 1, 3, 5
+  w.prompt = LengthDistribution::parse("fixed:10", "p");
+  w.output = LengthDistribution::parse("fixed:5", "o");
+  const auto r = generate(w);
+  EXPECT_EQ(r[0].prompt_tokens, 10);
+  EXPECT_EQ(r[2].prompt_tokens, 25);  // 10 + 5 answer + 10 new
+  EXPECT_EQ(r[4].prompt_tokens, 40);
+  EXPECT_EQ(static_cast<std::int64_t>(r[4].prompt_token_ids.size()), r[4].prompt_tokens);
+  EXPECT_TRUE(std::equal(r[0].prompt_token_ids.begin(), r[0].prompt_token_ids.end(), r[2].prompt_token_ids.begin()));
+  EXPECT_TRUE(std::equal(r[2].prompt_token_ids.begin(), r[2].prompt_token_ids.end(), r[4].prompt_token_ids.begin()));
+  EXPECT_NE(r[1].prompt_token_ids[0], r[0].prompt_token_ids[0]);  // conversations do not share
+  EXPECT_THROW((void)generate(SyntheticWorkload{.num_requests = 2, .turns = 0}), InvalidArgument);
 }
 
 }  // namespace
