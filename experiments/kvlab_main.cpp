@@ -58,6 +58,18 @@ std::vector<std::string> split_list(const std::string& s) {
   return out;
 }
 
+/// A kvlab error as the user should read it: without the "kvlab error at SOURCE:LINE: " prefix,
+/// which locates kvlab's code, not the user's input (the message itself names the input).
+std::string user_message(const std::exception& e) {
+  std::string m = e.what();
+  if (m.rfind("kvlab error at ", 0) == 0)
+    if (const auto colon = m.find(": "); colon != std::string::npos) m.erase(0, colon + 2);
+  return m;
+}
+
+/// Commands that take no positional arguments reject stray ones instead of ignoring them.
+const po::positional_options_description kNoPositional;
+
 const char* kUsage =
     "kvlab - a testbed for GPU memory management of LLM KV caches\n"
     "\n"
@@ -101,6 +113,7 @@ struct Common {
   std::int64_t requests = 0, max_seq_len = 0, max_batched = 0, limit = 0, shared_prefix = 0;
   int max_running = 0, samples = 1, execute_layers = 0, prefix_groups = 0, turns = 1;
   std::uint64_t seed = 0;
+  std::string seed_text;
   bool chunked = false, execute = false, progress = true, verify_kv = false;
 
   void add(po::options_description& o) {
@@ -123,7 +136,7 @@ struct Common {
         "shared-prefix", po::value(&shared_prefix)->default_value(0), "synthetic: tokens in each shared system prompt")(
         "turns", po::value(&turns)->default_value(1),
         "synthetic: multi-turn chats of N turns; each prompt holds the conversation so far")(
-        "seed", po::value(&seed)->default_value(0), "random seed of the workload");
+        "seed", po::value(&seed_text)->default_value("0"), "random seed of the workload (a non-negative integer)");
     po::options_description m("Model, memory and scheduling");
     m.add_options()("model", po::value(&model_name)->default_value("opt-13b"), "model preset (see 'kvlab models')")(
         "capacity-gib", po::value(&capacity_gib)->default_value(12.0), "KV cache capacity in GiB")(
@@ -165,8 +178,24 @@ struct Common {
     if (prefix_groups < 0 || shared_prefix < 0) throw UsageError("--prefix-groups and --shared-prefix must not be negative");
     if (!(rate >= 0) || !std::isfinite(rate)) throw UsageError("--rate must be a number >= 0");
     if (!(burstiness > 0)) throw UsageError("--burstiness must be positive");
-    if (!(time_scale > 0)) throw UsageError("--time-scale must be positive");
+    if (!(time_scale > 0) || !std::isfinite(time_scale)) throw UsageError("--time-scale must be a positive number");
+    if (!(capacity_gib <= 1e6)) throw UsageError("--capacity-gib must be at most 1e6 (a million GiB)");
+    if (vm.count("trace") && trace.empty()) throw UsageError("--trace names no file");
+    if (vm.count("lengths-from") && lengths_from.empty()) throw UsageError("--lengths-from names no file");
+    if (trace.empty() && !vm["trace-format"].defaulted())
+      throw UsageError("--trace-format applies only with --trace");
+    if (seed_text.find('-') != std::string::npos) throw UsageError("--seed must be a non-negative integer");
     if (execute_layers < 0) throw UsageError("--execute-layers must not be negative");
+    try {
+      std::size_t used = 0;
+      seed = std::stoull(seed_text, &used);
+      if (used != seed_text.size()) throw std::invalid_argument("trailing");
+    } catch (const std::logic_error&) {
+      throw UsageError("--seed must be a non-negative integer (got '" + seed_text + "')");
+    }
+    if (execute_layers > model_preset(model_name).num_layers)
+      throw UsageError("--execute-layers " + std::to_string(execute_layers) + " exceeds the model's " +
+                       std::to_string(model_preset(model_name).num_layers) + " layers");
     if (long_policy != "reject" && long_policy != "truncate")
       throw UsageError("--long-requests must be reject or truncate (got '" + long_policy + "')");
     if (kernels != "native" && kernels != "emulated")
@@ -345,7 +374,7 @@ int cmd_replay(const std::vector<std::string>& args, const std::string& invocati
                                                  "contiguous-max|pow2|oracle, paged-B (B = block size)");
   c.add(opts);
   po::variables_map vm;
-  po::store(po::command_line_parser(args).options(opts).run(), vm);
+  po::store(po::command_line_parser(args).options(opts).positional(kNoPositional).run(), vm);
   if (vm.count("help")) {
     std::cout << "Usage: kvlab replay [OPTIONS]\n\n"
                  "Replays a workload under continuous batching through one KV-cache backend and prints where the\n"
@@ -368,7 +397,7 @@ int cmd_compare(const std::vector<std::string>& args, const std::string& invocat
       "comma-separated backends, replayed side by side on the same workload");
   c.add(opts);
   po::variables_map vm;
-  po::store(po::command_line_parser(args).options(opts).run(), vm);
+  po::store(po::command_line_parser(args).options(opts).positional(kNoPositional).run(), vm);
   if (vm.count("help")) {
     std::cout << "Usage: kvlab compare [OPTIONS]\n\n"
                  "Replays one workload through several backends (by default the three contiguous reservation\n"
@@ -453,8 +482,11 @@ int cmd_collect(const std::vector<std::string>& args) {
     return args.empty() ? 2 : 0;
   }
   if (!fs::is_directory(args[0])) throw UsageError("'" + args[0] + "' is not a sweep directory");
+  if (args.size() > 2) throw UsageError("collect takes a sweep directory and optionally a CSV path");
   const fs::path csv = args.size() > 1 ? fs::path(args[1]) : fs::path(args[0]) / "collected.csv";
-  std::cout << collect_sweep(args[0], csv) << " rows in " << csv.string() << "\n";
+  const int rows = collect_sweep(args[0], csv);
+  if (rows == 0) throw UsageError("'" + args[0] + "' holds no finished sweep point (point-*/compare.csv)");
+  std::cout << rows << " rows in " << csv.string() << "\n";
   return 0;
 }
 
@@ -515,6 +547,9 @@ int main(int argc, char** argv) {
       std::cout << kUsage;
       return command.empty() ? 2 : 0;
     }
+    const bool no_args = args.empty();
+    if ((command == "version" || command == "--version" || command == "devices" || command == "models") && !no_args)
+      throw UsageError("'" + command + "' takes no arguments (got '" + args.front() + "')");
     if (command == "version" || command == "--version") {
       std::cout << "kvlab " << KVLAB_VERSION << (KVLAB_HAS_CUDA ? " (CUDA)" : " (host only)") << "\n";
       return 0;
@@ -534,10 +569,10 @@ int main(int argc, char** argv) {
     std::cerr << "kvlab " << command << ": error: " << e.what() << "\n";
     return 2;
   } catch (const InvalidArgument& e) {  // bad names, bad values, malformed traces (file:line:field)
-    std::cerr << "kvlab " << command << ": error: " << e.what() << "\n";
+    std::cerr << "kvlab " << command << ": error: " << user_message(e) << "\n";
     return 2;
   } catch (const std::exception& e) {
-    std::cerr << "kvlab " << command << ": failed: " << e.what() << "\n";
+    std::cerr << "kvlab " << command << ": failed: " << e.what() << "\n";  // keeps the source location
     return 1;
   }
 }

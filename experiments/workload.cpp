@@ -9,6 +9,8 @@
 namespace kvlab {
 
 namespace {
+constexpr double kMaxLength = 10'000'000;  // the longest request kvlab accepts anywhere (traces too)
+
 std::vector<std::string_view> split(std::string_view s, char sep) {
   std::vector<std::string_view> out;
   for (std::size_t pos = 0;;) {
@@ -39,18 +41,20 @@ LengthDistribution LengthDistribution::parse(std::string_view text, std::string_
   if (parts[0] == "fixed" && parts.size() == 2) {
     d.kind = Kind::fixed;
     d.a = d.b = number(parts[1], what, text);
-    if (d.a < 1) bad("length must be at least 1");
+    if (d.a < 1 || d.a > kMaxLength || d.a != std::floor(d.a)) bad("length must be a whole number in 1..10000000");
   } else if (parts[0] == "uniform" && parts.size() == 3) {
     d.kind = Kind::uniform;
     d.a = number(parts[1], what, text);
     d.b = number(parts[2], what, text);
-    if (d.a < 1 || d.b < d.a) bad("need 1 <= LO <= HI");
+    if (d.a < 1 || d.b < d.a || d.b > kMaxLength || d.a != std::floor(d.a) || d.b != std::floor(d.b))
+      bad("need whole numbers 1 <= LO <= HI <= 10000000");
   } else if (parts[0] == "lognormal" && (parts.size() == 3 || parts.size() == 4)) {
     d.kind = Kind::lognormal;
     d.a = number(parts[1], what, text);
     d.b = number(parts[2], what, text);
     if (parts.size() == 4) d.max = number(parts[3], what, text);
-    if (d.b < 0 || d.max < 1) bad("need SIGMA >= 0 and MAX >= 1");
+    if (d.b < 0 || d.b > 10 || std::abs(d.a) > 20 || d.max < 1 || d.max > kMaxLength)
+      bad("need |MU| <= 20, 0 <= SIGMA <= 10 and 1 <= MAX <= 10000000");
   } else {
     bad("unknown form");
   }
@@ -84,7 +88,8 @@ std::vector<Request> generate(const SyntheticWorkload& w) {
   KVLAB_EXPECTS(w.num_requests >= 0, "request count must not be negative");
   KVLAB_EXPECTS(w.rate >= 0 && std::isfinite(w.rate), "arrival rate must be a finite number >= 0");
   KVLAB_EXPECTS(w.burstiness > 0 && std::isfinite(w.burstiness), "burstiness must be a positive number");
-  KVLAB_EXPECTS(w.prefix_groups >= 0 && w.shared_prefix_tokens >= 0, "prefix groups must not be negative");
+  KVLAB_EXPECTS(w.prefix_groups >= 0, "prefix groups must not be negative");
+  KVLAB_EXPECTS(w.shared_prefix_tokens >= 0, "shared prefix tokens must not be negative");
   KVLAB_EXPECTS(w.turns >= 1, "turns per conversation must be at least 1");
   const std::int64_t conversations = w.turns > 1 ? (w.num_requests + w.turns - 1) / w.turns : 0;
   std::vector<std::vector<std::int32_t>> history(static_cast<std::size_t>(conversations));

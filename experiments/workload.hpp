@@ -32,7 +32,7 @@ struct Request {
 /// "lognormal:MU:SIGMA[:MAX]" (natural-log parameters, clamped to [1, MAX]).
 struct LengthDistribution {
   enum class Kind { fixed, uniform, lognormal } kind = Kind::fixed;
-  double a = 1, b = 1, max = 1e9;
+  double a = 1, b = 1, max = 1e7;
 
   /// Throws InvalidArgument naming `what` and the bad text.
   static LengthDistribution parse(std::string_view text, std::string_view what);

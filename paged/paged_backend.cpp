@@ -263,7 +263,7 @@ std::int64_t PagedBackend::blocks_needed_to_grow(const Sequence& s, std::int64_t
 bool PagedBackend::can_grow(SeqId id, std::int64_t n) const {
   KVLAB_EXPECTS(n >= 0, "growth must not be negative");
   const Sequence& s = at(id);
-  KVLAB_EXPECTS(s.swap == nullptr, "sequence " + std::to_string(id) + " is swapped out");
+  KVLAB_EXPECTS(s.swapped_blocks == 0, "sequence " + std::to_string(id) + " is swapped out");
   if (s.length + n > config_.max_seq_len) return false;
   return blocks_needed_to_grow(s, n) <= available_blocks();
 }
@@ -299,7 +299,7 @@ void PagedBackend::grow(SeqId id, std::int64_t n) {
 void PagedBackend::fork(SeqId parent, SeqId child) {
   KVLAB_EXPECTS(!contains(child), "sequence " + std::to_string(child) + " already exists");
   const Sequence& p = at(parent);
-  KVLAB_EXPECTS(p.swap == nullptr, "cannot fork swapped-out sequence " + std::to_string(parent));
+  KVLAB_EXPECTS(p.swapped_blocks == 0, "cannot fork swapped-out sequence " + std::to_string(parent));
   Sequence c;
   c.blocks = p.blocks;
   c.length = p.length;

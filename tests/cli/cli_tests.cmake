@@ -29,3 +29,8 @@ add_test(NAME cli.sweep_and_collect
 set_tests_properties(cli.sweep_and_collect PROPERTIES LABELS cli)
 # The bad-input matrix of docs/bad-inputs.md: one test per group (cli.bad_inputs.*).
 include(${CMAKE_CURRENT_SOURCE_DIR}/cli/bad_inputs.cmake)
+# Empty option values (the bad-input table's runner cannot pass an empty argument).
+add_test(NAME cli.empty_trace_names COMMAND sh -c
+  "\"$0\" replay --trace '' 2>&1 | grep -q -- '--trace names no file' && \"$0\" replay --lengths-from '' 2>&1 | grep -q -- '--lengths-from names no file'"
+  $<TARGET_FILE:kvlab>)
+set_tests_properties(cli.empty_trace_names PROPERTIES LABELS cli)

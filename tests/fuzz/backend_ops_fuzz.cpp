@@ -1,6 +1,6 @@
 // libFuzzer target: bytes decode into a sequence of KvBackend operations (admit, grow, fork,
 // release, swap_out, swap_in, the can_* questions, prepare_batch, misuse) on a backend chosen by
-// the first byte from backend_forms(), with a tiny model, a small capacity and no memory resource
+// the first byte from backend_forms() (and a few vmm option variants), with a tiny model, a small capacity and no memory resource
 // (accounting only). Every operation is checked against a reference model of the contract in
 // alloc/kv_backend.hpp:
 //   * sequences, their lengths and swap state match the model after every call;
@@ -471,7 +471,13 @@ class Harness {
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
-  static const std::vector<std::string> forms = backend_forms();
+  // backend_forms() plus vmm option variants (eager mapping, no deferred reclamation); -overlap
+  // is left out: its background thread makes runs irreproducible.
+  static const std::vector<std::string> forms = [] {
+    std::vector<std::string> f = backend_forms();
+    for (const char* extra : {"vmm-4k-eager16", "vmm-4k-nodefer", "vmm-16k-mega-eager8-nodefer"}) f.emplace_back(extra);
+    return f;
+  }();
   Bytes in(data, size);
   const std::string name = forms[in.u8() % forms.size()];
   BackendOptions o;

@@ -141,7 +141,9 @@ struct PosixFault {
 class PosixFaults : public ::testing::TestWithParam<PosixFault> {};
 
 TEST_P(PosixFaults, EveryPositionLeavesAConsistentUsableBackend) {
-  const auto [call, fault] = GetParam();
+  // Plain copies, not structured bindings: clang 14 cannot capture those in the lambda below.
+  const VmCall call = GetParam().call;
+  const VmFault fault = GetParam().fault;
   for (const Variant& v : kVariants) {
     int fired_total = 0;
     for (int n = 1;; ++n) {
