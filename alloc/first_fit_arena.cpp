@@ -9,9 +9,15 @@
 
 namespace kvlab {
 
-FirstFitArena::FirstFitArena(std::size_t capacity, std::size_t alignment)
-    : capacity_(capacity / alignment * alignment), alignment_(alignment), free_bytes_(capacity_) {
+namespace {
+std::size_t checked_alignment(std::size_t alignment) {
   KVLAB_EXPECTS(std::has_single_bit(alignment), "arena alignment must be a power of two");
+  return alignment;
+}
+}  // namespace
+
+FirstFitArena::FirstFitArena(std::size_t capacity, std::size_t alignment)
+    : capacity_(capacity / checked_alignment(alignment) * alignment), alignment_(alignment), free_bytes_(capacity_) {
   if (capacity_ > 0) holes_.emplace(0, capacity_);
 }
 

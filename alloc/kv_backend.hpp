@@ -88,6 +88,14 @@ class KvBackend {
   virtual void swap_in(SeqId id);
   [[nodiscard]] virtual bool is_swapped(SeqId id) const;
 
+  /// Prompt tokens an admission of `spec` would find in the prefix cache if its whole prompt were
+  /// admitted at once. No side effects; 0 without a prefix cache. With chunked prefill the
+  /// replayer admits the hit plus the first chunk, so a long cached prompt is not cut at the chunk.
+  [[nodiscard]] virtual std::int64_t cached_prefix_tokens(const SequenceSpec& spec) const {
+    (void)spec;
+    return 0;
+  }
+
   [[nodiscard]] virtual bool contains(SeqId id) const = 0;
   [[nodiscard]] virtual std::int64_t length(SeqId id) const = 0;
   [[nodiscard]] virtual std::size_t num_sequences() const noexcept = 0;

@@ -42,7 +42,7 @@ std::unique_ptr<KvBackend> make_vmm_backend(std::string_view name, const Backend
   c.deferred_reclamation = true;  // vAttention's default; cached pages count as free (docs/vmm.md)
   // Options after the page size, each switchable so its effect can be measured:
   //   -mega (layers inside a token), -overlap (background mapping), -eagerN (map N tokens ahead),
-  //   -nodefer (unmap a finished sequence's pages at once).
+  //   -nodefer (unmap a finished sequence's pages at once), -prefix (page-granular prefix sharing).
   std::string_view size = rest.substr(0, rest.find('-'));
   for (std::string_view opts = rest.substr(size.size()); !opts.empty();) {
     opts.remove_prefix(1);  // the dash
@@ -54,11 +54,13 @@ std::unique_ptr<KvBackend> make_vmm_backend(std::string_view name, const Backend
       c.overlap = true;
     } else if (opt == "nodefer") {
       c.deferred_reclamation = false;
+    } else if (opt == "prefix") {
+      c.prefix_cache = true;
     } else if (opt.starts_with("eager") && suffix_number(opt, "eager") > 0) {
       c.eager_tokens = suffix_number(opt, "eager");
     } else {
       KVLAB_THROW(InvalidArgument, "backend '" + std::string(name) + "': unknown vmm option '" + std::string(opt) +
-                                       "' (options: -mega, -overlap, -eagerN, -nodefer)");
+                                       "' (options: -mega, -overlap, -eagerN, -nodefer, -prefix)");
     }
   }
   rest = size;

@@ -49,12 +49,7 @@ struct Table {
       f << "\n";
     }
   }
-  static std::string csv_field(const std::string& v) {
-    if (v.find_first_of(",\"\n") == std::string::npos) return v;
-    std::string q = "\"";
-    for (char c : v) q += c == '"' ? std::string("\"\"") : std::string(1, c);
-    return q + "\"";
-  }
+
   [[nodiscard]] std::string markdown() const {
     std::ostringstream s;
     s << "|";
@@ -109,7 +104,7 @@ void plot(const FigureContext& ctx, const std::string& name) {
   const std::string script = std::string(KVLAB_SOURCE_DIR) + "scripts/plot.py";
   for (const char* python : {"python3", "/usr/bin/python3"}) {
     if (std::system((std::string(python) + " -c 'import matplotlib' >/dev/null 2>&1").c_str()) != 0) continue;
-    const std::string cmd = std::string(python) + " '" + script + "' figure " + name + " '" + ctx.out.string() + "'";
+    const std::string cmd = std::string(python) + " " + shell_quote(script) + " figure " + name + " " + shell_quote(ctx.out.string());
     if (std::system(cmd.c_str()) == 0) return;
     KVLAB_THROW(Error, "plotting " + name + " failed: " + cmd);
   }

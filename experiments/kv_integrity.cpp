@@ -31,7 +31,9 @@ std::uint64_t KvIntegrity::chain(std::uint64_t previous, std::int64_t token_id) 
 }
 
 std::uint64_t KvIntegrity::positional(std::uint64_t owner, std::int64_t position) noexcept {
-  return mix((owner << 32) ^ static_cast<std::uint64_t>(position) ^ 0xabcdef1234567ull);
+  // Mix the owner first so every bit of it counts (a shift would drop high bits and let distinct
+  // owners collide), then the position.
+  return mix(mix(owner ^ 0xabcdef1234567ull) + static_cast<std::uint64_t>(position));
 }
 
 std::vector<std::uint64_t>& KvIntegrity::tags_of(SeqId id, std::int64_t upto) {

@@ -19,10 +19,17 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+/// A request preempted more often than this is rejected (with the reason) rather than cycling.
+constexpr int kMaxPreemptions = 64;
+
 struct Seq {
   SeqId id = 0;
   std::int64_t produced = 0;  // output tokens sampled by this sequence
   bool done = false;
+  // A KV slot for the next token is claimed (grown) but the token not yet produced. Kept across
+  // a swap, so a sequence swapped out after claiming is not grown twice.
+  bool has_slot = false;
+  std::int64_t slot_step = -1;  // the step that counted this slot in its batch
 };
 
 /// A request in flight: one sequence while it prefills, n after the fork for parallel sampling.
@@ -106,6 +113,7 @@ class Replay {
   double now_ = 0;
   std::int64_t budget_ = 0;
   int seqs_in_step_ = 0;
+  std::int64_t step_ = 0;  // steps begun (slot bookkeeping)
   std::optional<SequenceSpec> blocked_;
   double shared_savings_time_ = 0;  // integral of shared_savings over busy time
   std::int32_t fresh_token_id_ = 0x7fffffff;
@@ -191,6 +199,13 @@ void Replay::preempt(std::size_t pos) {
   RequestRecord& rec = result_.requests[g.req];
   ++rec.preemptions;
   ++result_.summary.preemptions;
+  if (rec.preemptions > kMaxPreemptions) {
+    // Requests that keep displacing each other (forked samples that no longer fit once swapped
+    // unshared, say) would otherwise cycle for ever: the one preempted too often gives up.
+    finish(g, RequestRecord::Status::rejected,
+           "preempted " + std::to_string(rec.preemptions) + " times: the KV capacity cannot hold it with the requests before it");
+    return;
+  }
   bool swapped = false;
   if (c_.preemption == PreemptionMode::swap && b_.supports_swap() && !g.prefilling()) {
     try {
@@ -211,7 +226,7 @@ void Replay::preempt(std::size_t pos) {
   }
   for (Seq& q : g.seqs)
     if (b_.contains(q.id)) release_seq(q.id);
-  if (g.seqs.size() == 1 && !g.prefilling()) {
+  if (c_.samples_per_request == 1 && g.seqs.size() == 1 && !g.prefilling()) {
     // Recompute: the generated tokens become part of the prompt.
     g.carried += g.seqs[0].produced;
     g.prompt += g.seqs[0].produced;
@@ -255,17 +270,24 @@ bool Replay::claim_slots(Group& g) {
     }
     g.seqs.push_back({child, g.seqs[0].produced > 0 ? 1 : 0, false});
   }
-  // Check every sequence before growing any, so a failure leaves the group untouched.
-  std::vector<SeqId> grown;
+  // One slot per unfinished sequence. Sequences claim one by one: when one cannot grow, those
+  // already grown keep their slot (has_slot) and are not grown again when the claim is retried.
+  bool any = false;
   for (Seq& q : g.seqs) {
     if (q.done) continue;
-    if (!b_.can_grow(q.id, 1)) return false;
-    grown.push_back(q.id);
+    if (!q.has_slot) {
+      if (!b_.can_grow(q.id, 1)) return false;
+      b_.grow(q.id, 1);
+      q.has_slot = true;
+    }
+    if (q.slot_step != step_) {  // count each slot once per step, retries included
+      q.slot_step = step_;
+      --budget_;
+      ++seqs_in_step_;
+    }
+    any = true;
   }
-  for (SeqId id : grown) b_.grow(id, 1);
-  budget_ -= static_cast<std::int64_t>(grown.size());
-  seqs_in_step_ += static_cast<int>(grown.size());
-  g.in_step = !grown.empty();
+  g.in_step = any;
   return true;
 }
 
@@ -298,7 +320,20 @@ void Replay::swap_in_groups() {
     if (!ok) return;
     running_.push_back(std::move(g));
     swapped_.pop_front();
-    if (!claim_slots(running_.back())) {  // swapped in but no room to decode: back out
+    bool claimed = false;
+    try {
+      claimed = claim_slots(running_.back());
+    } catch (const OutOfMemory&) {
+      claimed = false;
+    } catch (const InvalidArgument&) {
+      throw;
+    } catch (const Error& e) {
+      Group dead = std::move(running_.back());
+      running_.pop_back();
+      finish(dead, RequestRecord::Status::failed, std::string("growth failed: ") + e.what());
+      continue;
+    }
+    if (!claimed) {  // swapped in but no room to decode: back out
       preempt(running_.size() - 1);
       return;
     }
@@ -309,8 +344,12 @@ void Replay::admit_waiting() {
   while (!waiting_.empty() && swapped_.empty()) {
     Group& g = waiting_.front();
     if (seqs_in_step_ + c_.samples_per_request > c_.max_running) return;
-    const std::int64_t chunk = c_.chunked_prefill ? std::min(g.prompt, budget_) : g.prompt;
-    if (chunk <= 0) return;
+    // With chunked prefill the first chunk is the cached prefix plus what the budget allows, so a
+    // prompt whose cached part is longer than a chunk still gets its whole hit.
+    const SequenceSpec lookup = spec_of(g);
+    const std::int64_t hit = c_.chunked_prefill ? b_.cached_prefix_tokens(lookup) : 0;
+    const std::int64_t chunk = c_.chunked_prefill ? std::min(g.prompt, hit + budget_) : g.prompt;
+    if (chunk - hit <= 0) return;
     if (!c_.chunked_prefill && g.prompt > budget_ && seqs_in_step_ > 0) return;  // too big for this step
     const SequenceSpec spec = spec_of(g);
     if (!b_.can_admit(spec, chunk)) {
@@ -327,8 +366,14 @@ void Replay::admit_waiting() {
     const SeqId id = next_seq_++;
     try {
       b_.admit(id, spec, chunk);
-    } catch (const OutOfMemory&) {  // e.g. an allocation that failed although can_admit said yes
+    } catch (const OutOfMemory& e) {  // e.g. an allocation that failed although can_admit said yes
       ++result_.summary.out_of_memory;
+      if (running_.empty() && swapped_.empty()) {  // nothing will free memory: do not spin on it
+        Group dead = std::move(g);
+        waiting_.pop_front();
+        finish(dead, RequestRecord::Status::rejected, std::string("admission out of memory: ") + e.what());
+        continue;
+      }
       blocked_ = spec;
       return;
     } catch (const InvalidArgument&) {
@@ -366,7 +411,7 @@ double Replay::execute_kernels(double& prepare_s) {
       q_indptr_.push_back(q_indptr_.back() + static_cast<std::int32_t>(g.chunk));
     } else {
       for (const Seq& q : g.seqs)
-        if (!q.done) {
+        if (q.has_slot) {
           ids.push_back(q.id);
           q_indptr_.push_back(q_indptr_.back() + 1);
         }
@@ -432,7 +477,7 @@ void Replay::check_integrity() {
                         std::span(tags).subspan(static_cast<std::size_t>(g.prefilled), static_cast<std::size_t>(g.chunk)));
     } else if (g.in_step) {
       for (const Seq& q : g.seqs) {
-        if (q.done) continue;
+        if (!q.has_slot) continue;
         const std::int64_t pos = b_.length(q.id) - 1;  // the slot claimed for this step's token
         const std::uint64_t tag = KvIntegrity::positional(static_cast<std::uint64_t>(q.id), pos);
         integrity_->write(q.id, pos, {&tag, 1});
@@ -484,6 +529,7 @@ void Replay::run_step() {
     }
   }
   const double mapping_before = critical_mapping_seconds(vmm_);
+  ++step_;
   budget_ = c_.max_batched_tokens;
   seqs_in_step_ = 0;
   blocked_.reset();
@@ -523,13 +569,35 @@ void Replay::run_step() {
   }
   swap_in_groups();
   admit_waiting();
+  // Recount what really runs: a group preempted after a partial claim took its slots with it.
+  seqs_in_step_ = 0;
+  for (const Group& g : running_) {
+    if (!g.in_step) continue;
+    if (g.chunk > 0) {
+      ++seqs_in_step_;
+    } else {
+      for (const Seq& q : g.seqs) seqs_in_step_ += q.has_slot;
+    }
+  }
   if (seqs_in_step_ == 0) {
     // Nothing could run (everything waits on memory that nothing running will free).
     if (running_.empty() && !swapped_.empty()) {
+      // Swapped sequences come back unshared (forks lose their sharing on the way out), so a group
+      // can need more memory than it held. Fall back to recomputing it from its prompt.
       Group g = std::move(swapped_.front());
       swapped_.pop_front();
-      for (Seq& q : g.seqs) q.done = q.done || !b_.contains(q.id);
-      finish(g, RequestRecord::Status::rejected, "cannot be swapped back in: too little KV capacity");
+      if (++result_.requests[g.req].preemptions > kMaxPreemptions) {
+        finish(g, RequestRecord::Status::rejected, "cannot be swapped back in, and preempted too often to recompute");
+        return;
+      }
+      for (Seq& q : g.seqs)
+        if (b_.contains(q.id)) release_seq(q.id);
+      g.seqs.clear();
+      g.prefilled = 0;
+      g.in_step = false;
+      ++result_.summary.out_of_memory;
+      const auto at = std::find_if(waiting_.begin(), waiting_.end(), [&](const Group& o) { return o.req > g.req; });
+      waiting_.insert(at, std::move(g));
     }
     return;
   }
@@ -546,7 +614,7 @@ void Replay::run_step() {
       work.attention_pairs += g.chunk * g.prefilled + g.chunk * (g.chunk + 1) / 2;
     } else {
       for (const Seq& q : g.seqs) {
-        if (q.done) continue;
+        if (!q.has_slot) continue;
         const std::int64_t len = b_.length(q.id);
         ++work.decode_tokens;
         work.kv_tokens_read += len;
@@ -562,7 +630,7 @@ void Replay::run_step() {
         if (g.prefilled + g.chunk == g.prompt) next.push_back(g.seqs[0].id);  // decodes next
       } else {
         for (const Seq& q : g.seqs)
-          if (!q.done && q.produced + 1 < g.output) next.push_back(q.id);
+          if (q.has_slot && q.produced + 1 < g.output) next.push_back(q.id);
       }
     }
     vmm_->prefetch_for_next_step(next, 1);
@@ -609,8 +677,10 @@ void Replay::run_step() {
       g.prefilled += g.chunk;
       if (!g.prefilling()) {
         g.seqs[0].produced = 1;
-        sum.prompt_tokens += g.prompt;
-        if (r.first_token_s < 0) r.first_token_s = now_;
+        if (r.first_token_s < 0) {
+          r.first_token_s = now_;
+          sum.prompt_tokens += r.prompt_tokens;  // once, however often a recompute re-prefills it
+        }
         if (g.output == 1) {  // every sample is done with its first token
           g.carried += c_.samples_per_request - 1;
           g.seqs[0].done = true;
@@ -618,7 +688,8 @@ void Replay::run_step() {
       }
     } else if (g.in_step) {
       for (Seq& q : g.seqs) {
-        if (q.done) continue;
+        if (!q.has_slot) continue;
+        q.has_slot = false;
         if (++q.produced >= g.output) {
           q.done = true;
           release_seq(q.id);
@@ -665,10 +736,18 @@ ReplayResult Replay::run() {
   sum.capacity_bytes = b_.breakdown().capacity;
   result_.requests.resize(w_.size());
 
+  std::int64_t idle_steps = 0;
   while (done_ < sum.requests) {
     arrivals();
     if (running_.empty() && waiting_.empty() && swapped_.empty()) continue;
+    const std::int64_t before = done_;
     run_step();
+    // A step that ran nothing and finished nothing, with no arrival left to wait for, cannot
+    // change anything the next time either: fail loudly instead of spinning.
+    idle_steps = seqs_in_step_ == 0 && done_ == before && next_arrival_ == w_.size() ? idle_steps + 1 : 0;
+    if (idle_steps > 1000)
+      KVLAB_THROW(Error, "replay stalled: " + std::to_string(waiting_.size()) + " waiting, " +
+                             std::to_string(swapped_.size()) + " swapped, nothing can run (a kvlab bug)");
   }
 
   sum.makespan_s = now_;

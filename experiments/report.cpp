@@ -123,7 +123,7 @@ void write_replay_files(const std::filesystem::path& dir, const RunInfo& info, c
                                                                           : "truncated";
       f << r.id << ',' << r.arrival_s << ',' << r.first_scheduled_s << ',' << r.first_token_s << ',' << r.finish_s
         << ',' << r.prompt_tokens << ',' << r.output_tokens << ',' << r.generated_tokens << ',' << r.preemptions
-        << ',' << status << ",\"" << r.reason << "\"\n";
+        << ',' << status << ',' << csv_field(r.reason) << '\n';
     }
   }
 }
@@ -140,7 +140,7 @@ void write_compare_csv(const std::filesystem::path& file, const std::string& com
        "mean_normalized_latency_s,makespan_s,prefix_hit_tokens,failed,replay_wall_s,simulated_tokens_per_wall_s\n";
   for (const ReplaySummary& s : rows) {
     const double span = s.makespan_s > 0 ? s.makespan_s : 1;
-    f << s.backend << ",\"" << workload << "\"," << s.clock << ',' << s.mean_fractions.token_states << ','
+    f << s.backend << ',' << csv_field(workload) << ',' << s.clock << ',' << s.mean_fractions.token_states << ','
       << s.mean_fractions.reserved << ',' << s.mean_fractions.internal_fragmentation << ','
       << s.mean_fractions.external_fragmentation << ',' << s.mean_fractions.free << ',' << s.mean_batch << ','
       << s.max_batch << ',' << s.generated_tokens / span << ',' << (s.completed + s.truncated) / span << ','
@@ -152,13 +152,18 @@ void write_compare_csv(const std::filesystem::path& file, const std::string& com
   }
 }
 
-namespace {
 std::string shell_quote(const std::string& s) {
   std::string out = "'";
   for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
   return out + "'";
 }
-}  // namespace
+
+std::string csv_field(const std::string& s) {
+  if (s.find_first_of(",\"\n\r") == std::string::npos) return s;
+  std::string q = "\"";
+  for (char c : s) q += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return q + "\"";
+}
 
 std::string plot_compare(const std::filesystem::path& dir) {
   const std::string script = std::string(KVLAB_SOURCE_DIR) + "scripts/plot.py";

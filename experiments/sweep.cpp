@@ -140,8 +140,17 @@ int run_sweep(const std::vector<SweepPoint>& points, const fs::path& out, int jo
   std::vector<const SweepPoint*> todo;
   for (const SweepPoint& p : points) {
     fs::create_directories(out / p.name);
-    std::ofstream(out / p.name / "command.txt") << point_command(p, out, exe) << "\n";
-    if (!fs::exists(out / p.name / "compare.csv")) todo.push_back(&p);
+    const std::string command = point_command(p, out, exe);
+    std::string saved;
+    if (std::ifstream in(out / p.name / "command.txt"); in) std::getline(in, saved);
+    // Done only if its results exist *for this command*: an edited sweep file reruns the points
+    // whose command changed instead of keeping stale results under the new command.
+    const bool done = saved == command && fs::exists(out / p.name / "compare.csv");
+    if (!done) {
+      fs::remove(out / p.name / "compare.csv");
+      std::ofstream(out / p.name / "command.txt") << command << "\n";
+      todo.push_back(&p);
+    }
   }
   Progress bar("sweep", progress);
   std::map<pid_t, const SweepPoint*> running;

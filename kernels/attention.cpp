@@ -25,6 +25,15 @@ void validate_attention(const AttentionParams& p, const KvView& kv) {
   }
 }
 
+void validate_host_lengths(const AttentionParams& p) {
+  for (int s = 0; s < p.batch; ++s) {
+    const int q_len = p.q_end(s) - p.q_begin(s);
+    KVLAB_EXPECTS(q_len >= 0 && q_len <= p.seq_lens[s],
+                  "sequence " + std::to_string(s) + " has " + std::to_string(q_len) + " queries but only " +
+                      std::to_string(p.seq_lens[s]) + " cached tokens (its own queries included)");
+  }
+}
+
 void attention(Device device, const AttentionParams& p, const KvView& kv) {
   switch (device) {
     case Device::host: return host_attention(p, kv);

@@ -13,6 +13,10 @@ namespace kvlab {
 /// Checks that params and view agree (heads, head dim, GQA ratio, pointers); throws InvalidArgument.
 void validate_attention(const AttentionParams& p, const KvView& kv);
 
+/// Checks that every sequence holds at least its own query tokens (reads q_indptr and seq_lens, so
+/// host memory only); throws InvalidArgument.
+void validate_host_lengths(const AttentionParams& p);
+
 /// Host implementation: parallel over (sequence, KV head) on `pool`, vectorised over head_dim,
 /// online softmax in fp32, K/V converted from their storage dtype tile by tile.
 void host_attention(const AttentionParams& p, const KvView& kv, ThreadPool& pool = default_thread_pool());

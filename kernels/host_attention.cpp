@@ -247,6 +247,7 @@ void attend(const AttentionParams& p, const View& kv, int s, int kh0, int nh, Sc
 void host_attention(const AttentionParams& p, const KvView& kv, ThreadPool& pool) {
   validate_attention(p, kv);
   if (p.batch == 0) return;
+  validate_host_lengths(p);
   visit_kv_view(kv, [&](auto view, auto dim) {
     using View = decltype(view);
     using T = std::remove_cv_t<std::remove_pointer_t<decltype(view.k(0, 0, 0))>>;

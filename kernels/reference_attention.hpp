@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <stdexcept>
 #include <vector>
 
 #include "kernels/attention_params.hpp"
@@ -22,6 +23,7 @@ void reference_attention(const AttentionParams& p, const View& kv, std::vector<d
   for (int s = 0; s < p.batch; ++s) {
     const int q0 = p.q_begin(s), n = p.q_end(s) - q0;
     const std::int64_t len = p.seq_lens[s];
+    if (n > len) throw std::invalid_argument("reference_attention: more queries than cached tokens");
     for (int i = 0; i < n; ++i) {
       const std::int64_t visible = len - n + i + 1;  // causal: up to and including own position
       for (int qh = 0; qh < p.num_q_heads; ++qh) {

@@ -175,6 +175,11 @@ void PagedBackend::drop_blocks(Sequence& s) {
   s.radix_node = -1;
 }
 
+std::int64_t PagedBackend::cached_prefix_tokens(const SequenceSpec& spec) const {
+  if (config_.prefix_cache == PrefixCacheMode::none || spec.prompt_token_ids.empty()) return 0;
+  return lookup_cached_tokens(spec, spec.prompt_tokens);
+}
+
 std::int64_t PagedBackend::cached_tokens(SeqId id) const { return at(id).cached_tokens; }
 
 PrefixCacheStats PagedBackend::prefix_cache_stats() const {
@@ -333,8 +338,15 @@ void PagedBackend::copy_blocks(const std::vector<std::pair<BlockId, BlockId>>& p
       for (const auto& [src, dst] : pairs) ids.push_back(p * pool_.num_blocks() + src);
     for (int p = 0; p < planes; ++p)
       for (const auto& [src, dst] : pairs) ids.push_back(p * pool_.num_blocks() + dst);
-    void* dev_ids = config_.memory->allocate(ids.size() * sizeof(std::int32_t));
-    upload_bytes(Device::cuda, dev_ids, ids.data(), ids.size() * sizeof(std::int32_t));
+    const std::size_t id_bytes = ids.size() * sizeof(std::int32_t);
+    void* dev_ids = config_.memory->allocate(id_bytes);
+    struct Free {  // returns the id array however this ends (a failed upload, launch or sync)
+      MemoryResource* mr;
+      void* p;
+      std::size_t n;
+      ~Free() { mr->deallocate(p, n); }
+    } free_ids{config_.memory, dev_ids, id_bytes};
+    upload_bytes(Device::cuda, dev_ids, ids.data(), id_bytes);
     simt::BlockCopyParams c;
     c.src_pool = region_;
     c.dst_pool = region_;
@@ -344,7 +356,6 @@ void PagedBackend::copy_blocks(const std::vector<std::pair<BlockId, BlockId>>& p
     c.block_bytes = static_cast<std::int64_t>(block_bytes_);
     cuda_block_copy(c);
     KVLAB_CUDA_TRY(cudaDeviceSynchronize());
-    config_.memory->deallocate(dev_ids, ids.size() * sizeof(std::int32_t));
     return;
   }
 #endif

@@ -73,6 +73,7 @@ class PagedBackend final : public KvBackend {
   void swap_in(SeqId id) override;
   [[nodiscard]] bool is_swapped(SeqId id) const override;
 
+  [[nodiscard]] std::int64_t cached_prefix_tokens(const SequenceSpec& spec) const override;
   [[nodiscard]] bool contains(SeqId id) const override { return seqs_.count(id) != 0; }
   [[nodiscard]] std::int64_t length(SeqId id) const override;
   [[nodiscard]] std::size_t num_sequences() const noexcept override { return seqs_.size(); }

@@ -6,8 +6,8 @@
 
 namespace kvlab {
 
-PhysicalPagePool::PhysicalPagePool(VmDriver* driver, std::size_t page_bytes, std::int64_t num_pages)
-    : driver_(driver), page_bytes_(page_bytes) {
+PhysicalPagePool::PhysicalPagePool(VmDriver* driver, std::size_t page_bytes, std::int64_t num_pages, PageFreeOrder order)
+    : driver_(driver), page_bytes_(page_bytes), order_(order) {
   KVLAB_EXPECTS(num_pages >= 0 && num_pages <= INT32_MAX, "page count out of range");
   KVLAB_EXPECTS(page_bytes > 0, "page size must be positive");
   if (driver_ != nullptr) {
@@ -38,9 +38,25 @@ PhysicalPagePool::PhysicalPagePool(VmDriver* driver, std::size_t page_bytes, std
   } else {
     handles_.assign(static_cast<std::size_t>(num_pages), 0);
   }
-  in_use_.assign(static_cast<std::size_t>(num_pages), 0);
-  free_.reserve(static_cast<std::size_t>(num_pages));
-  for (std::int64_t i = num_pages - 1; i >= 0; --i) free_.push_back(static_cast<PageId>(i));  // page 0 first
+  const auto n = static_cast<std::size_t>(num_pages);
+  in_use_.assign(n, 0);
+  prev_.resize(n);
+  next_.resize(n);
+  for (std::size_t i = 0; i < n; ++i) {  // page 0 first
+    prev_[i] = static_cast<PageId>(i) - 1;
+    next_[i] = i + 1 < n ? static_cast<PageId>(i + 1) : -1;
+  }
+  head_ = n > 0 ? 0 : -1;
+  tail_ = static_cast<PageId>(n) - 1;
+  num_free_ = num_pages;
+}
+
+void PhysicalPagePool::unlink(PageId page) noexcept {
+  const auto i = static_cast<std::size_t>(page);
+  if (prev_[i] >= 0) next_[static_cast<std::size_t>(prev_[i])] = next_[i]; else head_ = next_[i];
+  if (next_[i] >= 0) prev_[static_cast<std::size_t>(next_[i])] = prev_[i]; else tail_ = prev_[i];
+  prev_[i] = next_[i] = -1;
+  --num_free_;
 }
 
 PhysicalPagePool::~PhysicalPagePool() {
@@ -55,17 +71,35 @@ PhysicalPagePool::~PhysicalPagePool() {
 }
 
 std::optional<PageId> PhysicalPagePool::allocate() {
-  if (free_.empty()) return std::nullopt;
-  const PageId p = free_.back();
-  free_.pop_back();
+  if (head_ < 0) return std::nullopt;
+  const PageId p = head_;
+  unlink(p);
   in_use_[static_cast<std::size_t>(p)] = 1;
   return p;
 }
 
+void PhysicalPagePool::take(PageId page) {
+  KVLAB_EXPECTS(page >= 0 && page < num_pages() && !in_use(page), "page " + std::to_string(page) + " is not free");
+  unlink(page);
+  in_use_[static_cast<std::size_t>(page)] = 1;
+}
+
 void PhysicalPagePool::release(PageId page) {
   KVLAB_EXPECTS(page >= 0 && page < num_pages() && in_use(page), "page " + std::to_string(page) + " is not in use");
-  in_use_[static_cast<std::size_t>(page)] = 0;
-  free_.push_back(page);
+  const auto i = static_cast<std::size_t>(page);
+  in_use_[i] = 0;
+  if (order_ == PageFreeOrder::lifo || head_ < 0) {  // at the head
+    prev_[i] = -1;
+    next_[i] = head_;
+    if (head_ >= 0) prev_[static_cast<std::size_t>(head_)] = page; else tail_ = page;
+    head_ = page;
+  } else {  // at the tail
+    next_[i] = -1;
+    prev_[i] = tail_;
+    next_[static_cast<std::size_t>(tail_)] = page;
+    tail_ = page;
+  }
+  ++num_free_;
 }
 
 }  // namespace kvlab

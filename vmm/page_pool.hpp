@@ -20,29 +20,38 @@ using PageId = std::int32_t;
 //
 // Approach. The pool creates `num_pages` handles of `page_bytes` at construction (all or nothing:
 // if one create fails, the ones made are released and the constructor throws OutOfMemory or the
-// driver's error). Pages are indices with a LIFO free list (a just-unmapped page is reused first,
-// warm in caches and TLBs on the host); the pool knows nothing about where pages are mapped.
-// Without a driver (accounting only) a page is just an index.
+// driver's error). Pages are indices on a free list threaded through prev/next index arrays:
+// PageFreeOrder::lifo (the default) hands out the page released last (warm in caches and TLBs on the
+// host); PageFreeOrder::lru hands out the page released longest ago, so pages that still hold
+// prefix-cached KV (the backend keeps their index entries while they are free) are reused oldest
+// first, and take() removes one particular free page (a prefix-cache hit revives it) in O(1). The
+// pool knows nothing about where pages are mapped. Without a driver (accounting only) a page is
+// just an index.
 //
 // Limitations. Not thread-safe (the backend's mutex guards it). The page count is fixed for the
 // pool's lifetime; growing or shrinking the budget means a new pool. Handles are released only at
 // destruction, and every page must be back (unmapped) by then.
+enum class PageFreeOrder : std::uint8_t { lifo, lru };
+
 class PhysicalPagePool {
  public:
   /// `driver` nullptr: accounting only (no handles).
-  PhysicalPagePool(VmDriver* driver, std::size_t page_bytes, std::int64_t num_pages);
+  PhysicalPagePool(VmDriver* driver, std::size_t page_bytes, std::int64_t num_pages,
+                   PageFreeOrder order = PageFreeOrder::lifo);
   ~PhysicalPagePool();
   PhysicalPagePool(const PhysicalPagePool&) = delete;
   PhysicalPagePool& operator=(const PhysicalPagePool&) = delete;
 
   /// A free page, or nullopt (nothing changes) when none is left.
   [[nodiscard]] std::optional<PageId> allocate();
+  /// Takes the free page `page` off the free list (it must be free).
+  void take(PageId page);
   void release(PageId page);
 
   [[nodiscard]] PhysHandle handle(PageId page) const { return handles_[static_cast<std::size_t>(page)]; }
   [[nodiscard]] std::size_t page_bytes() const noexcept { return page_bytes_; }
   [[nodiscard]] std::int64_t num_pages() const noexcept { return static_cast<std::int64_t>(in_use_.size()); }
-  [[nodiscard]] std::int64_t num_free() const noexcept { return static_cast<std::int64_t>(free_.size()); }
+  [[nodiscard]] std::int64_t num_free() const noexcept { return num_free_; }
   [[nodiscard]] std::int64_t num_used() const noexcept { return num_pages() - num_free(); }
   [[nodiscard]] bool in_use(PageId page) const { return in_use_[static_cast<std::size_t>(page)] != 0; }
 
@@ -50,8 +59,14 @@ class PhysicalPagePool {
   VmDriver* driver_;
   std::size_t page_bytes_;
   std::vector<PhysHandle> handles_;
+  PageFreeOrder order_;
   std::vector<char> in_use_;
-  std::vector<PageId> free_;  // stack: the last page released is handed out first
+  // The free list: a doubly linked list over page ids; allocate() takes the head, release() puts
+  // the page at the head (lifo) or the tail (lru).
+  std::vector<PageId> prev_, next_;
+  PageId head_ = -1, tail_ = -1;
+  std::int64_t num_free_ = 0;
+  void unlink(PageId page) noexcept;
 };
 
 }  // namespace kvlab

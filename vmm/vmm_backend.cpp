@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <bit>
 #include <chrono>
+#include <numeric>
 #include <string>
 
 #include "alloc/copy.hpp"
@@ -61,11 +62,13 @@ VmmBackend::VmmBackend(VmmConfig config) : config_(std::move(config)) {
   KVLAB_EXPECTS(va < static_cast<long double>(std::size_t{1} << 62), "the virtual reservation would not fit in 64 bits");
   reservation_bytes_ = static_cast<std::size_t>(tensors_) * static_cast<std::size_t>(config_.max_batch) * slot_bytes_;
 
+  // With the prefix cache free pages keep their entries, so the pool hands out the oldest first.
+  const PageFreeOrder order = config_.prefix_cache ? PageFreeOrder::lru : PageFreeOrder::lifo;
   if (config_.driver) {
     base_ = static_cast<std::byte*>(
         config_.driver->reserve(reservation_bytes_, std::has_single_bit(page) ? page : std::size_t{0}));
     try {
-      pool_ = std::make_unique<PhysicalPagePool>(config_.driver.get(), page, num_pages);
+      pool_ = std::make_unique<PhysicalPagePool>(config_.driver.get(), page, num_pages, order);
     } catch (...) {
       try {
         config_.driver->free_reservation(base_, reservation_bytes_);
@@ -75,7 +78,19 @@ VmmBackend::VmmBackend(VmmConfig config) : config_(std::move(config)) {
     }
     stats_.virtual_bytes = reservation_bytes_;
   } else {
-    pool_ = std::make_unique<PhysicalPagePool>(nullptr, page, num_pages);
+    pool_ = std::make_unique<PhysicalPagePool>(nullptr, page, num_pages, order);
+  }
+  refs_.assign(static_cast<std::size_t>(num_pages), 0);
+  if (config_.prefix_cache) {
+    pins_.assign(static_cast<std::size_t>(num_pages), 0);
+    // A block: the fewest whole rows that hold whole tokens (1 row whenever the token divides the page).
+    const std::size_t unit = std::lcm(page, token_bytes_);
+    block_rows_ = static_cast<std::int64_t>(unit / page);
+    block_tokens_ = static_cast<std::int64_t>(unit / token_bytes_);
+    index_ = std::make_unique<PagePrefixIndex>(num_pages, block_tokens_, block_rows_ * tensors_);
+    index_->set_on_unindex([this](PageId p) {
+      if (refs_[static_cast<std::size_t>(p)] == 0) --free_indexed_;  // a free page lost its entry
+    });
   }
   slots_.resize(static_cast<std::size_t>(config_.max_batch));
   for (Slot& s : slots_) s.pages.resize(static_cast<std::size_t>(tensors_));
@@ -125,7 +140,8 @@ VmmBackend::~VmmBackend() {
 }
 
 std::string VmmBackend::name() const {
-  return "vmm-" + page_size_name(config_.page_bytes) + (config_.layout == VmmLayout::megacache ? "-mega" : "");
+  return "vmm-" + page_size_name(config_.page_bytes) + (config_.layout == VmmLayout::megacache ? "-mega" : "") +
+         (config_.prefix_cache ? "-prefix" : "");
 }
 
 Device VmmBackend::device() const noexcept { return config_.driver ? config_.driver->device() : Device::host; }
@@ -142,9 +158,34 @@ VmmStats VmmBackend::stats() const {
   VmmStats s = stats_;
   s.mapped_pages = pool_->num_used();
   s.cached_pages = 0;
-  for (const Slot& slot : slots_)
+  s.mappings = 0;
+  for (const Slot& slot : slots_) {
     if (!slot.live) s.cached_pages += slot.held;
+    s.mappings += slot.held;
+  }
+  if (config_.prefix_cache)
+    for (const std::int32_t p : pins_) s.shared_pages += p > 1;
   return s;
+}
+
+PrefixCacheStats VmmBackend::prefix_cache_stats() const {
+  std::lock_guard lock(mutex_);
+  return prefix_stats_;
+}
+
+PageId VmmBackend::page_at(SeqId id, int tensor, std::int64_t row) const {
+  const int slot = at(id).slot;
+  KVLAB_EXPECTS(tensor >= 0 && tensor < tensors_, "tensor out of range");
+  std::lock_guard lock(mutex_);
+  const auto& pages = slots_[static_cast<std::size_t>(slot)].pages[static_cast<std::size_t>(tensor)];
+  KVLAB_EXPECTS(row >= 0 && row < static_cast<std::int64_t>(pages.size()), "row " + std::to_string(row) + " is not mapped");
+  return pages[static_cast<std::size_t>(row)];
+}
+
+int VmmBackend::page_mappings(PageId page) const {
+  KVLAB_EXPECTS(page >= 0 && page < pool_->num_pages(), "page out of range");
+  std::lock_guard lock(mutex_);
+  return refs_[static_cast<std::size_t>(page)];
 }
 
 const VmmBackend::Sequence& VmmBackend::at(SeqId id) const {
@@ -164,6 +205,10 @@ std::int64_t VmmBackend::mapped_pages(SeqId id) const {
 
 void VmmBackend::check_spec(const SequenceSpec& spec, std::int64_t initial_tokens) const {
   KVLAB_EXPECTS(initial_tokens >= 0, "initial tokens must not be negative");
+  KVLAB_EXPECTS(!config_.prefix_cache || spec.prompt_token_ids.empty() ||
+                    static_cast<std::int64_t>(spec.prompt_token_ids.size()) >= spec.prompt_tokens,
+                "prompt_token_ids holds " + std::to_string(spec.prompt_token_ids.size()) + " ids for " +
+                    std::to_string(spec.prompt_tokens) + " prompt tokens");
   KVLAB_EXPECTS(spec.final_tokens >= initial_tokens, "final tokens must be at least the initial tokens");
   KVLAB_EXPECTS(initial_tokens <= config_.max_seq_len, "sequence of " + std::to_string(initial_tokens) +
                                                            " tokens exceeds max_seq_len " +
@@ -206,6 +251,11 @@ std::int64_t VmmBackend::complete_rows(const Slot& s) const noexcept {
 }
 
 std::int64_t VmmBackend::reclaimable_from_others(int slot) const noexcept {
+  // Every mapped page no running sequence needs can be freed by unmapping it everywhere, except
+  // those `slot` maps (it is never reclaimed from while it is being served). A running slot's
+  // pages beyond its needed rows are its own (eager or prefetched pages are never shared); a free
+  // slot's pages are all counted as its own (some may be pinned by others: an overestimate that
+  // only makes the answer conservative; place() counts them exactly).
   const Slot& s = slots_[static_cast<std::size_t>(slot)];
   const std::int64_t everywhere = pool_->num_used() - live_needed_pages_;
   return everywhere - (s.held - static_cast<std::int64_t>(tensors_) * s.needed_rows);
@@ -237,24 +287,156 @@ int VmmBackend::choose_slot(std::int64_t rows) const noexcept {
   return best;
 }
 
+VmmBackend::Placement VmmBackend::place(std::int64_t rows, std::vector<PageId> share, std::int64_t share_rows) const {
+  Placement p;
+  p.rows = rows;
+  p.share_rows = share_rows;
+  p.share = std::move(share);
+  const auto T = static_cast<std::size_t>(tensors_);
+  const auto shared_page = [&](std::int64_t r, std::size_t t) { return p.share[static_cast<std::size_t>(r) * T + t]; };
+  // The slot: the free one that already maps the most of the shared rows (a sequence coming back
+  // to the slot its prefix was left in maps nothing), else the usual choice.
+  std::int64_t best_same = 0;
+  if (share_rows > 0) {
+    for (std::size_t i = 0; i < slots_.size(); ++i) {
+      const Slot& s = slots_[i];
+      if (s.live) continue;
+      std::int64_t same = 0;
+      for (; same < share_rows; ++same) {
+        bool all = true;
+        for (std::size_t t = 0; t < T && all; ++t)
+          all = static_cast<std::int64_t>(s.pages[t].size()) > same &&
+                s.pages[t][static_cast<std::size_t>(same)] == shared_page(same, t);
+        if (!all) break;
+      }
+      if (same > best_same) {
+        best_same = same;
+        p.slot = static_cast<int>(i);
+      }
+    }
+  }
+  if (p.slot < 0) p.slot = choose_slot(rows);
+  if (p.slot < 0) return p;
+  const Slot& s = slots_[static_cast<std::size_t>(p.slot)];
+  // Rows of the slot that cannot stay: below share_rows, a page other than the shared one; from
+  // share_rows on (the sequence will write there), a page another slot maps or the index holds.
+  if (config_.prefix_cache) {
+    std::int64_t top = 0;
+    for (const auto& pages : s.pages) top = std::max<std::int64_t>(top, static_cast<std::int64_t>(pages.size()));
+    for (std::int64_t r = 0; r < top && p.cut == INT64_MAX; ++r)
+      for (std::size_t t = 0; t < T; ++t) {
+        if (static_cast<std::int64_t>(s.pages[t].size()) <= r) continue;
+        const PageId page = s.pages[t][static_cast<std::size_t>(r)];
+        const bool bad = r < share_rows ? page != shared_page(r, t)
+                                        : refs_[static_cast<std::size_t>(page)] > 1 || index_->entry_of(page) >= 0;
+        if (bad) {
+          p.cut = r;
+          break;
+        }
+      }
+  }
+  for (std::size_t t = 0; t < T; ++t) {
+    const std::int64_t kept = std::min<std::int64_t>(static_cast<std::int64_t>(s.pages[t].size()), p.cut);
+    p.fresh += std::max<std::int64_t>(0, rows - std::max(kept, share_rows));
+    p.reused += std::min(kept, rows);
+    if (!config_.prefix_cache) {
+      p.own += kept;  // a free slot's pages are its own
+      continue;
+    }
+    for (std::int64_t r = 0; r < kept; ++r)
+      p.own += pins_[static_cast<std::size_t>(s.pages[t][static_cast<std::size_t>(r)])] == 0;
+    for (std::int64_t r = kept; r < share_rows; ++r) p.own += pins_[static_cast<std::size_t>(shared_page(r, t))] == 0;
+  }
+  // Everything the running sequences need, plus what this slot keeps or takes, plus the fresh
+  // pages, must fit: every other mapped page can be unmapped (reclaimed) to make room.
+  p.fits = p.fresh + live_needed_pages_ + p.own <= pool_->num_pages();
+  return p;
+}
+
+void VmmBackend::apply(Txn& txn, const Placement& p) {
+  Slot& s = slots_[static_cast<std::size_t>(p.slot)];
+  const auto T = static_cast<std::size_t>(tensors_);
+  if (p.cut != INT64_MAX) {
+    bool synced = false;
+    for (int t = tensors_ - 1; t >= 0; --t)
+      while (static_cast<std::int64_t>(s.pages[static_cast<std::size_t>(t)].size()) > p.cut) {
+        if (!synced) {
+          synchronize(Origin::critical);  // a kernel may still read what a finished sequence left behind
+          synced = true;
+        }
+        unmap_tail(p.slot, t, Origin::critical);
+        ++stats_.truncated_pages;
+      }
+  }
+  for (std::size_t t = 0; t < T; ++t)
+    for (auto r = static_cast<std::int64_t>(s.pages[t].size()); r < p.share_rows; ++r) {
+      if (!map_shared(p.slot, static_cast<int>(t), p.share[static_cast<std::size_t>(r) * T + t], Origin::critical)) {
+        KVLAB_THROW(OutOfMemory, "mapping a shared page into slot " + std::to_string(p.slot) + ": out of memory");
+      }
+      txn.mapped.emplace_back(p.slot, static_cast<int>(t));
+    }
+  map_rows(txn, p.slot, p.rows, true, Origin::critical);
+}
+
+std::int64_t VmmBackend::cached_prefix_tokens(const SequenceSpec& spec) const {
+  return static_cast<std::int64_t>(lookup(spec, spec.prompt_tokens).size()) * block_tokens_;
+}
+
+std::vector<std::int32_t> VmmBackend::lookup(const SequenceSpec& spec, std::int64_t initial_tokens) const {
+  if (!index_ || spec.prompt_token_ids.empty()) return {};
+  const std::int64_t n = std::min(spec.prompt_tokens, initial_tokens);
+  // At least the last prompt token is computed: whole blocks of the first n - 1 tokens.
+  const std::int64_t max_blocks = n > 0 ? (n - 1) / block_tokens_ : 0;
+  if (max_blocks == 0) return {};
+  return index_->match(spec.prompt_token_ids.first(static_cast<std::size_t>(n)), spec.extra_keys, max_blocks);
+}
+
 bool VmmBackend::map_page(int slot, int tensor, Origin origin) {
-  Slot& s = slots_[static_cast<std::size_t>(slot)];
-  auto& pages = s.pages[static_cast<std::size_t>(tensor)];
   const std::optional<PageId> page = pool_->allocate();
   if (!page) return false;
+  if (index_) {
+    // The page is reused: whatever prefix it cached is gone.
+    if (index_->forget_page(*page)) ++prefix_stats_.evictions;
+  }
+  return map_into(slot, tensor, *page, origin);
+}
+
+bool VmmBackend::map_shared(int slot, int tensor, PageId page, Origin origin) {
+  const auto i = static_cast<std::size_t>(page);
+  if (refs_[i] == 0) {  // a free page that still holds its prefix: revive it
+    pool_->take(page);
+    if (index_ && index_->entry_of(page) >= 0) --free_indexed_;
+  }
+  if (!map_into(slot, tensor, page, origin)) return false;
+  ++stats_.shared_maps;
+  return true;
+}
+
+void VmmBackend::pool_release(PageId page) {
+  pool_->release(page);
+  if (index_ && index_->entry_of(page) >= 0) ++free_indexed_;
+}
+
+bool VmmBackend::map_into(int slot, int tensor, PageId page, Origin origin) {
+  Slot& s = slots_[static_cast<std::size_t>(slot)];
+  auto& pages = s.pages[static_cast<std::size_t>(tensor)];
+  const auto i = static_cast<std::size_t>(page);
+  const auto give_back = [&] {
+    if (refs_[i] == 0) pool_release(page);
+  };
   double seconds = 0;
   if (VmDriver* d = config_.driver.get()) {
     std::byte* va = page_va(slot, tensor, static_cast<std::int64_t>(pages.size()));
     const auto t0 = std::chrono::steady_clock::now();
     bool ok = false;
     try {
-      ok = d->map(va, config_.page_bytes, pool_->handle(*page));
+      ok = d->map(va, config_.page_bytes, pool_->handle(page));
     } catch (...) {
-      pool_->release(*page);
+      give_back();
       throw;
     }
     if (!ok) {
-      pool_->release(*page);
+      give_back();
       return false;
     }
     try {
@@ -262,18 +444,20 @@ bool VmmBackend::map_page(int slot, int tensor, Origin origin) {
     } catch (...) {
       try {
         d->unmap(va, config_.page_bytes);
-        pool_->release(*page);
+        give_back();
       } catch (...) {
         // Stuck mapped: keep it in the books (it is reclaimed like any page beyond the length).
-        pages.push_back(*page);
+        pages.push_back(page);
         ++s.held;
+        ++refs_[i];
       }
       throw;
     }
     seconds = seconds_since(t0);
   }
-  pages.push_back(*page);
+  pages.push_back(page);
   ++s.held;
+  ++refs_[i];
   if (origin == Origin::critical) {
     ++stats_.critical_maps;
     stats_.critical_map_seconds += seconds;
@@ -284,7 +468,7 @@ bool VmmBackend::map_page(int slot, int tensor, Origin origin) {
   return true;
 }
 
-void VmmBackend::unmap_tail(int slot, int tensor, Origin origin) {
+bool VmmBackend::unmap_tail(int slot, int tensor, Origin origin) {
   Slot& s = slots_[static_cast<std::size_t>(slot)];
   auto& pages = s.pages[static_cast<std::size_t>(tensor)];
   KVLAB_ASSERT(!pages.empty());
@@ -294,9 +478,11 @@ void VmmBackend::unmap_tail(int slot, int tensor, Origin origin) {
     d->unmap(page_va(slot, tensor, static_cast<std::int64_t>(pages.size()) - 1), config_.page_bytes);
     seconds = seconds_since(t0);
   }
-  pool_->release(pages.back());
+  const PageId page = pages.back();
   pages.pop_back();
   --s.held;
+  const bool freed = --refs_[static_cast<std::size_t>(page)] == 0;
+  if (freed) pool_release(page);  // with the prefix cache it keeps its entry until handed out again
   if (origin == Origin::critical) {
     ++stats_.critical_unmaps;
     stats_.critical_unmap_seconds += seconds;
@@ -304,6 +490,7 @@ void VmmBackend::unmap_tail(int slot, int tensor, Origin origin) {
     ++stats_.background_unmaps;
     stats_.background_unmap_seconds += seconds;
   }
+  return freed;
 }
 
 void VmmBackend::synchronize(Origin origin) {
@@ -318,7 +505,8 @@ void VmmBackend::synchronize(Origin origin) {
 std::int64_t VmmBackend::reclaim(std::int64_t pages, int exclude, bool live_too, Origin origin) {
   std::int64_t got = 0;
   bool synced = false;
-  // Unmaps whole rows from the top of slot `si` while they are above `floor_rows`.
+  // Unmaps whole rows from the top of slot `si` while they are above `floor_rows`. A page counts
+  // once it is back in the pool (a shared page is freed by its last unmap).
   auto take_rows_above = [&](int si, std::int64_t floor_rows) {
     Slot& s = slots_[static_cast<std::size_t>(si)];
     while (got < pages) {
@@ -331,15 +519,29 @@ std::int64_t VmmBackend::reclaim(std::int64_t pages, int exclude, bool live_too,
           synchronize(origin);  // a kernel may still read what a finished sequence left behind
           synced = true;
         }
-        unmap_tail(si, t, origin);
-        ++got;
-        ++stats_.reclaimed_pages;
+        if (unmap_tail(si, t, origin)) {
+          ++got;
+          ++stats_.reclaimed_pages;
+        }
       }
     }
   };
-  for (int si = static_cast<int>(slots_.size()) - 1; si >= 0 && got < pages; --si) {
-    const Slot& s = slots_[static_cast<std::size_t>(si)];
-    if (si != exclude && !s.live && s.held > 0) take_rows_above(si, 0);
+  if (config_.prefix_cache) {
+    // Free slots least recently released first (their prefixes are the least likely to return).
+    std::vector<int> order;
+    for (int si = 0; si < static_cast<int>(slots_.size()); ++si) {
+      const Slot& s = slots_[static_cast<std::size_t>(si)];
+      if (si != exclude && !s.live && s.held > 0) order.push_back(si);
+    }
+    std::ranges::sort(order, [&](int a, int b) {
+      return slots_[static_cast<std::size_t>(a)].released < slots_[static_cast<std::size_t>(b)].released;
+    });
+    for (std::size_t k = 0; k < order.size() && got < pages; ++k) take_rows_above(order[k], 0);
+  } else {
+    for (int si = static_cast<int>(slots_.size()) - 1; si >= 0 && got < pages; --si) {
+      const Slot& s = slots_[static_cast<std::size_t>(si)];
+      if (si != exclude && !s.live && s.held > 0) take_rows_above(si, 0);
+    }
   }
   if (live_too) {
     for (int si = static_cast<int>(slots_.size()) - 1; si >= 0 && got < pages; --si) {
@@ -384,8 +586,32 @@ void VmmBackend::rollback(Txn& txn) noexcept {
   txn.mapped.clear();
 }
 
+void VmmBackend::pin(PageId page) noexcept {
+  if (pins_[static_cast<std::size_t>(page)]++ == 0) {
+    ++live_needed_pages_;
+  } else {
+    ++shared_excess_;
+  }
+}
+
+void VmmBackend::unpin(PageId page) noexcept {
+  if (--pins_[static_cast<std::size_t>(page)] == 0) {
+    --live_needed_pages_;
+  } else {
+    --shared_excess_;
+  }
+}
+
 void VmmBackend::set_needed_rows(Slot& s, std::int64_t rows) noexcept {
-  live_needed_pages_ += static_cast<std::int64_t>(tensors_) * (rows - s.needed_rows);
+  if (!config_.prefix_cache) {  // no page is ever in two slots: T pages a row
+    live_needed_pages_ += static_cast<std::int64_t>(tensors_) * (rows - s.needed_rows);
+    s.needed_rows = rows;
+    return;
+  }
+  for (auto& pages : s.pages) {
+    for (std::int64_t r = s.needed_rows; r < rows; ++r) pin(pages[static_cast<std::size_t>(r)]);
+    for (std::int64_t r = rows; r < s.needed_rows; ++r) unpin(pages[static_cast<std::size_t>(r)]);
+  }
   s.needed_rows = rows;
 }
 
@@ -404,8 +630,18 @@ bool VmmBackend::can_admit(const SequenceSpec& spec, std::int64_t initial_tokens
   check_spec(spec, initial_tokens);
   std::lock_guard lock(mutex_);
   const std::int64_t rows = rows_for(initial_tokens);
-  const int slot = choose_slot(rows);
-  return slot >= 0 && feasible(slot, rows);
+  if (!config_.prefix_cache) {
+    const int slot = choose_slot(rows);
+    return slot >= 0 && feasible(slot, rows);
+  }
+  const std::vector<std::int32_t> hit = lookup(spec, initial_tokens);
+  std::vector<PageId> share;
+  for (const std::int32_t e : hit) {
+    const auto pages = index_->pages(e);
+    share.insert(share.end(), pages.begin(), pages.end());
+  }
+  const Placement p = place(rows, std::move(share), static_cast<std::int64_t>(hit.size()) * block_rows_);
+  return p.slot >= 0 && p.fits;
 }
 
 void VmmBackend::admit(SeqId id, const SequenceSpec& spec, std::int64_t initial_tokens) {
@@ -413,33 +649,58 @@ void VmmBackend::admit(SeqId id, const SequenceSpec& spec, std::int64_t initial_
   KVLAB_EXPECTS(!contains(id), "sequence " + std::to_string(id) + " already exists");
   std::lock_guard lock(mutex_);
   const std::int64_t rows = rows_for(initial_tokens);
-  const int slot = choose_slot(rows);
-  if (slot < 0) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::vector<std::int32_t> hit = lookup(spec, initial_tokens);
+  std::vector<PageId> share;
+  for (const std::int32_t e : hit) {
+    const auto pages = index_->pages(e);
+    share.insert(share.end(), pages.begin(), pages.end());
+  }
+  const auto lookup_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
+  const Placement p = place(rows, std::move(share), static_cast<std::int64_t>(hit.size()) * block_rows_);
+  if (p.slot < 0) {
     KVLAB_THROW(OutOfMemory, "admitting sequence " + std::to_string(id) + ": all " +
                                  std::to_string(config_.max_batch) + " slots hold sequences (max_batch)");
   }
-  if (!feasible(slot, rows)) {
+  if (!p.fits) {
     KVLAB_THROW(OutOfMemory, "admitting " + std::to_string(initial_tokens) + " tokens needs " +
-                                 std::to_string(missing_pages(slots_[static_cast<std::size_t>(slot)], rows)) +
-                                 " pages, " + std::to_string(pool_->num_free()) + " free and " +
-                                 std::to_string(reclaimable_from_others(slot)) + " reclaimable");
+                                 std::to_string(p.fresh) + " fresh pages and keeps " + std::to_string(p.own) +
+                                 " more, " + std::to_string(pool_->num_pages() - live_needed_pages_) +
+                                 " are not needed by running sequences");
   }
-  Slot& s = slots_[static_cast<std::size_t>(slot)];
-  std::int64_t reused = 0;
-  for (const auto& p : s.pages) reused += std::min<std::int64_t>(rows, static_cast<std::int64_t>(p.size()));
   Txn txn;
   try {
-    map_rows(txn, slot, rows, true, Origin::critical);
-    if (config_.eager_tokens > 0) map_rows(txn, slot, target_rows(initial_tokens), false, Origin::critical);
+    apply(txn, p);
+    if (config_.eager_tokens > 0) map_rows(txn, p.slot, target_rows(initial_tokens), false, Origin::critical);
   } catch (...) {
     rollback(txn);
     throw;
   }
+  Slot& s = slots_[static_cast<std::size_t>(p.slot)];
   s.live = true;
   ++s.generation;
   set_needed_rows(s, rows);
-  stats_.reused_pages += reused;
-  seqs_.emplace(id, Sequence{slot, initial_tokens, spec.final_tokens});
+  stats_.reused_pages += p.reused;
+  const std::int64_t cached = static_cast<std::int64_t>(hit.size()) * block_tokens_;
+  if (index_ && !spec.prompt_token_ids.empty()) {
+    // Enter the sequence's complete prompt blocks after the hit (their KV is written by this step).
+    const std::int64_t n = std::min(spec.prompt_tokens, initial_tokens);
+    const std::int64_t complete = n / block_tokens_;
+    const auto T = static_cast<std::size_t>(tensors_);
+    if (complete > static_cast<std::int64_t>(hit.size())) {
+      prefix_stats_.inserted_blocks += index_->insert(
+          spec.prompt_token_ids.first(static_cast<std::size_t>(n)), spec.extra_keys, hit.empty() ? -1 : hit.back(),
+          static_cast<std::int64_t>(hit.size()), complete, [&](std::int64_t block, std::span<PageId> out) {
+            for (std::int64_t g = 0; g < block_rows_; ++g)
+              for (std::size_t t = 0; t < T; ++t)
+                out[static_cast<std::size_t>(g) * T + t] = s.pages[t][static_cast<std::size_t>(block * block_rows_ + g)];
+          });
+    }
+    prefix_stats_.queries += n;
+    prefix_stats_.hits += cached;
+    prefix_stats_.lookup_ns += lookup_ns;
+  }
+  seqs_.emplace(id, Sequence{p.slot, initial_tokens, spec.final_tokens, cached});
 }
 
 bool VmmBackend::can_grow(SeqId id, std::int64_t n) const {
@@ -467,6 +728,8 @@ void VmmBackend::grow(SeqId id, std::int64_t n) {
                                  " pages, " + std::to_string(pool_->num_free()) + " free and " +
                                  std::to_string(reclaimable_from_others(s.slot)) + " reclaimable");
   }
+  // A running slot's rows from needed_rows on are its own (never shared, never indexed): growth
+  // writes only there, so it never needs a copy.
   Txn txn;
   try {
     map_rows(txn, s.slot, rows, true, Origin::critical);
@@ -484,34 +747,46 @@ void VmmBackend::fork(SeqId parent, SeqId child) {
   const Sequence p = at(parent);
   std::lock_guard lock(mutex_);
   const std::int64_t rows = rows_for(p.length);
-  const int slot = choose_slot(rows);
-  if (slot < 0) {
+  // With the prefix cache the child maps the parent's full rows (nobody writes there again) and
+  // gets a copy of the partial last row only; without, a copy of every written token.
+  std::int64_t full = 0;
+  std::vector<PageId> share;
+  if (config_.prefix_cache) {
+    full = static_cast<std::int64_t>(static_cast<std::size_t>(p.length) * token_bytes_ / config_.page_bytes);
+    const Slot& ps = slots_[static_cast<std::size_t>(p.slot)];
+    share.resize(static_cast<std::size_t>(full) * static_cast<std::size_t>(tensors_));
+    for (std::int64_t r = 0; r < full; ++r)
+      for (int t = 0; t < tensors_; ++t)
+        share[static_cast<std::size_t>(r * tensors_ + t)] = ps.pages[static_cast<std::size_t>(t)][static_cast<std::size_t>(r)];
+  }
+  const Placement pl = place(rows, std::move(share), full);
+  if (pl.slot < 0) {
     KVLAB_THROW(OutOfMemory, "forking sequence " + std::to_string(parent) + ": all " +
                                  std::to_string(config_.max_batch) + " slots hold sequences (max_batch)");
   }
-  if (!feasible(slot, rows)) {
-    KVLAB_THROW(OutOfMemory, "forking sequence " + std::to_string(parent) + " needs " +
-                                 std::to_string(missing_pages(slots_[static_cast<std::size_t>(slot)], rows)) +
+  if (!pl.fits) {
+    KVLAB_THROW(OutOfMemory, "forking sequence " + std::to_string(parent) + " needs " + std::to_string(pl.fresh) +
                                  " pages, " + std::to_string(pool_->num_free()) + " free");
   }
   Txn txn;
   try {
-    map_rows(txn, slot, rows, true, Origin::critical);
-    if (config_.eager_tokens > 0) map_rows(txn, slot, target_rows(p.length), false, Origin::critical);
-    if (has_storage() && p.length > 0) {
-      // No sharing yet: the child gets its own copy of every written token, tensor by tensor.
-      const std::size_t bytes = static_cast<std::size_t>(p.length) * token_bytes_;
-      for (int t = 0; t < tensors_; ++t) copy_bytes(device(), slot_base(t, slot), slot_base(t, p.slot), bytes);
+    apply(txn, pl);
+    if (config_.eager_tokens > 0) map_rows(txn, pl.slot, target_rows(p.length), false, Origin::critical);
+    const std::size_t from = static_cast<std::size_t>(full) * config_.page_bytes;
+    const std::size_t to = static_cast<std::size_t>(p.length) * token_bytes_;
+    if (has_storage() && to > from) {
+      for (int t = 0; t < tensors_; ++t)
+        copy_bytes(device(), slot_base(t, pl.slot) + from, slot_base(t, p.slot) + from, to - from);
     }
   } catch (...) {
     rollback(txn);
     throw;
   }
-  Slot& s = slots_[static_cast<std::size_t>(slot)];
+  Slot& s = slots_[static_cast<std::size_t>(pl.slot)];
   s.live = true;
   ++s.generation;
   set_needed_rows(s, rows);
-  seqs_.emplace(child, Sequence{slot, p.length, p.final_tokens});
+  seqs_.emplace(child, Sequence{pl.slot, p.length, p.final_tokens, 0});
 }
 
 void VmmBackend::release(SeqId id) {
@@ -521,6 +796,7 @@ void VmmBackend::release(SeqId id) {
   Slot& slot = slots_[static_cast<std::size_t>(s.slot)];
   slot.live = false;
   ++slot.generation;
+  slot.released = ++tick_;
   set_needed_rows(slot, 0);
   if (!config_.deferred_reclamation) unmap_slot(s.slot, Origin::critical);
 }
@@ -594,8 +870,21 @@ MemoryBreakdown VmmBackend::breakdown(const SequenceSpec*) const {
       m.internal_fragmentation += mapped - filled_eventually;
     }
   }
+  // A page several running sequences map is full of token states for each of them (only whole
+  // rows below every holder's length are shared): count it once.
+  const std::size_t excess = static_cast<std::size_t>(shared_excess_) * config_.page_bytes;
+  m.token_states -= excess;
+  m.shared_savings = excess;
   // Cached pages of free slots count as free (see the design note); no external fragmentation:
-  // any page serves any slot.
+  // any page serves any slot. `cached` (informational): pages no running sequence maps that hold
+  // KV a later sequence may take: mapped only in free slots, or free with a prefix-index entry.
+  if (index_) {
+    std::int64_t live_excess = 0;
+    for (const Slot& s : slots_)
+      if (s.live) live_excess += s.held - static_cast<std::int64_t>(tensors_) * s.needed_rows;
+    const std::int64_t cached = pool_->num_used() - live_needed_pages_ - live_excess + free_indexed_;
+    m.cached = static_cast<std::size_t>(std::max<std::int64_t>(0, cached)) * config_.page_bytes;
+  }
   return m;
 }
 

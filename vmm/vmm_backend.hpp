@@ -14,6 +14,7 @@
 #include "alloc/kv_backend.hpp"
 #include "alloc/memory_resource.hpp"
 #include "vmm/page_pool.hpp"
+#include "vmm/page_prefix_index.hpp"
 #include "vmm/vm_driver.hpp"
 
 namespace kvlab {
@@ -50,6 +51,11 @@ struct VmmConfig {
   /// A finished sequence's slot keeps its pages for the next sequence; they are unmapped only
   /// when another sequence needs the memory.
   bool deferred_reclamation = false;
+  /// Page-granular prefix sharing (docs/vmm.md): physical pages get reference counts; at admit the
+  /// longest cached prefix of SequenceSpec::prompt_token_ids, in whole blocks of page rows, is
+  /// mapped into the new slot from the pages that already hold it (mapped in live or free slots,
+  /// or free but not yet reused); fork shares the parent's full rows.
+  bool prefix_cache = false;
 };
 
 /// Driver activity and address space. Counts are page operations the backend performed; in
@@ -65,8 +71,12 @@ struct VmmStats {
   std::int64_t reclaimed_pages = 0;    ///< unmapped from another slot because memory ran short
   std::int64_t reused_pages = 0;       ///< found still mapped in a slot at admission (deferred reclamation)
   std::int64_t prefetch_shortfalls = 0;  ///< background jobs that stopped for lack of memory
-  std::int64_t mapped_pages = 0;       ///< now
-  std::int64_t cached_pages = 0;       ///< now: mapped in slots no sequence holds
+  std::int64_t mapped_pages = 0;       ///< now: physical pages mapped (a shared page once)
+  std::int64_t cached_pages = 0;       ///< now: mappings in slots no sequence holds
+  std::int64_t mappings = 0;           ///< now: page mappings in all slots (a shared page once per slot)
+  std::int64_t shared_maps = 0;        ///< maps of a page that already held KV (prefix hits, fork shares)
+  std::int64_t shared_pages = 0;       ///< now: pages that two or more running sequences need
+  std::int64_t truncated_pages = 0;    ///< unmapped from a reused free slot because they were shared or cached
   std::size_t virtual_bytes = 0;       ///< address space reserved (0 in accounting-only mode)
 };
 
@@ -102,10 +112,17 @@ struct VmmStats {
 //    slots count as FREE: any admission can have them (the pool reclaims them on demand), so they
 //    never block a request — their cost is time (an unmap, a map), which VmmStats counts, not
 //    space. stats().cached_pages reports them. No external fragmentation: any page fits any slot.
-//  * Fork copies the parent's written tokens into the child's own pages (no sharing yet).
+//  * Fork copies the parent's written tokens into the child's own pages (prefix_cache: it maps the
+//    parent's full rows into the child's slot and copies only the partial last row).
+//  * Prefix sharing (prefix_cache): a page has a reference count (slots mapping it) and a pin
+//    count (running sequences that need it); a page sits at the same (row, tensor) position in
+//    every slot. A PagePrefixIndex keys whole blocks of rows (the fewest rows holding whole
+//    tokens) by a chained hash of their token ids. At admit the longest verified cached prefix,
+//    capped at prompt - 1 tokens, is mapped into the slot from the pages that hold it; only whole
+//    rows are ever shared and nobody writes into them again, so no copy-on-write is needed. A free
+//    page keeps its entry until the LRU-ordered pool hands it out again.
 //
-// Limitations. No swap (supports_swap() is false). No prefix sharing by aliasing pages across
-// slots. At most max_batch sequences at once (a full slot table is OutOfMemory). Small models with
+// Limitations. No swap (supports_swap() is false). At most max_batch sequences at once (a full slot table is OutOfMemory). Small models with
 // large pages waste a lot: a page holds page / token-bytes tokens of ONE tensor, so a sequence
 // holds at least T pages. Per-page driver calls: with the CUDA driver the page must be a multiple
 // of the device granularity (2 MiB without vAttention's modified driver).
@@ -114,7 +131,8 @@ class VmmBackend final : public KvBackend {
   explicit VmmBackend(VmmConfig config);
   ~VmmBackend() override;
 
-  /// "vmm-64k", "vmm-2m", "vmm-4k"; "-mega" appended for the megacache layout.
+  /// "vmm-64k", "vmm-2m", "vmm-4k"; "-mega" appended for the megacache layout, "-prefix" for the
+  /// prefix cache.
   [[nodiscard]] std::string name() const override;
   [[nodiscard]] const ModelGeometry& model() const noexcept override { return config_.model; }
   [[nodiscard]] Device device() const noexcept override;
@@ -131,9 +149,14 @@ class VmmBackend final : public KvBackend {
   /// (reclaimed later) and the driver's error is rethrown.
   void release(SeqId id) override;
 
+  [[nodiscard]] std::int64_t cached_prefix_tokens(const SequenceSpec& spec) const override;
   [[nodiscard]] bool contains(SeqId id) const override { return seqs_.count(id) != 0; }
   [[nodiscard]] std::int64_t length(SeqId id) const override;
   [[nodiscard]] std::size_t num_sequences() const noexcept override { return seqs_.size(); }
+
+  /// Prompt tokens whose KV came from shared pages at admit (prefix_cache; 0 for forks).
+  [[nodiscard]] std::int64_t cached_tokens(SeqId id) const override { return at(id).cached_tokens; }
+  [[nodiscard]] PrefixCacheStats prefix_cache_stats() const override;
 
   PreparedBatch prepare_batch(std::span<const SeqId> seqs) override;
   [[nodiscard]] KvView layer_view(int layer) const override;
@@ -165,11 +188,23 @@ class VmmBackend final : public KvBackend {
   /// per_layer, kv for megacache.
   [[nodiscard]] std::byte* slot_base(int tensor, int slot) const noexcept;
 
+  // --- prefix sharing (prefix_cache) ---
+
+  /// Tokens and page rows of one prefix-cache block: the fewest whole rows that hold whole tokens
+  /// (lcm(page, token bytes per tensor)); 1 row in every common geometry.
+  [[nodiscard]] std::int64_t block_tokens() const noexcept { return block_tokens_; }
+  [[nodiscard]] std::int64_t block_rows() const noexcept { return block_rows_; }
+  /// The physical page at `row` of `tensor` in `id`'s slot.
+  [[nodiscard]] PageId page_at(SeqId id, int tensor, std::int64_t row) const;
+  /// Slots mapping `page` now (0: free).
+  [[nodiscard]] int page_mappings(PageId page) const;
+
  private:
   struct Sequence {
     int slot = -1;
     std::int64_t length = 0;
     std::int64_t final_tokens = 0;
+    std::int64_t cached_tokens = 0;
   };
   struct Slot {
     std::vector<std::vector<PageId>> pages;  // [tensor] pages mapped from the slot base on
@@ -177,6 +212,19 @@ class VmmBackend final : public KvBackend {
     std::int64_t needed_rows = 0;            // rows the owner's current length needs (0 when free)
     bool live = false;
     std::uint64_t generation = 0;            // bumped at every admit/fork/release
+    std::uint64_t released = 0;              // tick of the last release (LRU order of free slots)
+  };
+  /// Where a new sequence goes and what it maps (admit, fork).
+  struct Placement {
+    int slot = -1;
+    std::int64_t rows = 0;          // rows the sequence needs
+    std::int64_t share_rows = 0;    // rows [0, share_rows) map the pages in `share`
+    std::vector<PageId> share;      // [row * tensors + tensor]
+    std::int64_t cut = INT64_MAX;   // the slot's pages at rows >= cut are unmapped first
+    std::int64_t fresh = 0;         // fresh pages mapped
+    std::int64_t own = 0;           // distinct pages the slot will map that no running sequence needs now
+    std::int64_t reused = 0;        // pages found mapped in the slot that the sequence keeps
+    bool fits = false;
   };
   enum class Origin { critical, background };
   struct Txn {  // pages mapped by one operation, for rollback
@@ -200,9 +248,25 @@ class VmmBackend final : public KvBackend {
   [[nodiscard]] std::int64_t reclaimable_from_others(int slot) const noexcept;
   [[nodiscard]] int choose_slot(std::int64_t rows) const noexcept;  // -1: none free
   [[nodiscard]] bool feasible(int slot, std::int64_t rows) const noexcept;
+  /// Chooses a free slot for a sequence of `rows` rows whose first `share_rows` rows are the pages
+  /// in `share`, and counts what placing it there takes. No side effects.
+  [[nodiscard]] Placement place(std::int64_t rows, std::vector<PageId> share, std::int64_t share_rows) const;
+  /// Carries a placement out (truncate, shared maps, fresh maps) inside `txn`.
+  void apply(Txn& txn, const Placement& p);
+  /// Prefix-cache hit of an admission: entries of the longest cached prefix. No side effects.
+  [[nodiscard]] std::vector<std::int32_t> lookup(const SequenceSpec& spec, std::int64_t initial_tokens) const;
   /// Maps the next page of (slot, tensor). False when the pool or the driver is out of memory.
   bool map_page(int slot, int tensor, Origin origin);
-  void unmap_tail(int slot, int tensor, Origin origin);
+  /// Maps `page` (already holding KV, maybe mapped elsewhere) as the next page of (slot, tensor).
+  bool map_shared(int slot, int tensor, PageId page, Origin origin);
+  /// Maps the in-use (allocated or taken) `page` as the next page of (slot, tensor); on failure
+  /// the page goes back to the pool if nothing maps it.
+  bool map_into(int slot, int tensor, PageId page, Origin origin);
+  /// Unmaps the last page of (slot, tensor). True when the page went back to the pool.
+  bool unmap_tail(int slot, int tensor, Origin origin);
+  void pool_release(PageId page);
+  void pin(PageId page) noexcept;
+  void unpin(PageId page) noexcept;
   void synchronize(Origin origin);
   /// Unmaps up to `pages` pages from slots other than `exclude`: free slots' caches, then (if
   /// `live_too`) running sequences' pages beyond their current length. Returns how many.
@@ -229,8 +293,18 @@ class VmmBackend final : public KvBackend {
   mutable std::mutex mutex_;  // guards pool_, slots_, live_needed_pages_, stats_, the job queue
   std::unique_ptr<PhysicalPagePool> pool_;
   std::vector<Slot> slots_;
-  std::int64_t live_needed_pages_ = 0;
+  std::int64_t live_needed_pages_ = 0;  // distinct pages running sequences need (pinned)
   VmmStats stats_;
+
+  // Prefix sharing (prefix_cache only; refs_ always).
+  std::vector<std::int32_t> refs_;  // [page] slots mapping it
+  std::vector<std::int32_t> pins_;  // [page] running sequences needing it
+  std::int64_t shared_excess_ = 0;  // sum over pages of max(0, pins - 1)
+  std::int64_t free_indexed_ = 0;   // free pages that still hold an index entry
+  std::int64_t block_tokens_ = 0, block_rows_ = 0;
+  std::unique_ptr<PagePrefixIndex> index_;
+  PrefixCacheStats prefix_stats_;
+  std::uint64_t tick_ = 0;
 
   // Background mapper.
   std::thread mapper_;

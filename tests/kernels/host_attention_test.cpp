@@ -127,6 +127,11 @@ TEST(HostAttention, UnsupportedShapesFailLoudly) {
   EXPECT_THROW(host_attention(p, erase(fx.contiguous(), 2, 64)), InvalidArgument);
   p = fx.params();
   EXPECT_THROW(host_attention(p, erase(fx.contiguous(), 2, 64)), InvalidArgument);  // head mismatch
+  // More query tokens than cached tokens (the queries' own K/V must be in the cache).
+  p = fx.params();
+  const std::int32_t indptr[] = {0, 5};
+  p.q_indptr = indptr;
+  EXPECT_THROW(host_attention(p, erase(fx.contiguous(), 1, 64)), InvalidArgument);
 }
 
 }  // namespace

@@ -86,6 +86,10 @@ class KvFixture {
     out_.assign(q_.size(), NAN);
   }
 
+  // The views point into this object's own buffers: a copy would dangle.
+  KvFixture(const KvFixture&) = delete;
+  KvFixture& operator=(const KvFixture&) = delete;
+
   [[nodiscard]] AttentionParams params() {
     AttentionParams p;
     p.batch = static_cast<int>(shape_.seq_lens.size());
