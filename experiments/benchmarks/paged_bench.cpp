@@ -74,7 +74,7 @@ void BM_PagedPrepareBatch(benchmark::State& state) {
   PagedConfig c;
   c.model = model_preset("llama-3-8b");
   c.block_size = static_cast<std::int32_t>(state.range(1));
-  c.capacity_bytes = std::size_t{64} << 30;
+  c.capacity_bytes = std::size_t{256} << 30;  // accounting only: 256 sequences of 4096 tokens need 128 GiB
   c.memory = nullptr;
   PagedBackend b(c);
   const int batch = static_cast<int>(state.range(0));
