@@ -11,7 +11,7 @@ preset="${KVLAB_PRESET:-release}"
 # Debian packages: compilers and build tools, GoogleTest, Google Benchmark, Boost.Program_options.
 # docs/dependencies.md says why each one is here.
 packages=(build-essential cmake ninja-build pkg-config libgtest-dev libgmock-dev libbenchmark-dev
-          libboost-program-options-dev python3-matplotlib curl ca-certificates)
+          libboost-program-options-dev python3-matplotlib curl ca-certificates clang libclang-rt-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

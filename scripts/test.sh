@@ -3,7 +3,8 @@
 #   1. the release build: every test (GPU tests skip with the reason on machines without one);
 #   2. the asan preset (ASan + UBSan, host code): every test again;
 #   3. the tsan preset: the threaded parts (thread pool, SIMT emulator, vmm background mapper,
-#      driver double, memory adaptors) under ThreadSanitizer.
+#      driver double, memory adaptors) under ThreadSanitizer;
+#   4. the fuzz preset (clang, libFuzzer + ASan + UBSan): each fuzzer for a bounded time.
 # KVLAB_QUICK=1 runs step 1 only. tests/gpu/run.sh runs the GPU suite where a GPU exists.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -26,4 +27,6 @@ build/tsan/tests/kvlab_kernels_tests --gtest_filter="$threaded"
 build/tsan/tests/kvlab_alloc_tests --gtest_filter='LimitingAdaptor*:*Thread*:*Concurren*'
 build/tsan/tests/kvlab_vmm_tests --gtest_filter='*Overlap*:*Background*:*Thread*'
 build/tsan/tests/kvlab_experiments_tests --gtest_filter='*VmmOverlap*:CudaPath*'
+echo "== fuzz: libFuzzer targets (trace readers, backend operations), 20 s each" >&2
+scripts/fuzz.sh "${KVLAB_FUZZ_SECONDS:-20}"
 echo "== all test stages passed" >&2
