@@ -44,7 +44,8 @@ class Team {
     num_warps_ = (threads_ + kWarpSize - 1) / kWarpSize;
     warps_ = std::make_unique<Warp[]>(num_warps_);
     shared_bytes_ = shared_bytes;
-    arena_.reset(new (std::align_val_t(64)) unsigned char[std::max<std::size_t>(shared_bytes, 1)]);
+    arena_.reset(static_cast<unsigned char*>(
+        ::operator new[](std::max<std::size_t>(shared_bytes, 1), std::align_val_t(64))));
     order_.resize(volume(grid));
     std::iota(order_.begin(), order_.end(), 0ull);
     if (options.shuffle_seed != 0) {
@@ -281,7 +282,11 @@ class Team {
   const EmulatedKernel& kernel_;
   unsigned threads_ = 0, num_warps_ = 0;
   std::size_t shared_bytes_ = 0;
-  std::unique_ptr<unsigned char[]> arena_;
+  // Over-aligned like CUDA's shared memory; freed with the matching aligned delete.
+  struct AlignedDelete {
+    void operator()(unsigned char* p) const noexcept { ::operator delete[](p, std::align_val_t(64)); }
+  };
+  std::unique_ptr<unsigned char[], AlignedDelete> arena_;
   std::vector<unsigned long long> order_;
 
   std::mutex mutex_;
