@@ -41,7 +41,6 @@ ContiguousBackend::ContiguousBackend(ContiguousConfig config)
 
 ContiguousBackend::~ContiguousBackend() {
   if (config_.memory != nullptr) {
-    config_.memory->deallocate(device_staging_, device_staging_bytes_);
     config_.memory->deallocate(region_, arena_.capacity());
   }
 }
@@ -164,24 +163,14 @@ PreparedBatch ContiguousBackend::prepare_batch(std::span<const SeqId> seqs) {
   }
   if (device() == Device::host) return {batch_, lens_.data()};
   // Device backends read the arrays from device memory: one upload per prepared batch.
-  const std::size_t bytes = bases_.size() * sizeof(void*) + lens_.size() * sizeof(std::int32_t);
-  if (bytes > device_staging_bytes_) {
-    config_.memory->deallocate(device_staging_, device_staging_bytes_);
-    device_staging_ = nullptr;
-    device_staging_bytes_ = 0;
-    device_staging_ = config_.memory->allocate(bytes);
-    device_staging_bytes_ = bytes;
-  }
-  auto* dst = static_cast<std::byte*>(device_staging_);
-  upload_bytes(device(), dst, bases_.data(), bases_.size() * sizeof(void*));
-  upload_bytes(device(), dst + bases_.size() * sizeof(void*), lens_.data(), lens_.size() * sizeof(std::int32_t));
+  std::byte* dst = staging_.upload(*config_.memory, std::as_bytes(std::span(bases_)), std::as_bytes(std::span(lens_)));
   return {batch_, reinterpret_cast<const std::int32_t*>(dst + bases_.size() * sizeof(void*))};
 }
 
 KvView ContiguousBackend::layer_view(int layer) const {
   KVLAB_EXPECTS(has_storage(), "accounting-only backend has no KV to view");
   KVLAB_EXPECTS(layer >= 0 && layer < config_.model.num_layers, "layer out of range");
-  void* const* bases = device() == Device::host ? bases_.data() : static_cast<void* const*>(device_staging_);
+  void* const* bases = device() == Device::host ? bases_.data() : static_cast<void* const*>(staging_.data());
   KvView v;
   v.layout = KvLayout::contiguous;
   v.dtype = config_.model.kv_dtype;

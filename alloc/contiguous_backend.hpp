@@ -13,6 +13,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "alloc/device_staging.hpp"
 #include "alloc/first_fit_arena.hpp"
 #include "alloc/kv_backend.hpp"
 #include "alloc/memory_resource.hpp"
@@ -86,8 +87,7 @@ class ContiguousBackend final : public KvBackend {
   int batch_ = 0;
   std::vector<void*> bases_;
   std::vector<std::int32_t> lens_;
-  void* device_staging_ = nullptr;  // device copies of bases_ and lens_ (cuda only)
-  std::size_t device_staging_bytes_ = 0;
+  DeviceStaging staging_;  // device copies of bases_ and lens_ (cuda only)
 };
 
 }  // namespace kvlab

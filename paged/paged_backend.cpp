@@ -67,7 +67,6 @@ PagedBackend::PagedBackend(PagedConfig config)
 PagedBackend::~PagedBackend() {
   for (auto& [id, s] : seqs_) config_.swap_memory->deallocate(s.swap, s.swap_bytes);
   if (config_.memory != nullptr) {
-    config_.memory->deallocate(device_staging_, device_staging_bytes_);
     config_.memory->deallocate(region_, region_bytes_);
   }
 }
@@ -450,17 +449,8 @@ PreparedBatch PagedBackend::prepare_batch(std::span<const SeqId> seqs) {
   }
   PreparedBatch out{batch_, lens_.data()};
   if (device() != Device::host) {  // the kernels read block tables from device memory
-    const std::size_t bytes = (tables_.size() + lens_.size()) * sizeof(std::int32_t);
-    if (bytes > device_staging_bytes_) {
-      config_.memory->deallocate(device_staging_, device_staging_bytes_);
-      device_staging_ = nullptr;
-      device_staging_bytes_ = 0;
-      device_staging_ = config_.memory->allocate(bytes);
-      device_staging_bytes_ = bytes;
-    }
-    auto* dst = static_cast<std::int32_t*>(device_staging_);
-    upload_bytes(device(), dst, tables_.data(), tables_.size() * sizeof(std::int32_t));
-    upload_bytes(device(), dst + tables_.size(), lens_.data(), lens_.size() * sizeof(std::int32_t));
+    auto* dst = reinterpret_cast<std::int32_t*>(
+        staging_.upload(*config_.memory, std::as_bytes(std::span(tables_)), std::as_bytes(std::span(lens_))));
     out.seq_lens = dst + tables_.size();
   }
   last_prepare_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -480,7 +470,7 @@ KvView PagedBackend::layer_view(int layer) const {
   v.head_stride = config_.model.head_dim;
   v.k_pool = plane(layer, 0);
   v.v_pool = plane(layer, 1);
-  v.block_table = device() == Device::host ? tables_.data() : static_cast<const std::int32_t*>(device_staging_);
+  v.block_table = device() == Device::host ? tables_.data() : static_cast<const std::int32_t*>(staging_.data());
   v.block_table_stride = table_stride_;
   v.block_size = config_.block_size;
   v.block_stride = static_cast<std::int64_t>(block_bytes_) / elem;

@@ -24,6 +24,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "alloc/device_staging.hpp"
 #include "alloc/kv_backend.hpp"
 #include "alloc/memory_resource.hpp"
 #include "paged/block_pool.hpp"
@@ -155,8 +156,7 @@ class PagedBackend final : public KvBackend {
   int batch_ = 0;
   std::int64_t table_stride_ = 1;
   std::vector<std::int32_t> tables_, lens_;
-  void* device_staging_ = nullptr;
-  std::size_t device_staging_bytes_ = 0;
+  DeviceStaging staging_;  // device copies of tables_ and lens_ (cuda only)
   double last_prepare_seconds_ = 0;
 };
 

@@ -135,7 +135,6 @@ VmmBackend::~VmmBackend() {
       } catch (...) {
       }
     }
-    if (config_.memory != nullptr) config_.memory->deallocate(device_staging_, device_staging_bytes_);
   }
 }
 
@@ -822,24 +821,14 @@ PreparedBatch VmmBackend::prepare_batch(std::span<const SeqId> seqs) {
   }
   if (device() == Device::host) return {batch_, lens_.data()};
   // Device memory: the kernels read the arrays from device memory, one upload per prepared batch.
-  const std::size_t bytes = bases_.size() * sizeof(void*) + lens_.size() * sizeof(std::int32_t);
-  if (bytes > device_staging_bytes_) {
-    config_.memory->deallocate(device_staging_, device_staging_bytes_);
-    device_staging_ = nullptr;
-    device_staging_bytes_ = 0;
-    device_staging_ = config_.memory->allocate(bytes);
-    device_staging_bytes_ = bytes;
-  }
-  auto* dst = static_cast<std::byte*>(device_staging_);
-  upload_bytes(device(), dst, bases_.data(), bases_.size() * sizeof(void*));
-  upload_bytes(device(), dst + bases_.size() * sizeof(void*), lens_.data(), lens_.size() * sizeof(std::int32_t));
+  std::byte* dst = staging_.upload(*config_.memory, std::as_bytes(std::span(bases_)), std::as_bytes(std::span(lens_)));
   return {batch_, reinterpret_cast<const std::int32_t*>(dst + bases_.size() * sizeof(void*))};
 }
 
 KvView VmmBackend::layer_view(int layer) const {
   KVLAB_EXPECTS(has_storage(), "accounting-only backend has no KV to view");
   KVLAB_EXPECTS(layer >= 0 && layer < config_.model.num_layers, "layer out of range");
-  void* const* bases = device() == Device::host ? bases_.data() : static_cast<void* const*>(device_staging_);
+  void* const* bases = device() == Device::host ? bases_.data() : static_cast<void* const*>(staging_.data());
   const std::int64_t row = static_cast<std::int64_t>(config_.model.num_kv_heads) * config_.model.head_dim;
   KvView v;
   v.layout = KvLayout::contiguous;

@@ -11,6 +11,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "alloc/device_staging.hpp"
 #include "alloc/kv_backend.hpp"
 #include "alloc/memory_resource.hpp"
 #include "vmm/page_pool.hpp"
@@ -317,8 +318,7 @@ class VmmBackend final : public KvBackend {
   int batch_ = 0;
   std::vector<void*> bases_;
   std::vector<std::int32_t> lens_;
-  void* device_staging_ = nullptr;
-  std::size_t device_staging_bytes_ = 0;
+  DeviceStaging staging_;  // device copies of bases_ and lens_ (cuda only)
 };
 
 /// "64k" for 65536, "2m" for 2 MiB, "6144" for sizes that are no whole KiB.
