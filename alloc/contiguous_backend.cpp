@@ -27,10 +27,10 @@ ReservationPolicy parse_reservation_policy(std::string_view name) {
 }
 
 ContiguousBackend::ContiguousBackend(ContiguousConfig config)
-    : config_(std::move(config)), arena_(config_.capacity_bytes, kDefaultAlignment) {
-  config_.model.validate();
-  if (config_.max_seq_len == 0) config_.max_seq_len = config_.model.max_context;
-  KVLAB_EXPECTS(config_.max_seq_len > 0, "max_seq_len must be positive");
+    : TableBackend(config.model, config.max_seq_len),
+      config_(std::move(config)),
+      arena_(config_.capacity_bytes, kDefaultAlignment) {
+  config_.max_seq_len = max_seq_len();
   KVLAB_EXPECTS(arena_.capacity() >= reservation_bytes(1),
                 "KV capacity " + std::to_string(config_.capacity_bytes) + " bytes is below one token (" +
                     std::to_string(reservation_bytes(1)) + " bytes)");
@@ -45,9 +45,9 @@ ContiguousBackend::~ContiguousBackend() {
   }
 }
 
-std::string ContiguousBackend::name() const { return "contiguous-" + std::string(to_string(config_.policy)); }
+std::string ContiguousBackend::do_name() const { return "contiguous-" + std::string(to_string(config_.policy)); }
 
-Device ContiguousBackend::device() const noexcept {
+Device ContiguousBackend::do_device() const noexcept {
   return config_.memory ? config_.memory->device() : Device::host;
 }
 
@@ -63,28 +63,11 @@ std::int64_t ContiguousBackend::reservation_tokens(const SequenceSpec& spec) con
   return config_.max_seq_len;
 }
 
-void ContiguousBackend::check_spec(const SequenceSpec& spec, std::int64_t initial_tokens) const {
-  KVLAB_EXPECTS(initial_tokens >= 0, "initial tokens must not be negative");
-  KVLAB_EXPECTS(spec.final_tokens >= initial_tokens, "final tokens must be at least the initial tokens");
-  KVLAB_EXPECTS(spec.final_tokens <= config_.max_seq_len,
-                "sequence of " + std::to_string(spec.final_tokens) + " tokens exceeds max_seq_len " +
-                    std::to_string(config_.max_seq_len));
-}
-
-const ContiguousBackend::Sequence& ContiguousBackend::at(SeqId id) const {
-  const auto it = seqs_.find(id);
-  KVLAB_EXPECTS(it != seqs_.end(), "unknown sequence " + std::to_string(id));
-  return it->second;
-}
-
-bool ContiguousBackend::can_admit(const SequenceSpec& spec, std::int64_t initial_tokens) const {
-  check_spec(spec, initial_tokens);
+bool ContiguousBackend::do_can_admit(const SequenceSpec& spec, std::int64_t) const {
   return arena_.can_allocate(reservation_bytes(reservation_tokens(spec)));
 }
 
-void ContiguousBackend::admit(SeqId id, const SequenceSpec& spec, std::int64_t initial_tokens) {
-  check_spec(spec, initial_tokens);
-  KVLAB_EXPECTS(!contains(id), "sequence " + std::to_string(id) + " already exists");
+void ContiguousBackend::do_admit(SeqId id, const SequenceSpec& spec, std::int64_t initial_tokens) {
   const std::int64_t tokens = reservation_tokens(spec);
   const auto offset = arena_.allocate(reservation_bytes(tokens));
   if (!offset) {
@@ -93,97 +76,78 @@ void ContiguousBackend::admit(SeqId id, const SequenceSpec& spec, std::int64_t i
                                  std::to_string(arena_.free_bytes()) + " bytes free, largest hole " +
                                  std::to_string(arena_.largest_hole()) + ")");
   }
-  seqs_.emplace(id, Sequence{*offset, tokens, initial_tokens, spec.final_tokens});
+  ContiguousSequence s;
+  s.length = initial_tokens;
+  s.final_tokens = spec.final_tokens;
+  s.offset = *offset;
+  s.capacity_tokens = tokens;
+  seqs_.insert(id, s);
 }
 
-bool ContiguousBackend::can_grow(SeqId id, std::int64_t n) const {
-  KVLAB_EXPECTS(n >= 0, "growth must not be negative");
-  const Sequence& s = at(id);
+bool ContiguousBackend::do_can_grow(SeqId id, std::int64_t n) const {
+  const ContiguousSequence& s = at(id);
   return s.length + n <= s.capacity_tokens;
 }
 
-void ContiguousBackend::grow(SeqId id, std::int64_t n) {
-  if (!can_grow(id, n)) {
+void ContiguousBackend::do_grow(SeqId id, std::int64_t n) {
+  ContiguousSequence& s = at(id);
+  if (s.length + n > s.capacity_tokens) {
     // A contiguous reservation cannot be extended in place; that is the point of the design.
-    const Sequence& s = at(id);
     KVLAB_THROW(OutOfMemory, "sequence " + std::to_string(id) + " would grow to " +
                                  std::to_string(s.length + n) + " tokens past its reservation of " +
                                  std::to_string(s.capacity_tokens));
   }
-  seqs_.at(id).length += n;
+  s.length += n;
 }
 
-std::byte* ContiguousBackend::layer_base(const Sequence& s, int layer, int kv) const noexcept {
-  const std::size_t plane = static_cast<std::size_t>(s.capacity_tokens) * config_.model.kv_bytes_per_token_per_layer() / 2;
+std::byte* ContiguousBackend::layer_base(const ContiguousSequence& s, int layer, int kv) const noexcept {
+  const std::size_t plane = static_cast<std::size_t>(s.capacity_tokens) * model().kv_bytes_per_token_per_layer() / 2;
   return region_ + s.offset + (2 * static_cast<std::size_t>(layer) + kv) * plane;
 }
 
-void ContiguousBackend::fork(SeqId parent, SeqId child) {
-  KVLAB_EXPECTS(!contains(child), "sequence " + std::to_string(child) + " already exists");
-  const Sequence p = at(parent);
+void ContiguousBackend::do_fork(SeqId parent, SeqId child) {
+  const ContiguousSequence p = at(parent);
   const auto offset = arena_.allocate(reservation_bytes(p.capacity_tokens));
   if (!offset) {
     KVLAB_THROW(OutOfMemory, "no hole of " + std::to_string(reservation_bytes(p.capacity_tokens)) +
                                  " bytes to fork sequence " + std::to_string(parent));
   }
-  const Sequence c{*offset, p.capacity_tokens, p.length, p.final_tokens};
+  ContiguousSequence c = p;
+  c.offset = *offset;
+  c.cached_tokens = 0;
   if (region_ != nullptr) {
     // Contiguous reservations cannot share: the child gets its own copy of every written token.
-    const std::size_t bytes = static_cast<std::size_t>(p.length) * config_.model.kv_bytes_per_token_per_layer() / 2;
+    const std::size_t bytes = static_cast<std::size_t>(p.length) * model().kv_bytes_per_token_per_layer() / 2;
     try {
-      for (int layer = 0; layer < config_.model.num_layers; ++layer)
+      for (int layer = 0; layer < model().num_layers; ++layer)
         for (int kv = 0; kv < 2; ++kv) copy_bytes(device(), layer_base(c, layer, kv), layer_base(p, layer, kv), bytes);
     } catch (...) {  // a failed copy leaves no child behind
       arena_.deallocate(*offset);
       throw;
     }
   }
-  seqs_.emplace(child, c);
+  seqs_.insert(child, c);
 }
 
-void ContiguousBackend::release(SeqId id) {
-  const Sequence s = at(id);
-  arena_.deallocate(s.offset);
+void ContiguousBackend::do_release(SeqId id) {
+  arena_.deallocate(at(id).offset);
   seqs_.erase(id);
 }
 
-std::int64_t ContiguousBackend::length(SeqId id) const { return at(id).length; }
-
-PreparedBatch ContiguousBackend::prepare_batch(std::span<const SeqId> seqs) {
-  batch_ = static_cast<int>(seqs.size());
-  const int layers = config_.model.num_layers;
-  bases_.assign(static_cast<std::size_t>(layers) * 2 * batch_, nullptr);
-  lens_.resize(static_cast<std::size_t>(batch_));
-  for (int b = 0; b < batch_; ++b) {
-    const Sequence& s = at(seqs[b]);
-    lens_[b] = static_cast<std::int32_t>(s.length);
+PreparedBatch ContiguousBackend::do_prepare_batch(std::span<const SeqId> seqs) {
+  const int batch = static_cast<int>(seqs.size());
+  batch_views_.begin_contiguous(batch);
+  for (int b = 0; b < batch; ++b) {
+    const ContiguousSequence& s = at(seqs[b]);
+    batch_views_.set_length(b, s.length);
     if (region_ == nullptr) continue;
-    for (int layer = 0; layer < layers; ++layer)
-      for (int kv = 0; kv < 2; ++kv) bases_[(2 * layer + kv) * batch_ + b] = layer_base(s, layer, kv);
+    for (int layer = 0; layer < model().num_layers; ++layer)
+      batch_views_.set_bases(b, layer, layer_base(s, layer, 0), layer_base(s, layer, 1));
   }
-  if (device() == Device::host) return {batch_, lens_.data()};
-  // Device backends read the arrays from device memory: one upload per prepared batch.
-  std::byte* dst = staging_.upload(*config_.memory, std::as_bytes(std::span(bases_)), std::as_bytes(std::span(lens_)));
-  return {batch_, reinterpret_cast<const std::int32_t*>(dst + bases_.size() * sizeof(void*))};
+  return batch_views_.finish(device(), config_.memory);
 }
 
-KvView ContiguousBackend::layer_view(int layer) const {
-  KVLAB_EXPECTS(has_storage(), "accounting-only backend has no KV to view");
-  KVLAB_EXPECTS(layer >= 0 && layer < config_.model.num_layers, "layer out of range");
-  void* const* bases = device() == Device::host ? bases_.data() : static_cast<void* const*>(staging_.data());
-  KvView v;
-  v.layout = KvLayout::contiguous;
-  v.dtype = config_.model.kv_dtype;
-  v.num_kv_heads = config_.model.num_kv_heads;
-  v.head_dim = config_.model.head_dim;
-  v.token_stride = static_cast<std::int64_t>(config_.model.num_kv_heads) * config_.model.head_dim;
-  v.head_stride = config_.model.head_dim;
-  v.k_seq = bases + (2 * layer) * batch_;
-  v.v_seq = bases + (2 * layer + 1) * batch_;
-  return v;
-}
-
-MemoryBreakdown ContiguousBackend::breakdown(const SequenceSpec* blocked) const {
+MemoryBreakdown ContiguousBackend::do_breakdown(const SequenceSpec* blocked) const {
   MemoryBreakdown b;
   b.capacity = arena_.capacity();
   for (const auto& [id, s] : seqs_) {

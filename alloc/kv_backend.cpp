@@ -1,12 +1,162 @@
 #include "alloc/kv_backend.hpp"
 
+#include <exception>
+
 #include "alloc/error.hpp"
 
 namespace kvlab {
 
-void KvBackend::swap_out(SeqId) { KVLAB_THROW(InvalidArgument, "backend " + name() + " cannot swap"); }
-bool KvBackend::can_swap_in(SeqId) const { KVLAB_THROW(InvalidArgument, "backend " + name() + " cannot swap"); }
-void KvBackend::swap_in(SeqId) { KVLAB_THROW(InvalidArgument, "backend " + name() + " cannot swap"); }
-bool KvBackend::is_swapped(SeqId) const { return false; }
+KvBackend::KvBackend(const ModelGeometry& model, std::int64_t max_seq_len) : model_(model), max_seq_len_(max_seq_len) {
+  model_.validate();
+  if (max_seq_len_ == 0) max_seq_len_ = model_.max_context;
+  KVLAB_EXPECTS(max_seq_len_ > 0, "max_seq_len must be positive");
+}
+
+// ---- the one set of preconditions ---------------------------------------------------------------
+
+void KvBackend::check_spec(const SequenceSpec& spec, std::int64_t initial_tokens) const {
+  KVLAB_EXPECTS(initial_tokens >= 0, "initial tokens must not be negative");
+  KVLAB_EXPECTS(spec.prompt_tokens >= 0, "prompt tokens must not be negative");
+  KVLAB_EXPECTS(spec.final_tokens >= initial_tokens, "final tokens must be at least the initial tokens");
+  KVLAB_EXPECTS(spec.final_tokens <= max_seq_len_, "sequence of " + std::to_string(spec.final_tokens) +
+                                                       " tokens exceeds max_seq_len " + std::to_string(max_seq_len_));
+  KVLAB_EXPECTS(spec.prompt_token_ids.empty() ||
+                    static_cast<std::int64_t>(spec.prompt_token_ids.size()) >= spec.prompt_tokens,
+                std::to_string(spec.prompt_token_ids.size()) + " prompt token ids for a prompt of " +
+                    std::to_string(spec.prompt_tokens) + " tokens");
+}
+
+void KvBackend::require_known(SeqId id) const {
+  KVLAB_EXPECTS(do_contains(id), "unknown sequence " + std::to_string(id));
+}
+
+void KvBackend::require_resident(SeqId id) const {
+  require_known(id);
+  KVLAB_EXPECTS(!do_is_swapped(id), "sequence " + std::to_string(id) + " is swapped out");
+}
+
+void KvBackend::require_absent(SeqId id) const {
+  KVLAB_EXPECTS(!do_contains(id), "sequence " + std::to_string(id) + " already exists");
+}
+
+void KvBackend::require_swap() const {
+  KVLAB_EXPECTS(do_supports_swap(), "backend " + do_name() + " cannot swap");
+}
+
+// ---- sequences -----------------------------------------------------------------------------------
+
+bool KvBackend::can_admit(const SequenceSpec& spec, std::int64_t initial_tokens) const {
+  check_spec(spec, initial_tokens);
+  return do_can_admit(spec, initial_tokens);
+}
+
+void KvBackend::admit(SeqId id, const SequenceSpec& spec, std::int64_t initial_tokens) {
+  check_spec(spec, initial_tokens);
+  require_absent(id);
+  do_admit(id, spec, initial_tokens);
+}
+
+bool KvBackend::can_grow(SeqId id, std::int64_t n) const {
+  KVLAB_EXPECTS(n >= 0, "growth must not be negative");
+  require_resident(id);
+  return do_can_grow(id, n);
+}
+
+void KvBackend::grow(SeqId id, std::int64_t n) {
+  KVLAB_EXPECTS(n >= 0, "growth must not be negative");
+  require_resident(id);
+  do_grow(id, n);
+}
+
+void KvBackend::fork(SeqId parent, SeqId child) {
+  require_resident(parent);
+  require_absent(child);
+  do_fork(parent, child);
+}
+
+void KvBackend::release(SeqId id) {
+  require_known(id);
+  do_release(id);
+}
+
+void KvBackend::swap_out(SeqId id) {
+  require_swap();
+  require_known(id);
+  KVLAB_EXPECTS(!do_is_swapped(id), "sequence " + std::to_string(id) + " is already swapped out");
+  do_swap_out(id);
+}
+
+bool KvBackend::can_swap_in(SeqId id) const {
+  require_swap();
+  require_known(id);
+  KVLAB_EXPECTS(do_is_swapped(id), "sequence " + std::to_string(id) + " is not swapped out");
+  return do_can_swap_in(id);
+}
+
+void KvBackend::swap_in(SeqId id) {
+  require_swap();
+  require_known(id);
+  KVLAB_EXPECTS(do_is_swapped(id), "sequence " + std::to_string(id) + " is not swapped out");
+  do_swap_in(id);
+}
+
+bool KvBackend::is_swapped(SeqId id) const {
+  require_known(id);
+  return do_is_swapped(id);
+}
+
+std::int64_t KvBackend::length(SeqId id) const {
+  require_known(id);
+  return do_length(id);
+}
+
+// ---- prefix caching ------------------------------------------------------------------------------
+
+std::int64_t KvBackend::cached_prefix_tokens(const SequenceSpec& spec) const {
+  check_spec(spec, spec.prompt_tokens);
+  return do_cached_prefix_tokens(spec);
+}
+
+std::int64_t KvBackend::cached_tokens(SeqId id) const {
+  require_known(id);
+  return do_cached_tokens(id);
+}
+
+// ---- kernels -------------------------------------------------------------------------------------
+
+PreparedBatch KvBackend::prepare_batch(std::span<const SeqId> seqs) {
+  for (const SeqId id : seqs) require_resident(id);
+  return do_prepare_batch(seqs);
+}
+
+KvView KvBackend::layer_view(int layer) const {
+  KVLAB_EXPECTS(do_has_storage(), "accounting-only backend has no KV to view");
+  KVLAB_EXPECTS(layer >= 0 && layer < model_.num_layers, "layer out of range");
+  return do_layer_view(layer);
+}
+
+// ---- step hooks ----------------------------------------------------------------------------------
+
+void KvBackend::begin_step() {
+  std::exception_ptr background_error;
+  try {
+    do_begin_step();
+  } catch (...) {
+    background_error = std::current_exception();
+  }
+  costs_at_step_begin_ = do_total_costs();  // the step's costs count from here, error or not
+  if (background_error) std::rethrow_exception(background_error);
+}
+
+void KvBackend::prefetch(std::span<const SeqId> next_ids) {
+  for (const SeqId id : next_ids) require_resident(id);
+  do_prefetch(next_ids);
+}
+
+StepCosts KvBackend::step_costs() const {
+  StepCosts c = do_total_costs();
+  c -= costs_at_step_begin_;
+  return c;
+}
 
 }  // namespace kvlab

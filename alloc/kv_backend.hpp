@@ -1,20 +1,28 @@
 #pragma once
-// The interface every KV-cache backend implements (contiguous, paged, vmm). docs/backend-interface.md
-// explains the reasoning. In short:
+// The one front door every KV-cache backend (contiguous, paged, vmm, and any new one) is reached
+// through. docs/backend-interface.md explains the reasoning and shows a new backend written
+// against it. In short:
 //  * the backend owns policy: which bytes, blocks or pages a sequence holds; a MemoryResource only
 //    supplies the bytes;
+//  * the public calls are not virtual (RMM's pattern): each validates its arguments once, the same
+//    way for every backend (one set of preconditions: lengths, ids, swap state), and then calls a
+//    private do_* hook. A backend implements only the hooks, and may assume their preconditions;
 //  * every mutating call is all-or-nothing: on OutOfMemory the backend is exactly as before, so the
 //    replayer can count the failure and carry on;
 //  * can_admit/can_grow answer without side effects, so a scheduler can ask before it commits;
-//  * kernels never see the backend, only the KvView it hands out for a prepared batch.
+//  * kernels never see the backend, only the KvView it hands out for a prepared batch;
+//  * step hooks (begin_step, prefetch, step_costs, counters) let a backend do work around a
+//    scheduler step and report what it cost, so callers never need to know its concrete type.
 #include <cstdint>
 #include <span>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "alloc/device.hpp"
+#include "alloc/kv_view.hpp"
 #include "alloc/memory_breakdown.hpp"
 #include "alloc/model_geometry.hpp"
-#include "kernels/kv_view.hpp"
 
 namespace kvlab {
 
@@ -50,75 +58,160 @@ struct PreparedBatch {
   const std::int32_t* seq_lens = nullptr;  ///< [batch] in the backend's device memory
 };
 
+/// Measured wall time a backend spent on the caller's critical path, by kind of operation, since
+/// the last begin_step(). Kinds, not backends: any backend that maps memory reports mapping time.
+struct StepCosts {
+  double mapping_s = 0;  ///< mapping/unmapping physical memory inside admit/grow/fork/release
+
+  StepCosts& operator-=(const StepCosts& o) noexcept {
+    mapping_s -= o.mapping_s;
+    return *this;
+  }
+  [[nodiscard]] double total_s() const noexcept { return mapping_s; }
+};
+
+/// A backend's own counters, by name ("cow_copies", "critical_maps", ...): whatever it wants a
+/// researcher to see, reported without the caller knowing its type. Values are counts or seconds.
+using BackendCounters = std::vector<std::pair<std::string, double>>;
+
 class KvBackend {
  public:
   virtual ~KvBackend() = default;
+  KvBackend(const KvBackend&) = delete;
+  KvBackend& operator=(const KvBackend&) = delete;
+
+  // --- what the backend is ---
 
   /// e.g. "contiguous-max", "paged-b16", "vmm-64k".
-  [[nodiscard]] virtual std::string name() const = 0;
-  [[nodiscard]] virtual const ModelGeometry& model() const noexcept = 0;
-  [[nodiscard]] virtual Device device() const noexcept = 0;
+  [[nodiscard]] std::string name() const { return do_name(); }
+  [[nodiscard]] const ModelGeometry& model() const noexcept { return model_; }
+  [[nodiscard]] Device device() const noexcept { return do_device(); }
   /// True when K/V bytes really exist (execute mode); false for accounting-only backends.
-  [[nodiscard]] virtual bool has_storage() const noexcept = 0;
+  [[nodiscard]] bool has_storage() const noexcept { return do_has_storage(); }
   /// Longest sequence (tokens) this backend can hold.
-  [[nodiscard]] virtual std::int64_t max_seq_len() const noexcept = 0;
+  [[nodiscard]] std::int64_t max_seq_len() const noexcept { return max_seq_len_; }
+
+  // --- sequences ---
 
   /// Whether admit(spec, initial_tokens) would succeed now. No side effects.
-  [[nodiscard]] virtual bool can_admit(const SequenceSpec& spec, std::int64_t initial_tokens) const = 0;
+  [[nodiscard]] bool can_admit(const SequenceSpec& spec, std::int64_t initial_tokens) const;
   /// Starts sequence `id` holding `initial_tokens` tokens (their KV slots, not yet written).
   /// Throws OutOfMemory (no state change) or InvalidArgument (duplicate id, bad lengths).
-  virtual void admit(SeqId id, const SequenceSpec& spec, std::int64_t initial_tokens) = 0;
+  void admit(SeqId id, const SequenceSpec& spec, std::int64_t initial_tokens);
   /// Whether grow(id, n) would succeed now. No side effects.
-  [[nodiscard]] virtual bool can_grow(SeqId id, std::int64_t n) const = 0;
+  [[nodiscard]] bool can_grow(SeqId id, std::int64_t n) const;
   /// Appends n token slots to sequence `id`. Throws OutOfMemory with no state change.
-  virtual void grow(SeqId id, std::int64_t n) = 0;
+  void grow(SeqId id, std::int64_t n);
   /// Starts `child` as a copy of `parent` (its tokens and future), sharing memory where the
   /// backend can. Throws OutOfMemory with no state change.
-  virtual void fork(SeqId parent, SeqId child) = 0;
-  /// Ends sequence `id` and returns its memory to the backend.
-  virtual void release(SeqId id) = 0;
+  void fork(SeqId parent, SeqId child);
+  /// Ends sequence `id` (resident or swapped out) and returns its memory to the backend.
+  void release(SeqId id);
 
   /// Preemption by swapping: swap_out moves a sequence's KV to host memory and frees its device
   /// memory; swap_in brings the same bytes back. Backends that cannot swap say so here, and their
   /// swap calls throw InvalidArgument.
-  [[nodiscard]] virtual bool supports_swap() const noexcept { return false; }
-  virtual void swap_out(SeqId id);
-  [[nodiscard]] virtual bool can_swap_in(SeqId id) const;
+  [[nodiscard]] bool supports_swap() const noexcept { return do_supports_swap(); }
+  void swap_out(SeqId id);
+  [[nodiscard]] bool can_swap_in(SeqId id) const;
   /// Throws OutOfMemory with no state change when the device memory is not there.
-  virtual void swap_in(SeqId id);
-  [[nodiscard]] virtual bool is_swapped(SeqId id) const;
+  void swap_in(SeqId id);
+  [[nodiscard]] bool is_swapped(SeqId id) const;
+
+  [[nodiscard]] bool contains(SeqId id) const { return do_contains(id); }
+  [[nodiscard]] std::int64_t length(SeqId id) const;
+  [[nodiscard]] std::size_t num_sequences() const noexcept { return do_num_sequences(); }
+
+  // --- prefix caching ---
 
   /// Prompt tokens an admission of `spec` would find in the prefix cache if its whole prompt were
   /// admitted at once. No side effects; 0 without a prefix cache. With chunked prefill the
   /// replayer admits the hit plus the first chunk, so a long cached prompt is not cut at the chunk.
-  [[nodiscard]] virtual std::int64_t cached_prefix_tokens(const SequenceSpec& spec) const {
-    (void)spec;
-    return 0;
-  }
-
-  [[nodiscard]] virtual bool contains(SeqId id) const = 0;
-  [[nodiscard]] virtual std::int64_t length(SeqId id) const = 0;
-  [[nodiscard]] virtual std::size_t num_sequences() const noexcept = 0;
-
+  [[nodiscard]] std::int64_t cached_prefix_tokens(const SequenceSpec& spec) const;
   /// Prompt tokens of `id` whose KV came from the prefix cache at admit: the replayer skips their
   /// prefill. 0 for backends without a prefix cache, for forks and for sequences admitted without
   /// token ids.
-  [[nodiscard]] virtual std::int64_t cached_tokens(SeqId id) const {
-    (void)id;
-    return 0;
-  }
+  [[nodiscard]] std::int64_t cached_tokens(SeqId id) const;
   /// Counters of the prefix cache since construction (zeros without one).
-  [[nodiscard]] virtual PrefixCacheStats prefix_cache_stats() const { return {}; }
+  [[nodiscard]] PrefixCacheStats prefix_cache_stats() const { return do_prefix_cache_stats(); }
 
-  /// Builds the per-batch arrays (sequence bases or block tables, lengths) for `seqs`, in order.
-  /// Views from layer_view() refer to them until the next prepare_batch or mutation.
-  virtual PreparedBatch prepare_batch(std::span<const SeqId> seqs) = 0;
+  // --- kernels ---
+
+  /// Builds the per-batch arrays (sequence bases or block tables, lengths) for `seqs`, in order;
+  /// every one must be resident (not swapped out). Views from layer_view() refer to them until
+  /// the next prepare_batch or mutation.
+  PreparedBatch prepare_batch(std::span<const SeqId> seqs);
   /// The kernel view of one layer of the prepared batch. Requires has_storage().
-  [[nodiscard]] virtual KvView layer_view(int layer) const = 0;
+  [[nodiscard]] KvView layer_view(int layer) const;
+
+  // --- accounting ---
 
   /// Where every byte of capacity is now. `blocked`, when given, is the admission that is waiting
   /// for memory: free holes too small for it count as external fragmentation.
-  [[nodiscard]] virtual MemoryBreakdown breakdown(const SequenceSpec* blocked = nullptr) const = 0;
+  [[nodiscard]] MemoryBreakdown breakdown(const SequenceSpec* blocked = nullptr) const { return do_breakdown(blocked); }
+
+  // --- step hooks (a scheduler calls them around each step; all do nothing by default) ---
+
+  /// The step starts: finish work begun in the background for it (vmm: wait for the pages
+  /// prefetched during the last step). Rethrows an error that background work met; step_costs()
+  /// counts from here either way.
+  void begin_step();
+  /// The sequences in `next_ids` will each grow by one token next step: start what can overlap
+  /// this step's compute (vmm with overlap: map their pages on a background thread).
+  void prefetch(std::span<const SeqId> next_ids);
+  /// Critical-path time spent since begin_step() (all of it before the first begin_step()).
+  [[nodiscard]] StepCosts step_costs() const;
+  /// The backend's own counters, by name (empty for a backend that has none).
+  [[nodiscard]] BackendCounters counters() const { return do_counters(); }
+
+ protected:
+  /// `max_seq_len` 0 means the model's max context. Validates the model.
+  KvBackend(const ModelGeometry& model, std::int64_t max_seq_len);
+  /// The precondition checks of admit/can_admit, for a backend's own public entry points.
+  void check_spec(const SequenceSpec& spec, std::int64_t initial_tokens) const;
+
+ private:
+  void require_known(SeqId id) const;
+  void require_resident(SeqId id) const;
+  void require_absent(SeqId id) const;
+  void require_swap() const;
+
+  // The hooks. Each may assume what its public call checked: known/absent ids, a valid spec,
+  // n >= 0, resident (not swapped) sequences where the call needs them, swap support.
+  [[nodiscard]] virtual std::string do_name() const = 0;
+  [[nodiscard]] virtual Device do_device() const noexcept = 0;
+  [[nodiscard]] virtual bool do_has_storage() const noexcept = 0;
+  [[nodiscard]] virtual bool do_can_admit(const SequenceSpec& spec, std::int64_t initial_tokens) const = 0;
+  virtual void do_admit(SeqId id, const SequenceSpec& spec, std::int64_t initial_tokens) = 0;
+  [[nodiscard]] virtual bool do_can_grow(SeqId id, std::int64_t n) const = 0;
+  virtual void do_grow(SeqId id, std::int64_t n) = 0;
+  virtual void do_fork(SeqId parent, SeqId child) = 0;
+  virtual void do_release(SeqId id) = 0;
+  [[nodiscard]] virtual bool do_contains(SeqId id) const = 0;
+  [[nodiscard]] virtual std::int64_t do_length(SeqId id) const = 0;
+  [[nodiscard]] virtual std::size_t do_num_sequences() const noexcept = 0;
+  virtual PreparedBatch do_prepare_batch(std::span<const SeqId> seqs) = 0;
+  [[nodiscard]] virtual KvView do_layer_view(int layer) const = 0;
+  [[nodiscard]] virtual MemoryBreakdown do_breakdown(const SequenceSpec* blocked) const = 0;
+
+  // Optional hooks: the defaults describe a backend without swap, prefix cache or step work.
+  [[nodiscard]] virtual bool do_supports_swap() const noexcept { return false; }
+  virtual void do_swap_out(SeqId) {}
+  [[nodiscard]] virtual bool do_can_swap_in(SeqId) const { return false; }
+  virtual void do_swap_in(SeqId) {}
+  [[nodiscard]] virtual bool do_is_swapped(SeqId) const { return false; }
+  [[nodiscard]] virtual std::int64_t do_cached_prefix_tokens(const SequenceSpec&) const { return 0; }
+  [[nodiscard]] virtual std::int64_t do_cached_tokens(SeqId) const { return 0; }
+  [[nodiscard]] virtual PrefixCacheStats do_prefix_cache_stats() const { return {}; }
+  virtual void do_begin_step() {}
+  virtual void do_prefetch(std::span<const SeqId>) {}
+  /// Critical-path time since construction; step_costs() reports the part since begin_step().
+  [[nodiscard]] virtual StepCosts do_total_costs() const { return {}; }
+  [[nodiscard]] virtual BackendCounters do_counters() const { return {}; }
+
+  ModelGeometry model_;
+  std::int64_t max_seq_len_ = 0;
+  StepCosts costs_at_step_begin_;
 };
 
 }  // namespace kvlab

@@ -24,6 +24,7 @@
 #include "experiments/figures.hpp"
 #include "experiments/progress.hpp"
 #include "experiments/replayer.hpp"
+#include "kernels/simt/emulated_attention.hpp"
 #include "experiments/report.hpp"
 #include "experiments/sweep.hpp"
 #include "experiments/trace_reader.hpp"
@@ -289,7 +290,9 @@ struct Common {
     rc.execute = execute;
     rc.execute_layers = execute_layers;
     rc.verify_kv = verify_kv;
-    rc.kernels = kernels == "emulated" ? ReplayConfig::Kernels::emulated : ReplayConfig::Kernels::native;
+    if (kernels == "emulated") {  // the CUDA kernels under the SIMT emulator: the CLI's backends are on the host
+      rc.attention = [](const AttentionParams& p, const KvView& kv) { emulated_attention(p, kv, /*num_partitions=*/2); };
+    }
     rc.seed = seed;
     return rc;
   }

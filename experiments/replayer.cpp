@@ -10,8 +10,6 @@
 #include "alloc/error.hpp"
 #include "experiments/kv_integrity.hpp"
 #include "kernels/attention.hpp"
-#include "kernels/simt/emulated_attention.hpp"
-#include "vmm/vmm_backend.hpp"
 
 namespace kvlab {
 
@@ -21,6 +19,26 @@ using Clock = std::chrono::steady_clock;
 
 /// A request preempted more often than this is rejected (with the reason) rather than cycling.
 constexpr int kMaxPreemptions = 64;
+
+/// What a backend call came to: the replayer's one catch ladder. InvalidArgument is a replayer bug
+/// and propagates; OutOfMemory is a value the scheduler handles (preempt, wait, count); any other
+/// Error (a failed copy, a driver error) fails only the request it hit. `error` gets the message.
+enum class Outcome { ok, out_of_memory, failed };
+template <class F>
+Outcome attempt(F&& call, std::string* error = nullptr) {
+  try {
+    call();
+    return Outcome::ok;
+  } catch (const InvalidArgument&) {
+    throw;
+  } catch (const OutOfMemory& e) {
+    if (error) *error = e.what();
+    return Outcome::out_of_memory;
+  } catch (const Error& e) {
+    if (error) *error = e.what();
+    return Outcome::failed;
+  }
+}
 
 struct Seq {
   SeqId id = 0;
@@ -87,6 +105,16 @@ class Replay {
   void swap_in_groups();
   void admit_waiting();
   void run_step();
+  // The four phases of a step.
+  void claim_running();
+  [[nodiscard]] bool settle();
+  void account();
+  void retire();
+  /// Claims a group's slots through the catch ladder: false when it did not fit; a device error
+  /// fails the group (`failed` set, the caller removes it).
+  bool try_claim(Group& g, bool& failed, std::string& error);
+  [[nodiscard]] std::vector<SeqId> next_step_decoders() const;
+  [[nodiscard]] StepWork step_work() const;
   void reselect_beams(Group& g);
   void release_seq(SeqId id) {
     b_.release(id);
@@ -118,7 +146,6 @@ class Replay {
   double shared_savings_time_ = 0;  // integral of shared_savings over busy time
   std::int32_t fresh_token_id_ = 0x7fffffff;
   std::unique_ptr<KvIntegrity> integrity_;
-  VmmBackend* vmm_ = nullptr;  // for overlap (background mapping) and mapping-time counters
   // Execute mode buffers.
   std::vector<float> q_, out_;
   std::vector<std::int32_t> q_indptr_;
@@ -442,8 +469,8 @@ double Replay::execute_kernels(double& prepare_s) {
   p.seq_lens = batch.seq_lens;
   const int layers = c_.execute_layers > 0 ? std::min(c_.execute_layers, m.num_layers) : m.num_layers;
   for (int l = 0; l < layers; ++l) {
-    if (c_.kernels == ReplayConfig::Kernels::emulated) {
-      emulated_attention(p, b_.layer_view(l), /*num_partitions=*/2);  // split-KV + merge path too
+    if (c_.attention) {
+      c_.attention(p, b_.layer_view(l));
     } else {
       attention(b_.device(), p, b_.layer_view(l));
     }
@@ -513,45 +540,32 @@ void Replay::reselect_beams(Group& g) {
   }
 }
 
-double critical_mapping_seconds(const VmmBackend* vmm) {
-  if (vmm == nullptr) return 0;
-  const VmmStats st = vmm->stats();
-  return st.critical_map_seconds + st.critical_unmap_seconds;
+bool Replay::try_claim(Group& g, bool& failed, std::string& error) {
+  bool claimed = false;
+  switch (attempt([&] { claimed = claim_slots(g); }, &error)) {
+    case Outcome::ok: return claimed;
+    case Outcome::out_of_memory: return false;  // handled like any growth that does not fit
+    case Outcome::failed: failed = true; return false;
+  }
+  return false;
 }
 
-void Replay::run_step() {
+/// Phase 1: running groups claim their slots in arrival order, preempting the latest arrival when
+/// one does not fit.
+void Replay::claim_running() {
   ReplaySummary& sum = result_.summary;
-  if (vmm_ != nullptr) {
-    try {
-      vmm_->wait_for_prefetch();  // the pages this step needs were mapped while the last one ran
-    } catch (const Error&) {
-      ++sum.out_of_memory;  // best effort: grow() maps whatever the background mapper could not
-    }
-  }
-  const double mapping_before = critical_mapping_seconds(vmm_);
-  ++step_;
-  budget_ = c_.max_batched_tokens;
-  seqs_in_step_ = 0;
-  blocked_.reset();
-
-  // Running groups claim their slots in arrival order, preempting the latest arrival on failure.
   std::sort(running_.begin(), running_.end(), [](const Group& a, const Group& b) { return a.req < b.req; });
   for (std::size_t i = 0; i < running_.size();) {
-    bool claimed = false;
-    try {
-      claimed = claim_slots(running_[i]);
-    } catch (const OutOfMemory&) {
-      claimed = false;  // handled like any growth that does not fit: preempt
-    } catch (const InvalidArgument&) {
-      throw;
-    } catch (const Error& e) {
-      Group dead = std::move(running_[i]);
-      running_.erase(running_.begin() + static_cast<std::ptrdiff_t>(i));
-      finish(dead, RequestRecord::Status::failed, std::string("growth failed: ") + e.what());
+    bool failed = false;
+    std::string error;
+    if (try_claim(running_[i], failed, error)) {
+      ++i;
       continue;
     }
-    if (claimed) {
-      ++i;
+    if (failed) {
+      Group dead = std::move(running_[i]);
+      running_.erase(running_.begin() + static_cast<std::ptrdiff_t>(i));
+      finish(dead, RequestRecord::Status::failed, "growth failed: " + error);
       continue;
     }
     ++sum.out_of_memory;
@@ -567,9 +581,13 @@ void Replay::run_step() {
     KVLAB_ASSERT(victim >= i);
     preempt(victim);
   }
-  swap_in_groups();
-  admit_waiting();
-  // Recount what really runs: a group preempted after a partial claim took its slots with it.
+}
+
+/// Phase 2, after swap-ins and admissions: counts what really runs (a group preempted after a
+/// partial claim took its slots with it). False when nothing can run; then a swapped group that
+/// cannot come back (forks return unshared, so a group can need more memory than it held) falls
+/// back to recomputing from its prompt.
+bool Replay::settle() {
   seqs_in_step_ = 0;
   for (const Group& g : running_) {
     if (!g.in_step) continue;
@@ -579,32 +597,28 @@ void Replay::run_step() {
       for (const Seq& q : g.seqs) seqs_in_step_ += q.has_slot;
     }
   }
-  if (seqs_in_step_ == 0) {
-    // Nothing could run (everything waits on memory that nothing running will free).
-    if (running_.empty() && !swapped_.empty()) {
-      // Swapped sequences come back unshared (forks lose their sharing on the way out), so a group
-      // can need more memory than it held. Fall back to recomputing it from its prompt.
-      Group g = std::move(swapped_.front());
-      swapped_.pop_front();
-      if (++result_.requests[g.req].preemptions > kMaxPreemptions) {
-        finish(g, RequestRecord::Status::rejected, "cannot be swapped back in, and preempted too often to recompute");
-        return;
-      }
-      for (Seq& q : g.seqs)
-        if (b_.contains(q.id)) release_seq(q.id);
-      g.seqs.clear();
-      g.prefilled = 0;
-      g.in_step = false;
-      ++result_.summary.out_of_memory;
-      const auto at = std::find_if(waiting_.begin(), waiting_.end(), [&](const Group& o) { return o.req > g.req; });
-      waiting_.insert(at, std::move(g));
+  if (seqs_in_step_ > 0) return true;
+  if (running_.empty() && !swapped_.empty()) {
+    Group g = std::move(swapped_.front());
+    swapped_.pop_front();
+    if (++result_.requests[g.req].preemptions > kMaxPreemptions) {
+      finish(g, RequestRecord::Status::rejected, "cannot be swapped back in, and preempted too often to recompute");
+      return false;
     }
-    return;
+    for (Seq& q : g.seqs)
+      if (b_.contains(q.id)) release_seq(q.id);
+    g.seqs.clear();
+    g.prefilled = 0;
+    g.in_step = false;
+    ++result_.summary.out_of_memory;
+    const auto at = std::find_if(waiting_.begin(), waiting_.end(), [&](const Group& o) { return o.req > g.req; });
+    waiting_.insert(at, std::move(g));
   }
+  return false;
+}
 
-  // The step's work and its duration.
+StepWork Replay::step_work() const {
   StepWork work;
-  StepRecord rec;
   for (const Group& g : running_) {
     if (!g.in_step) continue;
     if (g.chunk > 0) {
@@ -622,20 +636,31 @@ void Replay::run_step() {
       }
     }
   }
-  if (vmm_ != nullptr) {  // start mapping the next step's pages while this one computes
-    std::vector<SeqId> next;
-    for (const Group& g : running_) {
-      if (!g.in_step) continue;
-      if (g.chunk > 0) {
-        if (g.prefilled + g.chunk == g.prompt) next.push_back(g.seqs[0].id);  // decodes next
-      } else {
-        for (const Seq& q : g.seqs)
-          if (q.has_slot && q.produced + 1 < g.output) next.push_back(q.id);
-      }
+  return work;
+}
+
+/// Sequences that will decode next step: a prefill finishing now, or a decode with more to go.
+std::vector<SeqId> Replay::next_step_decoders() const {
+  std::vector<SeqId> next;
+  for (const Group& g : running_) {
+    if (!g.in_step) continue;
+    if (g.chunk > 0) {
+      if (g.prefilled + g.chunk == g.prompt) next.push_back(g.seqs[0].id);
+    } else {
+      for (const Seq& q : g.seqs)
+        if (q.has_slot && q.produced + 1 < g.output) next.push_back(q.id);
     }
-    vmm_->prefetch_for_next_step(next, 1);
   }
-  rec.mapping_s = critical_mapping_seconds(vmm_) - mapping_before;
+  return next;
+}
+
+/// Phase 3: the step's work, its duration and its memory.
+void Replay::account() {
+  ReplaySummary& sum = result_.summary;
+  const StepWork work = step_work();
+  StepRecord rec;
+  b_.prefetch(next_step_decoders());  // e.g. map the next step's pages while this one computes
+  rec.mapping_s = b_.step_costs().mapping_s;
   sum.mapping_s += rec.mapping_s;
   double dt = 0;
   if (c_.execute) {
@@ -666,10 +691,11 @@ void Replay::run_step() {
   sum.peak_allocated_bytes = std::max(sum.peak_allocated_bytes, mem.allocated());
   sum.prefill_tokens_computed += work.prefill_tokens;
   ++sum.steps;
+}
 
-  if (integrity_) check_integrity();
-
-  // Sample: every sequence that worked produces a token; finished requests leave.
+/// Phase 4: every sequence that worked produces a token; finished requests leave.
+void Replay::retire() {
+  ReplaySummary& sum = result_.summary;
   for (std::size_t i = 0; i < running_.size();) {
     Group& g = running_[i];
     RequestRecord& r = result_.requests[g.req];
@@ -701,15 +727,32 @@ void Replay::run_step() {
     const bool all_forked = g.output == 1 || static_cast<int>(g.seqs.size()) == c_.samples_per_request;
     const bool all_done = !g.prefilling() && all_forked &&
                           std::all_of(g.seqs.begin(), g.seqs.end(), [](const Seq& q) { return q.done; });
-    if (all_done) {
-      Group done = std::move(g);
-      running_.erase(running_.begin() + static_cast<std::ptrdiff_t>(i));
-      finish(done, r.status == RequestRecord::Status::truncated_completed ? RequestRecord::Status::truncated_completed
-                                                                           : RequestRecord::Status::completed);
-    } else {
+    if (!all_done) {
       ++i;
+      continue;
     }
+    Group done = std::move(g);
+    running_.erase(running_.begin() + static_cast<std::ptrdiff_t>(i));
+    finish(done, r.status == RequestRecord::Status::truncated_completed ? RequestRecord::Status::truncated_completed
+                                                                         : RequestRecord::Status::completed);
   }
+}
+
+void Replay::run_step() {
+  // Background work begun last step for this one (vmm: prefetched pages) finishes first; an error
+  // it met is counted like an allocation that failed, and the step's own calls map what it could not.
+  if (attempt([&] { b_.begin_step(); }) != Outcome::ok) ++result_.summary.out_of_memory;
+  ++step_;
+  budget_ = c_.max_batched_tokens;
+  seqs_in_step_ = 0;
+  blocked_.reset();
+  claim_running();
+  swap_in_groups();
+  admit_waiting();
+  if (!settle()) return;
+  account();
+  if (integrity_) check_integrity();
+  retire();
 }
 
 ReplayResult Replay::run() {
@@ -719,15 +762,12 @@ ReplayResult Replay::run() {
   KVLAB_EXPECTS(c_.samples_per_request >= 1, "samples per request must be at least 1");
   KVLAB_EXPECTS(c_.samples_per_request <= c_.max_running, "samples per request must fit max_running");
   KVLAB_EXPECTS(!c_.execute || b_.has_storage(), "execute mode needs a backend with KV storage");
-  KVLAB_EXPECTS(c_.kernels == ReplayConfig::Kernels::native || b_.device() == Device::host,
-                "emulated kernels read KV on the host");
   for (std::size_t i = 1; i < w_.size(); ++i)
     KVLAB_EXPECTS(w_[i].arrival_s >= w_[i - 1].arrival_s, "workload must be sorted by arrival");
   KVLAB_EXPECTS(c_.beam_reselect_probability >= 0 && c_.beam_reselect_probability <= 1,
                 "beam reselection probability must be in [0, 1]");
   beam_rng_.seed(c_.seed);
   if (c_.verify_kv) integrity_ = std::make_unique<KvIntegrity>(b_);
-  vmm_ = dynamic_cast<VmmBackend*>(&b_);
   const auto wall0 = Clock::now();
   ReplaySummary& sum = result_.summary;
   sum.backend = b_.name();

@@ -32,11 +32,14 @@
 #include "alloc/memory_breakdown.hpp"
 #include "experiments/cost_model.hpp"
 #include "experiments/workload.hpp"
+#include "kernels/attention_params.hpp"
 
 namespace kvlab {
 
 enum class LongRequestPolicy { reject, truncate };
 enum class PreemptionMode { recompute, swap };
+/// Runs attention for one layer of a prepared batch.
+using AttentionFn = std::function<void(const AttentionParams&, const KvView&)>;
 
 struct ReplayConfig {
   int max_running = 256;                    ///< sequences in a batch
@@ -58,10 +61,10 @@ struct ReplayConfig {
   /// back after every step (experiments/kv_integrity.hpp). Needs a host backend with storage; slow.
   bool verify_kv = false;
   int execute_layers = 0;  ///< layers really run in execute mode (0: all); time is scaled to all
-  /// Which attention implementation execute mode runs: the device's native one (host kernels on
-  /// the host, CUDA kernels on a GPU) or the CUDA kernels under the host SIMT emulator (slow; for
-  /// end-to-end tests of the CUDA code path without a GPU).
-  enum class Kernels { native, emulated } kernels = Kernels::native;
+  /// The attention implementation execute mode runs over each layer's view. Empty: the backend
+  /// device's native kernels (kvlab::attention: host kernels on the host, CUDA kernels on a GPU).
+  /// `kvlab replay --kernels emulated` passes the CUDA kernels under the host SIMT emulator.
+  AttentionFn attention;
 };
 
 struct StepRecord {
@@ -75,7 +78,7 @@ struct StepRecord {
   std::size_t shared_savings_bytes = 0;  ///< bytes sharing saved (fork, prefix caching)
   double kernel_s = 0;   ///< measured attention time (execute mode), scaled to all layers
   double prepare_s = 0;  ///< building/uploading the per-batch arrays (execute mode)
-  double mapping_s = 0;  ///< vmm: measured map/unmap time on the step's critical path (in the clock in execute mode)
+  double mapping_s = 0;  ///< the backend's measured mapping time on the step's critical path (StepCosts; in the clock in execute mode)
 };
 
 struct RequestRecord {
@@ -114,7 +117,7 @@ struct ReplaySummary {
   std::size_t mean_shared_savings_bytes = 0;  ///< time-weighted bytes saved by sharing
   double mean_ttft_s = 0, p99_ttft_s = 0, mean_tpot_s = 0, mean_e2e_s = 0, mean_normalized_latency_s = 0;
   double kernel_s = 0, prepare_s = 0;  ///< execute mode totals
-  double mapping_s = 0;                ///< vmm: critical-path mapping time, summed
+  double mapping_s = 0;                ///< the backend's critical-path mapping time (StepCosts), summed
   std::int64_t prefix_hit_tokens = 0;     ///< prompt tokens served from the prefix cache (prefill skipped)
   std::int64_t prefix_lookup_tokens = 0;  ///< prompt tokens looked up in the prefix cache
   std::int64_t kv_mismatches = 0;         ///< verify_kv: KV elements that did not read back as written

@@ -6,11 +6,14 @@
 // Kernels walk a sequence's tokens in *runs*: a run is a stretch of tokens whose K (and V) rows
 // sit at a constant token stride. A contiguous view has one run per sequence; a paged view has one
 // run per block. Both views expose the same three accessors, so one kernel body serves both and
-// the paged view's block-table lookup happens once per block, not once per token.
+// the paged view's block-table lookup happens once per block, not once per token. The erased
+// form backends hand out (KvView) is in alloc/kv_view.hpp; as_contiguous/as_paged and erase()
+// convert between the two.
 #include <cstdint>
 #include <type_traits>
 
 #include "alloc/dtype.hpp"
+#include "alloc/kv_view.hpp"
 #include "kernels/numeric.hpp"
 #include "kernels/platform.hpp"
 
@@ -61,29 +64,6 @@ struct PagedKv {
 
 static_assert(std::is_trivially_copyable_v<ContiguousKv<half_t>>);
 static_assert(std::is_trivially_copyable_v<PagedKv<half_t>>);
-
-enum class KvLayout { contiguous, paged };
-
-/// The type-erased form a backend hands out; the dispatch site (visit_kv_view) turns it into a
-/// typed view. Fields of the other layout are ignored.
-struct KvView {
-  KvLayout layout = KvLayout::contiguous;
-  DType dtype = DType::f16;
-  int num_kv_heads = 0;
-  int head_dim = 0;
-  std::int64_t token_stride = 0;
-  std::int64_t head_stride = 0;
-  // contiguous
-  void* const* k_seq = nullptr;
-  void* const* v_seq = nullptr;
-  // paged
-  void* k_pool = nullptr;
-  void* v_pool = nullptr;
-  const std::int32_t* block_table = nullptr;
-  std::int64_t block_table_stride = 0;
-  std::int32_t block_size = 0;
-  std::int64_t block_stride = 0;
-};
 
 template <class T>
 ContiguousKv<T> as_contiguous(const KvView& v) {

@@ -49,14 +49,14 @@ std::string_view to_string(PrefixCacheMode mode) noexcept {
 }
 
 PagedBackend::PagedBackend(PagedConfig config)
-    : config_(std::move(config)),
+    : TableBackend(config.model, config.max_seq_len),
+      config_(std::move(config)),
       block_bytes_(static_cast<std::size_t>(config_.block_size) * config_.model.kv_bytes_per_token_per_layer() / 2),
       pool_(blocks_in(config_), free_order_for(config_.prefix_cache)) {
   if (config_.prefix_cache == PrefixCacheMode::hash)
     hash_ = std::make_unique<HashPrefixCache>(pool_.num_blocks(), config_.block_size);
   if (config_.prefix_cache == PrefixCacheMode::radix) radix_ = std::make_unique<RadixCache>(config_.block_size, pool_);
-  if (config_.max_seq_len == 0) config_.max_seq_len = config_.model.max_context;
-  KVLAB_EXPECTS(config_.max_seq_len > 0, "max_seq_len must be positive");
+  config_.max_seq_len = max_seq_len();
   if (config_.swap_memory == nullptr) config_.swap_memory = &host_memory_resource();
   if (config_.memory != nullptr) {
     region_bytes_ = block_bytes_ * static_cast<std::size_t>(pool_.num_blocks()) * 2 * config_.model.num_layers;
@@ -71,7 +71,7 @@ PagedBackend::~PagedBackend() {
   }
 }
 
-std::string PagedBackend::name() const {
+std::string PagedBackend::do_name() const {
   std::string n = "paged-b" + std::to_string(config_.block_size);
   if (config_.prefix_cache != PrefixCacheMode::none) {
     n += '-';
@@ -80,31 +80,13 @@ std::string PagedBackend::name() const {
   return n;
 }
 
-Device PagedBackend::device() const noexcept { return config_.memory ? config_.memory->device() : Device::host; }
+Device PagedBackend::do_device() const noexcept { return config_.memory ? config_.memory->device() : Device::host; }
 
 std::byte* PagedBackend::plane(int layer, int kv) const noexcept {
   return region_ + (2 * static_cast<std::size_t>(layer) + kv) * block_bytes_ * static_cast<std::size_t>(pool_.num_blocks());
 }
 
-const PagedBackend::Sequence& PagedBackend::at(SeqId id) const {
-  const auto it = seqs_.find(id);
-  KVLAB_EXPECTS(it != seqs_.end(), "unknown sequence " + std::to_string(id));
-  return it->second;
-}
-
 const std::vector<BlockId>& PagedBackend::block_table(SeqId id) const { return at(id).blocks; }
-
-void PagedBackend::check_spec(const SequenceSpec& spec, std::int64_t initial_tokens) const {
-  KVLAB_EXPECTS(initial_tokens >= 0, "initial tokens must not be negative");
-  KVLAB_EXPECTS(spec.final_tokens >= initial_tokens, "final tokens must be at least the initial tokens");
-  KVLAB_EXPECTS(initial_tokens <= config_.max_seq_len, "sequence of " + std::to_string(initial_tokens) +
-                                                           " tokens exceeds max_seq_len " +
-                                                           std::to_string(config_.max_seq_len));
-  KVLAB_EXPECTS(spec.prompt_token_ids.empty() ||
-                    static_cast<std::int64_t>(spec.prompt_token_ids.size()) >= spec.prompt_tokens,
-                std::to_string(spec.prompt_token_ids.size()) + " prompt token ids for a prompt of " +
-                    std::to_string(spec.prompt_tokens) + " tokens");
-}
 
 // ---- prefix caching -------------------------------------------------------------------------
 
@@ -136,7 +118,7 @@ PagedBackend::Lookup PagedBackend::lookup(const SequenceSpec& spec, std::int64_t
 }
 
 std::int64_t PagedBackend::lookup_cached_tokens(const SequenceSpec& spec, std::int64_t initial_tokens) const {
-  check_spec(spec, initial_tokens);
+  check_spec(spec, initial_tokens);  // the front door's checks: this is a public entry point too
   return static_cast<std::int64_t>(lookup(spec, initial_tokens).blocks.size()) * config_.block_size;
 }
 
@@ -174,14 +156,12 @@ void PagedBackend::drop_blocks(Sequence& s) {
   s.radix_node = -1;
 }
 
-std::int64_t PagedBackend::cached_prefix_tokens(const SequenceSpec& spec) const {
+std::int64_t PagedBackend::do_cached_prefix_tokens(const SequenceSpec& spec) const {
   if (config_.prefix_cache == PrefixCacheMode::none || spec.prompt_token_ids.empty()) return 0;
   return lookup_cached_tokens(spec, spec.prompt_tokens);
 }
 
-std::int64_t PagedBackend::cached_tokens(SeqId id) const { return at(id).cached_tokens; }
-
-PrefixCacheStats PagedBackend::prefix_cache_stats() const {
+PrefixCacheStats PagedBackend::do_prefix_cache_stats() const {
   PrefixCacheStats st = stats_;
   if (radix_) st.evictions = radix_->evicted_blocks();
   return st;
@@ -189,16 +169,13 @@ PrefixCacheStats PagedBackend::prefix_cache_stats() const {
 
 // ---- admission and growth ---------------------------------------------------------------------
 
-bool PagedBackend::can_admit(const SequenceSpec& spec, std::int64_t initial_tokens) const {
-  check_spec(spec, initial_tokens);
+bool PagedBackend::do_can_admit(const SequenceSpec& spec, std::int64_t initial_tokens) const {
   if (config_.prefix_cache == PrefixCacheMode::none) return blocks_for(initial_tokens) <= pool_.num_free();
   const Lookup l = lookup(spec, initial_tokens);
   return blocks_for(initial_tokens) - static_cast<std::int64_t>(l.blocks.size()) <= available_blocks() - l.revived;
 }
 
-void PagedBackend::admit(SeqId id, const SequenceSpec& spec, std::int64_t initial_tokens) {
-  check_spec(spec, initial_tokens);
-  KVLAB_EXPECTS(!contains(id), "sequence " + std::to_string(id) + " already exists");
+void PagedBackend::do_admit(SeqId id, const SequenceSpec& spec, std::int64_t initial_tokens) {
   const auto t0 = std::chrono::steady_clock::now();
   const Lookup l = lookup(spec, initial_tokens);
   const auto lookup_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
@@ -254,7 +231,7 @@ void PagedBackend::admit(SeqId id, const SequenceSpec& spec, std::int64_t initia
     stats_.hits += s.cached_tokens;
     stats_.lookup_ns += lookup_ns;
   }
-  seqs_.emplace(id, std::move(s));
+  seqs_.insert(id, std::move(s));
 }
 
 std::int64_t PagedBackend::blocks_needed_to_grow(const Sequence& s, std::int64_t n) const {
@@ -264,22 +241,20 @@ std::int64_t PagedBackend::blocks_needed_to_grow(const Sequence& s, std::int64_t
   return need;
 }
 
-bool PagedBackend::can_grow(SeqId id, std::int64_t n) const {
-  KVLAB_EXPECTS(n >= 0, "growth must not be negative");
+bool PagedBackend::do_can_grow(SeqId id, std::int64_t n) const {
   const Sequence& s = at(id);
-  KVLAB_EXPECTS(s.swapped_blocks == 0, "sequence " + std::to_string(id) + " is swapped out");
   if (s.length + n > config_.max_seq_len) return false;
   return blocks_needed_to_grow(s, n) <= available_blocks();
 }
 
-void PagedBackend::grow(SeqId id, std::int64_t n) {
-  if (!can_grow(id, n)) {
+void PagedBackend::do_grow(SeqId id, std::int64_t n) {
+  if (!do_can_grow(id, n)) {
     const Sequence& s = at(id);
     KVLAB_THROW(OutOfMemory, "growing sequence " + std::to_string(id) + " by " + std::to_string(n) + " tokens needs " +
                                  std::to_string(blocks_needed_to_grow(s, n)) + " blocks, " +
                                  std::to_string(available_blocks()) + " available (or passes max_seq_len)");
   }
-  Sequence& s = seqs_.at(id);
+  Sequence& s = at(id);
   if (n == 0) return;
   make_room(blocks_needed_to_grow(s, n));
   if (s.length % config_.block_size != 0 && pool_.ref_count(s.blocks.back()) > 1) {
@@ -300,10 +275,8 @@ void PagedBackend::grow(SeqId id, std::int64_t n) {
   s.length += n;
 }
 
-void PagedBackend::fork(SeqId parent, SeqId child) {
-  KVLAB_EXPECTS(!contains(child), "sequence " + std::to_string(child) + " already exists");
+void PagedBackend::do_fork(SeqId parent, SeqId child) {
   const Sequence& p = at(parent);
-  KVLAB_EXPECTS(p.swapped_blocks == 0, "cannot fork swapped-out sequence " + std::to_string(parent));
   Sequence c;
   c.blocks = p.blocks;
   c.length = p.length;
@@ -311,18 +284,15 @@ void PagedBackend::fork(SeqId parent, SeqId child) {
   c.radix_node = p.radix_node;  // the child holds the same tree blocks: it locks the same node
   for (BlockId b : c.blocks) pool_.add_ref(b);
   if (radix_ && c.radix_node >= 0) radix_->lock(c.radix_node);
-  seqs_.emplace(child, std::move(c));
+  seqs_.insert(child, std::move(c));
 }
 
-void PagedBackend::release(SeqId id) {
-  KVLAB_EXPECTS(contains(id), "unknown sequence " + std::to_string(id));
-  Sequence& s = seqs_.at(id);
+void PagedBackend::do_release(SeqId id) {
+  Sequence& s = at(id);
   drop_blocks(s);  // tail first: in hash mode the tail is evicted first
   config_.swap_memory->deallocate(s.swap, s.swap_bytes);
   seqs_.erase(id);
 }
-
-std::int64_t PagedBackend::length(SeqId id) const { return at(id).length; }
 
 void PagedBackend::copy_blocks(const std::vector<std::pair<BlockId, BlockId>>& pairs) {
   if (region_ == nullptr || pairs.empty()) return;
@@ -366,12 +336,10 @@ void PagedBackend::copy_blocks(const std::vector<std::pair<BlockId, BlockId>>& p
   }
 }
 
-bool PagedBackend::is_swapped(SeqId id) const { return at(id).swapped_blocks > 0; }
+bool PagedBackend::do_is_swapped(SeqId id) const { return at(id).swapped_blocks > 0; }
 
-void PagedBackend::swap_out(SeqId id) {
-  KVLAB_EXPECTS(contains(id), "unknown sequence " + std::to_string(id));
-  Sequence& s = seqs_.at(id);
-  KVLAB_EXPECTS(s.swapped_blocks == 0, "sequence " + std::to_string(id) + " is already swapped out");
+void PagedBackend::do_swap_out(SeqId id) {
+  Sequence& s = at(id);
   const std::int64_t nb = static_cast<std::int64_t>(s.blocks.size());
   if (nb == 0) return;
   const int planes = 2 * config_.model.num_layers;
@@ -395,19 +363,18 @@ void PagedBackend::swap_out(SeqId id) {
   s.swapped_blocks = nb;
 }
 
-bool PagedBackend::can_swap_in(SeqId id) const {
+bool PagedBackend::do_can_swap_in(SeqId id) const {
   const Sequence& s = at(id);
-  KVLAB_EXPECTS(s.swapped_blocks > 0, "sequence " + std::to_string(id) + " is not swapped out");
   return s.swapped_blocks <= available_blocks();
 }
 
-void PagedBackend::swap_in(SeqId id) {
-  if (!can_swap_in(id)) {
+void PagedBackend::do_swap_in(SeqId id) {
+  if (!do_can_swap_in(id)) {
     KVLAB_THROW(OutOfMemory, "swapping sequence " + std::to_string(id) + " in needs " +
                                  std::to_string(at(id).swapped_blocks) + " blocks, " +
                                  std::to_string(available_blocks()) + " available");
   }
-  Sequence& s = seqs_.at(id);
+  Sequence& s = at(id);
   const std::int64_t nb = s.swapped_blocks;
   make_room(nb);
   for (std::int64_t i = 0; i < nb; ++i) s.blocks.push_back(take_block());  // private: not re-cached
@@ -431,53 +398,35 @@ void PagedBackend::swap_in(SeqId id) {
   s.swapped_blocks = 0;
 }
 
-PreparedBatch PagedBackend::prepare_batch(std::span<const SeqId> seqs) {
+PreparedBatch PagedBackend::do_prepare_batch(std::span<const SeqId> seqs) {
   const auto t0 = std::chrono::steady_clock::now();
-  batch_ = static_cast<int>(seqs.size());
-  table_stride_ = 1;
-  for (SeqId id : seqs) {
-    const Sequence& s = at(id);
-    KVLAB_EXPECTS(s.swapped_blocks == 0, "sequence " + std::to_string(id) + " is swapped out");
-    table_stride_ = std::max<std::int64_t>(table_stride_, static_cast<std::int64_t>(s.blocks.size()));
-  }
-  tables_.assign(static_cast<std::size_t>(batch_ * table_stride_), -1);
-  lens_.resize(static_cast<std::size_t>(batch_));
-  for (int b = 0; b < batch_; ++b) {
+  const int batch = static_cast<int>(seqs.size());
+  std::int64_t stride = 1;
+  for (const SeqId id : seqs) stride = std::max<std::int64_t>(stride, static_cast<std::int64_t>(at(id).blocks.size()));
+  const std::int64_t elem = static_cast<std::int64_t>(size_of(model().kv_dtype));
+  const PagedPools pools{region_, block_bytes_ * static_cast<std::size_t>(pool_.num_blocks()), config_.block_size,
+                         static_cast<std::int64_t>(block_bytes_) / elem};
+  const std::span<std::int32_t> tables = batch_views_.begin_paged(batch, stride, pools);
+  for (int b = 0; b < batch; ++b) {
     const Sequence& s = at(seqs[b]);
-    std::copy(s.blocks.begin(), s.blocks.end(), tables_.begin() + b * table_stride_);
-    lens_[b] = static_cast<std::int32_t>(s.length);
+    std::copy(s.blocks.begin(), s.blocks.end(), tables.begin() + b * stride);
+    batch_views_.set_length(b, s.length);
   }
-  PreparedBatch out{batch_, lens_.data()};
-  if (device() != Device::host) {  // the kernels read block tables from device memory
-    auto* dst = reinterpret_cast<std::int32_t*>(
-        staging_.upload(*config_.memory, std::as_bytes(std::span(tables_)), std::as_bytes(std::span(lens_))));
-    out.seq_lens = dst + tables_.size();
-  }
+  const PreparedBatch out = batch_views_.finish(device(), config_.memory);
   last_prepare_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return out;
 }
 
-KvView PagedBackend::layer_view(int layer) const {
-  KVLAB_EXPECTS(has_storage(), "accounting-only backend has no KV to view");
-  KVLAB_EXPECTS(layer >= 0 && layer < config_.model.num_layers, "layer out of range");
-  const std::int64_t elem = static_cast<std::int64_t>(size_of(config_.model.kv_dtype));
-  KvView v;
-  v.layout = KvLayout::paged;
-  v.dtype = config_.model.kv_dtype;
-  v.num_kv_heads = config_.model.num_kv_heads;
-  v.head_dim = config_.model.head_dim;
-  v.token_stride = static_cast<std::int64_t>(config_.model.num_kv_heads) * config_.model.head_dim;
-  v.head_stride = config_.model.head_dim;
-  v.k_pool = plane(layer, 0);
-  v.v_pool = plane(layer, 1);
-  v.block_table = device() == Device::host ? tables_.data() : static_cast<const std::int32_t*>(staging_.data());
-  v.block_table_stride = table_stride_;
-  v.block_size = config_.block_size;
-  v.block_stride = static_cast<std::int64_t>(block_bytes_) / elem;
-  return v;
+BackendCounters PagedBackend::do_counters() const {
+  const PrefixCacheStats st = do_prefix_cache_stats();
+  return {{"cow_copies", static_cast<double>(cow_copies_)},
+          {"free_blocks", static_cast<double>(pool_.num_free())},
+          {"cached_free_blocks", static_cast<double>(num_cached_free_blocks())},
+          {"prefix_inserted_blocks", static_cast<double>(st.inserted_blocks)},
+          {"prefix_evictions", static_cast<double>(st.evictions)}};
 }
 
-MemoryBreakdown PagedBackend::breakdown(const SequenceSpec*) const {
+MemoryBreakdown PagedBackend::do_breakdown(const SequenceSpec*) const {
   // Per physical block: the most tokens any holder has written into it, and the most any holder
   // will eventually write. Shared blocks are counted once.
   const std::size_t token_bytes = config_.model.kv_bytes_per_token();

@@ -21,12 +21,10 @@
 #include <chrono>
 #include <memory>
 #include <string_view>
-#include <unordered_map>
 #include <vector>
 
-#include "alloc/device_staging.hpp"
-#include "alloc/kv_backend.hpp"
 #include "alloc/memory_resource.hpp"
+#include "alloc/table_backend.hpp"
 #include "paged/block_pool.hpp"
 
 namespace kvlab {
@@ -49,41 +47,20 @@ struct PagedConfig {
   PrefixCacheMode prefix_cache = PrefixCacheMode::none;
 };
 
-class PagedBackend final : public KvBackend {
+/// A sequence's block table, or (swapped out) where its bytes wait.
+struct PagedSequence : SequenceState {
+  std::vector<BlockId> blocks;
+  // Swapped out: the bytes live in `swap` ([plane][block] order), `blocks` is empty.
+  void* swap = nullptr;
+  std::size_t swap_bytes = 0;
+  std::int64_t swapped_blocks = 0;
+  std::int32_t radix_node = -1;  // radix mode: the locked tree node (-1: none)
+};
+
+class PagedBackend final : public TableBackend<PagedSequence> {
  public:
   explicit PagedBackend(PagedConfig config);
   ~PagedBackend() override;
-
-  /// "paged-b16"; with a prefix cache "paged-b16-hash" / "paged-b16-radix".
-  [[nodiscard]] std::string name() const override;
-  [[nodiscard]] const ModelGeometry& model() const noexcept override { return config_.model; }
-  [[nodiscard]] Device device() const noexcept override;
-  [[nodiscard]] bool has_storage() const noexcept override { return region_ != nullptr; }
-  [[nodiscard]] std::int64_t max_seq_len() const noexcept override { return config_.max_seq_len; }
-
-  [[nodiscard]] bool can_admit(const SequenceSpec& spec, std::int64_t initial_tokens) const override;
-  void admit(SeqId id, const SequenceSpec& spec, std::int64_t initial_tokens) override;
-  [[nodiscard]] bool can_grow(SeqId id, std::int64_t n) const override;
-  void grow(SeqId id, std::int64_t n) override;
-  void fork(SeqId parent, SeqId child) override;
-  void release(SeqId id) override;
-
-  [[nodiscard]] bool supports_swap() const noexcept override { return true; }
-  void swap_out(SeqId id) override;
-  [[nodiscard]] bool can_swap_in(SeqId id) const override;
-  void swap_in(SeqId id) override;
-  [[nodiscard]] bool is_swapped(SeqId id) const override;
-
-  [[nodiscard]] std::int64_t cached_prefix_tokens(const SequenceSpec& spec) const override;
-  [[nodiscard]] bool contains(SeqId id) const override { return seqs_.count(id) != 0; }
-  [[nodiscard]] std::int64_t length(SeqId id) const override;
-  [[nodiscard]] std::size_t num_sequences() const noexcept override { return seqs_.size(); }
-  [[nodiscard]] std::int64_t cached_tokens(SeqId id) const override;
-  [[nodiscard]] PrefixCacheStats prefix_cache_stats() const override;
-
-  PreparedBatch prepare_batch(std::span<const SeqId> seqs) override;
-  [[nodiscard]] KvView layer_view(int layer) const override;
-  [[nodiscard]] MemoryBreakdown breakdown(const SequenceSpec* blocked = nullptr) const override;
 
   [[nodiscard]] const BlockPool& pool() const noexcept { return pool_; }
   [[nodiscard]] const std::vector<BlockId>& block_table(SeqId id) const;
@@ -104,17 +81,27 @@ class PagedBackend final : public KvBackend {
   [[nodiscard]] const RadixCache* radix_cache() const noexcept { return radix_.get(); }
 
  private:
-  struct Sequence {
-    std::vector<BlockId> blocks;
-    std::int64_t length = 0;
-    std::int64_t final_tokens = 0;
-    // Swapped out: the bytes live in `swap` ([plane][block] order), `blocks` is empty.
-    void* swap = nullptr;
-    std::size_t swap_bytes = 0;
-    std::int64_t swapped_blocks = 0;
-    std::int64_t cached_tokens = 0;  // prompt tokens that hit the prefix cache at admit
-    std::int32_t radix_node = -1;    // radix mode: the locked tree node (-1: none)
-  };
+  using Sequence = PagedSequence;
+  [[nodiscard]] std::string do_name() const override;
+  [[nodiscard]] Device do_device() const noexcept override;
+  [[nodiscard]] bool do_has_storage() const noexcept override { return region_ != nullptr; }
+  [[nodiscard]] bool do_can_admit(const SequenceSpec& spec, std::int64_t initial_tokens) const override;
+  void do_admit(SeqId id, const SequenceSpec& spec, std::int64_t initial_tokens) override;
+  [[nodiscard]] bool do_can_grow(SeqId id, std::int64_t n) const override;
+  void do_grow(SeqId id, std::int64_t n) override;
+  void do_fork(SeqId parent, SeqId child) override;
+  void do_release(SeqId id) override;
+  [[nodiscard]] bool do_supports_swap() const noexcept override { return true; }
+  void do_swap_out(SeqId id) override;
+  [[nodiscard]] bool do_can_swap_in(SeqId id) const override;
+  void do_swap_in(SeqId id) override;
+  [[nodiscard]] bool do_is_swapped(SeqId id) const override;
+  [[nodiscard]] std::int64_t do_cached_prefix_tokens(const SequenceSpec& spec) const override;
+  [[nodiscard]] PrefixCacheStats do_prefix_cache_stats() const override;
+  PreparedBatch do_prepare_batch(std::span<const SeqId> seqs) override;
+  [[nodiscard]] MemoryBreakdown do_breakdown(const SequenceSpec* blocked) const override;
+  [[nodiscard]] BackendCounters do_counters() const override;
+
   /// What a prefix-cache lookup found, before anything is committed.
   struct Lookup {
     std::vector<BlockId> blocks;  // hit blocks, in order
@@ -131,7 +118,6 @@ class PagedBackend final : public KvBackend {
   void make_room(std::int64_t n);
   /// Drops the sequence's blocks (tail first) and its tree lock.
   void drop_blocks(Sequence& s);
-  [[nodiscard]] const Sequence& at(SeqId id) const;
   [[nodiscard]] std::int64_t blocks_for(std::int64_t tokens) const noexcept {
     return (tokens + config_.block_size - 1) / config_.block_size;
   }
@@ -139,24 +125,16 @@ class PagedBackend final : public KvBackend {
   [[nodiscard]] std::int64_t blocks_needed_to_grow(const Sequence& s, std::int64_t n) const;
   [[nodiscard]] std::byte* plane(int layer, int kv) const noexcept;
   void copy_blocks(const std::vector<std::pair<BlockId, BlockId>>& pairs);
-  void check_spec(const SequenceSpec& spec, std::int64_t initial_tokens) const;
 
   PagedConfig config_;
   std::size_t block_bytes_;  // one block of one layer's K (or V)
   BlockPool pool_;
   std::byte* region_ = nullptr;
   std::size_t region_bytes_ = 0;
-  std::unordered_map<SeqId, Sequence> seqs_;
   std::int64_t cow_copies_ = 0;
   std::unique_ptr<HashPrefixCache> hash_;
   std::unique_ptr<RadixCache> radix_;
   PrefixCacheStats stats_;
-
-  // Prepared batch: block tables [batch][table_stride_] and lengths.
-  int batch_ = 0;
-  std::int64_t table_stride_ = 1;
-  std::vector<std::int32_t> tables_, lens_;
-  DeviceStaging staging_;  // device copies of tables_ and lens_ (cuda only)
   double last_prepare_seconds_ = 0;
 };
 

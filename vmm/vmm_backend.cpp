@@ -25,11 +25,10 @@ std::string page_size_name(std::size_t bytes) {
   return std::to_string(bytes);
 }
 
-VmmBackend::VmmBackend(VmmConfig config) : config_(std::move(config)) {
+VmmBackend::VmmBackend(VmmConfig config)
+    : TableBackend(config.model, config.max_seq_len), config_(std::move(config)) {
   const ModelGeometry& m = config_.model;
-  m.validate();
-  if (config_.max_seq_len == 0) config_.max_seq_len = m.max_context;
-  KVLAB_EXPECTS(config_.max_seq_len > 0, "max_seq_len must be positive");
+  config_.max_seq_len = max_seq_len();
   KVLAB_EXPECTS(config_.max_batch >= 1, "max_batch must be at least 1");
   KVLAB_EXPECTS(config_.eager_tokens >= 0, "eager_tokens must not be negative");
   KVLAB_EXPECTS(config_.page_bytes > 0 && config_.page_bytes % (4 * kKiB) == 0,
@@ -138,12 +137,12 @@ VmmBackend::~VmmBackend() {
   }
 }
 
-std::string VmmBackend::name() const {
+std::string VmmBackend::do_name() const {
   return "vmm-" + page_size_name(config_.page_bytes) + (config_.layout == VmmLayout::megacache ? "-mega" : "") +
          (config_.prefix_cache ? "-prefix" : "");
 }
 
-Device VmmBackend::device() const noexcept { return config_.driver ? config_.driver->device() : Device::host; }
+Device VmmBackend::do_device() const noexcept { return config_.driver ? config_.driver->device() : Device::host; }
 
 std::int64_t VmmBackend::num_pages() const noexcept { return pool_->num_pages(); }
 
@@ -167,7 +166,7 @@ VmmStats VmmBackend::stats() const {
   return s;
 }
 
-PrefixCacheStats VmmBackend::prefix_cache_stats() const {
+PrefixCacheStats VmmBackend::do_prefix_cache_stats() const {
   std::lock_guard lock(mutex_);
   return prefix_stats_;
 }
@@ -187,31 +186,12 @@ int VmmBackend::page_mappings(PageId page) const {
   return refs_[static_cast<std::size_t>(page)];
 }
 
-const VmmBackend::Sequence& VmmBackend::at(SeqId id) const {
-  const auto it = seqs_.find(id);
-  KVLAB_EXPECTS(it != seqs_.end(), "unknown sequence " + std::to_string(id));
-  return it->second;
-}
-
-std::int64_t VmmBackend::length(SeqId id) const { return at(id).length; }
 int VmmBackend::slot_of(SeqId id) const { return at(id).slot; }
 
 std::int64_t VmmBackend::mapped_pages(SeqId id) const {
   const int slot = at(id).slot;
   std::lock_guard lock(mutex_);
   return slots_[static_cast<std::size_t>(slot)].held;
-}
-
-void VmmBackend::check_spec(const SequenceSpec& spec, std::int64_t initial_tokens) const {
-  KVLAB_EXPECTS(initial_tokens >= 0, "initial tokens must not be negative");
-  KVLAB_EXPECTS(!config_.prefix_cache || spec.prompt_token_ids.empty() ||
-                    static_cast<std::int64_t>(spec.prompt_token_ids.size()) >= spec.prompt_tokens,
-                "prompt_token_ids holds " + std::to_string(spec.prompt_token_ids.size()) + " ids for " +
-                    std::to_string(spec.prompt_tokens) + " prompt tokens");
-  KVLAB_EXPECTS(spec.final_tokens >= initial_tokens, "final tokens must be at least the initial tokens");
-  KVLAB_EXPECTS(initial_tokens <= config_.max_seq_len, "sequence of " + std::to_string(initial_tokens) +
-                                                           " tokens exceeds max_seq_len " +
-                                                           std::to_string(config_.max_seq_len));
 }
 
 std::int64_t VmmBackend::rows_for(std::int64_t tokens) const noexcept {
@@ -377,7 +357,7 @@ void VmmBackend::apply(Txn& txn, const Placement& p) {
   map_rows(txn, p.slot, p.rows, true, Origin::critical);
 }
 
-std::int64_t VmmBackend::cached_prefix_tokens(const SequenceSpec& spec) const {
+std::int64_t VmmBackend::do_cached_prefix_tokens(const SequenceSpec& spec) const {
   return static_cast<std::int64_t>(lookup(spec, spec.prompt_tokens).size()) * block_tokens_;
 }
 
@@ -625,8 +605,7 @@ void VmmBackend::unmap_slot(int slot, Origin origin) {
 // ---------------------------------------------------------------------------------------------
 // KvBackend
 
-bool VmmBackend::can_admit(const SequenceSpec& spec, std::int64_t initial_tokens) const {
-  check_spec(spec, initial_tokens);
+bool VmmBackend::do_can_admit(const SequenceSpec& spec, std::int64_t initial_tokens) const {
   std::lock_guard lock(mutex_);
   const std::int64_t rows = rows_for(initial_tokens);
   if (!config_.prefix_cache) {
@@ -643,9 +622,7 @@ bool VmmBackend::can_admit(const SequenceSpec& spec, std::int64_t initial_tokens
   return p.slot >= 0 && p.fits;
 }
 
-void VmmBackend::admit(SeqId id, const SequenceSpec& spec, std::int64_t initial_tokens) {
-  check_spec(spec, initial_tokens);
-  KVLAB_EXPECTS(!contains(id), "sequence " + std::to_string(id) + " already exists");
+void VmmBackend::do_admit(SeqId id, const SequenceSpec& spec, std::int64_t initial_tokens) {
   std::lock_guard lock(mutex_);
   const std::int64_t rows = rows_for(initial_tokens);
   const auto t0 = std::chrono::steady_clock::now();
@@ -699,21 +676,23 @@ void VmmBackend::admit(SeqId id, const SequenceSpec& spec, std::int64_t initial_
     prefix_stats_.hits += cached;
     prefix_stats_.lookup_ns += lookup_ns;
   }
-  seqs_.emplace(id, Sequence{p.slot, initial_tokens, spec.final_tokens, cached});
+  Sequence seq;
+  seq.slot = p.slot;
+  seq.length = initial_tokens;
+  seq.final_tokens = spec.final_tokens;
+  seq.cached_tokens = cached;
+  seqs_.insert(id, seq);
 }
 
-bool VmmBackend::can_grow(SeqId id, std::int64_t n) const {
-  KVLAB_EXPECTS(n >= 0, "growth must not be negative");
+bool VmmBackend::do_can_grow(SeqId id, std::int64_t n) const {
   const Sequence& s = at(id);
   if (s.length + n > config_.max_seq_len) return false;
   std::lock_guard lock(mutex_);
   return feasible(s.slot, rows_for(s.length + n));
 }
 
-void VmmBackend::grow(SeqId id, std::int64_t n) {
-  KVLAB_EXPECTS(n >= 0, "growth must not be negative");
-  KVLAB_EXPECTS(contains(id), "unknown sequence " + std::to_string(id));
-  Sequence& s = seqs_.at(id);
+void VmmBackend::do_grow(SeqId id, std::int64_t n) {
+  Sequence& s = at(id);
   if (s.length + n > config_.max_seq_len) {
     KVLAB_THROW(OutOfMemory, "sequence " + std::to_string(id) + " would grow to " + std::to_string(s.length + n) +
                                  " tokens past max_seq_len " + std::to_string(config_.max_seq_len));
@@ -741,8 +720,7 @@ void VmmBackend::grow(SeqId id, std::int64_t n) {
   s.length += n;
 }
 
-void VmmBackend::fork(SeqId parent, SeqId child) {
-  KVLAB_EXPECTS(!contains(child), "sequence " + std::to_string(child) + " already exists");
+void VmmBackend::do_fork(SeqId parent, SeqId child) {
   const Sequence p = at(parent);
   std::lock_guard lock(mutex_);
   const std::int64_t rows = rows_for(p.length);
@@ -785,10 +763,14 @@ void VmmBackend::fork(SeqId parent, SeqId child) {
   s.live = true;
   ++s.generation;
   set_needed_rows(s, rows);
-  seqs_.emplace(child, Sequence{pl.slot, p.length, p.final_tokens, 0});
+  Sequence c;
+  c.slot = pl.slot;
+  c.length = p.length;
+  c.final_tokens = p.final_tokens;
+  seqs_.insert(child, c);
 }
 
-void VmmBackend::release(SeqId id) {
+void VmmBackend::do_release(SeqId id) {
   const Sequence s = at(id);
   seqs_.erase(id);
   std::lock_guard lock(mutex_);
@@ -800,49 +782,59 @@ void VmmBackend::release(SeqId id) {
   if (!config_.deferred_reclamation) unmap_slot(s.slot, Origin::critical);
 }
 
-PreparedBatch VmmBackend::prepare_batch(std::span<const SeqId> seqs) {
-  batch_ = static_cast<int>(seqs.size());
-  const int layers = config_.model.num_layers;
-  const std::size_t layer_offset =
-      static_cast<std::size_t>(config_.model.num_kv_heads) * config_.model.head_dim * size_of(config_.model.kv_dtype);
-  bases_.assign(static_cast<std::size_t>(layers) * 2 * static_cast<std::size_t>(batch_), nullptr);
-  lens_.resize(static_cast<std::size_t>(batch_));
-  for (int b = 0; b < batch_; ++b) {
+PreparedBatch VmmBackend::do_prepare_batch(std::span<const SeqId> seqs) {
+  const int batch = static_cast<int>(seqs.size());
+  const ModelGeometry& m = model();
+  const std::int64_t row = static_cast<std::int64_t>(m.num_kv_heads) * m.head_dim;
+  const std::size_t layer_offset = static_cast<std::size_t>(row) * size_of(m.kv_dtype);
+  batch_views_.begin_contiguous(batch, config_.layout == VmmLayout::per_layer ? row : row * m.num_layers);
+  for (int b = 0; b < batch; ++b) {
     const Sequence& s = at(seqs[static_cast<std::size_t>(b)]);
-    lens_[static_cast<std::size_t>(b)] = static_cast<std::int32_t>(s.length);
+    batch_views_.set_length(b, s.length);
     if (!has_storage()) continue;
-    for (int layer = 0; layer < layers; ++layer)
-      for (int kv = 0; kv < 2; ++kv) {
-        std::byte* base = config_.layout == VmmLayout::per_layer
-                              ? slot_base(2 * layer + kv, s.slot)
-                              : slot_base(kv, s.slot) + static_cast<std::size_t>(layer) * layer_offset;
-        bases_[static_cast<std::size_t>((2 * layer + kv) * batch_ + b)] = base;
+    for (int layer = 0; layer < m.num_layers; ++layer) {
+      if (config_.layout == VmmLayout::per_layer) {
+        batch_views_.set_bases(b, layer, slot_base(2 * layer, s.slot), slot_base(2 * layer + 1, s.slot));
+      } else {
+        const std::size_t at_layer = static_cast<std::size_t>(layer) * layer_offset;
+        batch_views_.set_bases(b, layer, slot_base(0, s.slot) + at_layer, slot_base(1, s.slot) + at_layer);
       }
+    }
   }
-  if (device() == Device::host) return {batch_, lens_.data()};
-  // Device memory: the kernels read the arrays from device memory, one upload per prepared batch.
-  std::byte* dst = staging_.upload(*config_.memory, std::as_bytes(std::span(bases_)), std::as_bytes(std::span(lens_)));
-  return {batch_, reinterpret_cast<const std::int32_t*>(dst + bases_.size() * sizeof(void*))};
+  return batch_views_.finish(device(), config_.memory);
 }
 
-KvView VmmBackend::layer_view(int layer) const {
-  KVLAB_EXPECTS(has_storage(), "accounting-only backend has no KV to view");
-  KVLAB_EXPECTS(layer >= 0 && layer < config_.model.num_layers, "layer out of range");
-  void* const* bases = device() == Device::host ? bases_.data() : static_cast<void* const*>(staging_.data());
-  const std::int64_t row = static_cast<std::int64_t>(config_.model.num_kv_heads) * config_.model.head_dim;
-  KvView v;
-  v.layout = KvLayout::contiguous;
-  v.dtype = config_.model.kv_dtype;
-  v.num_kv_heads = config_.model.num_kv_heads;
-  v.head_dim = config_.model.head_dim;
-  v.token_stride = config_.layout == VmmLayout::per_layer ? row : row * config_.model.num_layers;
-  v.head_stride = config_.model.head_dim;
-  v.k_seq = bases + static_cast<std::ptrdiff_t>(2 * layer) * batch_;
-  v.v_seq = bases + static_cast<std::ptrdiff_t>(2 * layer + 1) * batch_;
-  return v;
+StepCosts VmmBackend::do_total_costs() const {
+  std::lock_guard lock(mutex_);
+  StepCosts c;
+  c.mapping_s = stats_.critical_map_seconds + stats_.critical_unmap_seconds;
+  return c;
 }
 
-MemoryBreakdown VmmBackend::breakdown(const SequenceSpec*) const {
+BackendCounters VmmBackend::do_counters() const {
+  const VmmStats st = stats();
+  return {{"critical_maps", static_cast<double>(st.critical_maps)},
+          {"critical_unmaps", static_cast<double>(st.critical_unmaps)},
+          {"critical_map_s", st.critical_map_seconds},
+          {"critical_unmap_s", st.critical_unmap_seconds},
+          {"background_maps", static_cast<double>(st.background_maps)},
+          {"background_unmaps", static_cast<double>(st.background_unmaps)},
+          {"background_map_s", st.background_map_seconds},
+          {"background_unmap_s", st.background_unmap_seconds},
+          {"synchronizations", static_cast<double>(st.synchronizations)},
+          {"reclaimed_pages", static_cast<double>(st.reclaimed_pages)},
+          {"reused_pages", static_cast<double>(st.reused_pages)},
+          {"prefetch_shortfalls", static_cast<double>(st.prefetch_shortfalls)},
+          {"mapped_pages", static_cast<double>(st.mapped_pages)},
+          {"cached_pages", static_cast<double>(st.cached_pages)},
+          {"mappings", static_cast<double>(st.mappings)},
+          {"shared_maps", static_cast<double>(st.shared_maps)},
+          {"shared_pages", static_cast<double>(st.shared_pages)},
+          {"truncated_pages", static_cast<double>(st.truncated_pages)},
+          {"virtual_bytes", static_cast<double>(st.virtual_bytes)}};
+}
+
+MemoryBreakdown VmmBackend::do_breakdown(const SequenceSpec*) const {
   std::lock_guard lock(mutex_);
   MemoryBreakdown m;
   m.capacity = static_cast<std::size_t>(pool_->num_pages()) * config_.page_bytes;

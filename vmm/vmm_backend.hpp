@@ -8,12 +8,10 @@
 #include <memory>
 #include <mutex>
 #include <thread>
-#include <unordered_map>
 #include <vector>
 
-#include "alloc/device_staging.hpp"
-#include "alloc/kv_backend.hpp"
 #include "alloc/memory_resource.hpp"
+#include "alloc/table_backend.hpp"
 #include "vmm/page_pool.hpp"
 #include "vmm/page_prefix_index.hpp"
 #include "vmm/vm_driver.hpp"
@@ -127,41 +125,15 @@ struct VmmStats {
 // large pages waste a lot: a page holds page / token-bytes tokens of ONE tensor, so a sequence
 // holds at least T pages. Per-page driver calls: with the CUDA driver the page must be a multiple
 // of the device granularity (2 MiB without vAttention's modified driver).
-class VmmBackend final : public KvBackend {
+/// A sequence owns one slot of every tensor.
+struct VmmSequence : SequenceState {
+  int slot = -1;
+};
+
+class VmmBackend final : public TableBackend<VmmSequence> {
  public:
   explicit VmmBackend(VmmConfig config);
   ~VmmBackend() override;
-
-  /// "vmm-64k", "vmm-2m", "vmm-4k"; "-mega" appended for the megacache layout, "-prefix" for the
-  /// prefix cache.
-  [[nodiscard]] std::string name() const override;
-  [[nodiscard]] const ModelGeometry& model() const noexcept override { return config_.model; }
-  [[nodiscard]] Device device() const noexcept override;
-  [[nodiscard]] bool has_storage() const noexcept override { return config_.driver != nullptr; }
-  [[nodiscard]] std::int64_t max_seq_len() const noexcept override { return config_.max_seq_len; }
-
-  [[nodiscard]] bool can_admit(const SequenceSpec& spec, std::int64_t initial_tokens) const override;
-  void admit(SeqId id, const SequenceSpec& spec, std::int64_t initial_tokens) override;
-  [[nodiscard]] bool can_grow(SeqId id, std::int64_t n) const override;
-  void grow(SeqId id, std::int64_t n) override;
-  void fork(SeqId parent, SeqId child) override;
-  /// Ends the sequence. Its pages are unmapped, or kept in its slot with deferred reclamation. If
-  /// an unmap fails the sequence is still gone; the pages not unmapped stay cached in the slot
-  /// (reclaimed later) and the driver's error is rethrown.
-  void release(SeqId id) override;
-
-  [[nodiscard]] std::int64_t cached_prefix_tokens(const SequenceSpec& spec) const override;
-  [[nodiscard]] bool contains(SeqId id) const override { return seqs_.count(id) != 0; }
-  [[nodiscard]] std::int64_t length(SeqId id) const override;
-  [[nodiscard]] std::size_t num_sequences() const noexcept override { return seqs_.size(); }
-
-  /// Prompt tokens whose KV came from shared pages at admit (prefix_cache; 0 for forks).
-  [[nodiscard]] std::int64_t cached_tokens(SeqId id) const override { return at(id).cached_tokens; }
-  [[nodiscard]] PrefixCacheStats prefix_cache_stats() const override;
-
-  PreparedBatch prepare_batch(std::span<const SeqId> seqs) override;
-  [[nodiscard]] KvView layer_view(int layer) const override;
-  [[nodiscard]] MemoryBreakdown breakdown(const SequenceSpec* blocked = nullptr) const override;
 
   // --- overlap (vAttention's background mapping) ---
 
@@ -201,12 +173,31 @@ class VmmBackend final : public KvBackend {
   [[nodiscard]] int page_mappings(PageId page) const;
 
  private:
-  struct Sequence {
-    int slot = -1;
-    std::int64_t length = 0;
-    std::int64_t final_tokens = 0;
-    std::int64_t cached_tokens = 0;
-  };
+  using Sequence = VmmSequence;
+  /// "vmm-64k", "vmm-2m", "vmm-4k"; "-mega" appended for the megacache layout, "-prefix" for the
+  /// prefix cache.
+  [[nodiscard]] std::string do_name() const override;
+  [[nodiscard]] Device do_device() const noexcept override;
+  [[nodiscard]] bool do_has_storage() const noexcept override { return config_.driver != nullptr; }
+  [[nodiscard]] bool do_can_admit(const SequenceSpec& spec, std::int64_t initial_tokens) const override;
+  void do_admit(SeqId id, const SequenceSpec& spec, std::int64_t initial_tokens) override;
+  [[nodiscard]] bool do_can_grow(SeqId id, std::int64_t n) const override;
+  void do_grow(SeqId id, std::int64_t n) override;
+  void do_fork(SeqId parent, SeqId child) override;
+  /// Ends the sequence. Its pages are unmapped, or kept in its slot with deferred reclamation. If
+  /// an unmap fails the sequence is still gone; the pages not unmapped stay cached in the slot
+  /// (reclaimed later) and the driver's error is rethrown.
+  void do_release(SeqId id) override;
+  [[nodiscard]] std::int64_t do_cached_prefix_tokens(const SequenceSpec& spec) const override;
+  [[nodiscard]] PrefixCacheStats do_prefix_cache_stats() const override;
+  PreparedBatch do_prepare_batch(std::span<const SeqId> seqs) override;
+  [[nodiscard]] MemoryBreakdown do_breakdown(const SequenceSpec* blocked) const override;
+  /// Step hooks: wait for the pages prefetched during the last step; prefetch the next step's.
+  void do_begin_step() override { wait_for_prefetch(); }
+  void do_prefetch(std::span<const SeqId> next_ids) override { prefetch_for_next_step(next_ids, 1); }
+  [[nodiscard]] StepCosts do_total_costs() const override;
+  [[nodiscard]] BackendCounters do_counters() const override;
+
   struct Slot {
     std::vector<std::vector<PageId>> pages;  // [tensor] pages mapped from the slot base on
     std::int64_t held = 0;                   // sum of pages[t].size()
@@ -237,8 +228,6 @@ class VmmBackend final : public KvBackend {
     std::int64_t rows;
   };
 
-  [[nodiscard]] const Sequence& at(SeqId id) const;
-  void check_spec(const SequenceSpec& spec, std::int64_t initial_tokens) const;
   [[nodiscard]] std::int64_t rows_for(std::int64_t tokens) const noexcept;
   [[nodiscard]] std::int64_t target_rows(std::int64_t tokens) const noexcept;  // with eager tokens
   [[nodiscard]] std::byte* page_va(int slot, int tensor, std::int64_t index) const noexcept;
@@ -289,8 +278,6 @@ class VmmBackend final : public KvBackend {
   std::byte* base_ = nullptr;
   std::size_t reservation_bytes_ = 0;
 
-  std::unordered_map<SeqId, Sequence> seqs_;  // the foreground's only
-
   mutable std::mutex mutex_;  // guards pool_, slots_, live_needed_pages_, stats_, the job queue
   std::unique_ptr<PhysicalPagePool> pool_;
   std::vector<Slot> slots_;
@@ -313,12 +300,6 @@ class VmmBackend final : public KvBackend {
   std::deque<Job> jobs_;
   bool busy_ = false, stop_ = false;
   std::exception_ptr mapper_error_;
-
-  // Prepared batch: per (layer, K|V) a row of batch_ base pointers, and the lengths.
-  int batch_ = 0;
-  std::vector<void*> bases_;
-  std::vector<std::int32_t> lens_;
-  DeviceStaging staging_;  // device copies of bases_ and lens_ (cuda only)
 };
 
 /// "64k" for 65536, "2m" for 2 MiB, "6144" for sizes that are no whole KiB.

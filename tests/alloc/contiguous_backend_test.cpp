@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "alloc/contiguous_backend.hpp"
+#include "kernels/numeric.hpp"
 #include "alloc/error.hpp"
 #include "alloc/statistics_adaptor.hpp"
 #include "tests/support/tiny_model.hpp"

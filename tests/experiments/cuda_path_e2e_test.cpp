@@ -7,6 +7,7 @@
 #if KVLAB_HAS_CUDA_HEADERS
 #include "alloc/cuda_driver_double.hpp"
 #include "experiments/replayer.hpp"
+#include "kernels/simt/emulated_attention.hpp"
 #include "tests/support/tiny_model.hpp"
 #include "vmm/cuda_vm_driver.hpp"
 #include "vmm/vmm_backend.hpp"
@@ -39,7 +40,7 @@ TEST(CudaPathEndToEnd, ReplayThroughTheDriverDoubleAndTheSimtEmulator) {
       VmmBackend backend(c);
       ReplayConfig rc;
       rc.execute = true;
-      rc.kernels = ReplayConfig::Kernels::emulated;
+      rc.attention = [](const AttentionParams& p, const KvView& kv) { emulated_attention(p, kv, /*num_partitions=*/2); };
       rc.verify_kv = true;
       rc.chunked_prefill = true;
       rc.max_batched_tokens = 128;

@@ -6,6 +6,7 @@
 #include "alloc/fault_injection.hpp"
 #include "experiments/backend_factory.hpp"
 #include "experiments/kv_integrity.hpp"
+#include "kernels/kv_view.hpp"
 #include "experiments/replayer.hpp"
 #include "tests/support/tiny_model.hpp"
 
