@@ -10,16 +10,9 @@
 #endif
 
 #include <charconv>
+#include <mutex>
 
 namespace kvlab {
-
-std::vector<std::string> backend_forms() {
-  return {"contiguous-max", "contiguous-pow2", "contiguous-oracle", "paged-1", "paged-7", "paged-16", "paged-256",
-          "paged-16-hash", "paged-16-radix",
-          // vmm forms whose pages fit the conformance suite's tiny model (300-2000 token budgets):
-          // a vmm-64k page holds 512 of its tokens per tensor, a vmm-2m page 16384 (docs/vmm.md).
-          "vmm-4k", "vmm-16k", "vmm-64k-mega"};
-}
 
 std::string default_compare_backends() {
   // vmm at vAttention's two page sizes, the 2 MiB one also with layers interleaved (megacache).
@@ -97,43 +90,90 @@ std::unique_ptr<KvBackend> make_vmm_backend(std::string_view name, const Backend
   }
   return std::make_unique<VmmBackend>(std::move(c));
 }
+
+std::unique_ptr<KvBackend> make_contiguous_backend(std::string_view name, const BackendOptions& options) {
+  ContiguousConfig c;
+  c.model = options.model;
+  c.capacity_bytes = options.capacity_bytes;
+  c.max_seq_len = options.max_seq_len;
+  c.memory = options.memory;
+  c.policy = parse_reservation_policy(name.substr(std::string_view("contiguous-").size()));
+  return std::make_unique<ContiguousBackend>(std::move(c));
+}
+
+/// paged-B or paged-B-hash / paged-B-radix (prefix caching, docs/prefix-caching.md).
+std::unique_ptr<KvBackend> make_paged_backend(std::string_view name, const BackendOptions& options) {
+  std::string_view rest = name.substr(std::string_view("paged-").size());
+  PrefixCacheMode cache = PrefixCacheMode::none;
+  if (const auto dash = rest.find('-'); dash != std::string_view::npos) {
+    cache = parse_prefix_cache_mode(rest.substr(dash + 1));
+    rest = rest.substr(0, dash);
+  }
+  const long long bs = suffix_number(rest, "");
+  if (bs < 1 || bs > 1024)
+    KVLAB_THROW(InvalidArgument, "backend '" + std::string(name) + "': block size must be 1..1024 tokens");
+  PagedConfig c;
+  c.model = options.model;
+  c.capacity_bytes = options.capacity_bytes;
+  c.max_seq_len = options.max_seq_len;
+  c.memory = options.memory;
+  c.block_size = static_cast<std::int32_t>(bs);
+  c.prefix_cache = cache;
+  return std::make_unique<PagedBackend>(std::move(c));
+}
+
+struct Registry {
+  std::mutex mutex;
+  std::vector<BackendFamily> families;
+};
+
+/// The registry, with the built-in families entered on first use (so no static-initialisation
+/// order matters for code that registers more).
+Registry& registry() {
+  static Registry r{{},
+                    {{"contiguous-", "contiguous-max|pow2|oracle",
+                      {"contiguous-max", "contiguous-pow2", "contiguous-oracle"}, make_contiguous_backend},
+                     {"paged-", "paged-B[-hash|-radix] (B = 1..1024 tokens)",
+                      {"paged-1", "paged-7", "paged-16", "paged-256", "paged-16-hash", "paged-16-radix"},
+                      make_paged_backend},
+                     // vmm forms whose pages fit the conformance suite's tiny model (300-2000 token
+                     // budgets): a vmm-64k page holds 512 of its tokens per tensor, vmm-2m 16384.
+                     {"vmm-", "vmm-SIZE[-mega][-overlap][-eagerN][-nodefer][-prefix] (SIZE: 4k, 64k, 2m, ...)",
+                      {"vmm-4k", "vmm-16k", "vmm-64k-mega"}, make_vmm_backend}}};
+  return r;
+}
 }  // namespace
 
+void register_backend_family(BackendFamily family) {
+  KVLAB_EXPECTS(!family.prefix.empty(), "a backend family needs a name prefix");
+  KVLAB_EXPECTS(static_cast<bool>(family.make), "backend family '" + family.prefix + "' has no maker");
+  Registry& r = registry();
+  std::lock_guard lock(r.mutex);
+  for (const BackendFamily& f : r.families) {
+    const bool clash = f.prefix.starts_with(family.prefix) || family.prefix.starts_with(f.prefix);
+    KVLAB_EXPECTS(!clash, "backend family '" + family.prefix + "' clashes with '" + f.prefix + "'");
+  }
+  r.families.push_back(std::move(family));
+}
+
+std::vector<BackendFamily> backend_families() {
+  Registry& r = registry();
+  std::lock_guard lock(r.mutex);
+  return r.families;
+}
+
+std::vector<std::string> backend_forms() {
+  std::vector<std::string> forms;
+  for (const BackendFamily& f : backend_families()) forms.insert(forms.end(), f.test_forms.begin(), f.test_forms.end());
+  return forms;
+}
+
 std::unique_ptr<KvBackend> make_backend(std::string_view name, const BackendOptions& options) {
-  constexpr std::string_view contiguous = "contiguous-";
-  if (name.starts_with(contiguous)) {
-    ContiguousConfig c;
-    c.model = options.model;
-    c.capacity_bytes = options.capacity_bytes;
-    c.max_seq_len = options.max_seq_len;
-    c.memory = options.memory;
-    c.policy = parse_reservation_policy(name.substr(contiguous.size()));
-    return std::make_unique<ContiguousBackend>(std::move(c));
-  }
-  constexpr std::string_view paged = "paged-";
-  if (name.starts_with(paged)) {
-    // paged-B or paged-B-hash / paged-B-radix (prefix caching, docs/prefix-caching.md)
-    std::string_view rest = name.substr(paged.size());
-    PrefixCacheMode cache = PrefixCacheMode::none;
-    if (const auto dash = rest.find('-'); dash != std::string_view::npos) {
-      cache = parse_prefix_cache_mode(rest.substr(dash + 1));
-      rest = rest.substr(0, dash);
-    }
-    const long long bs = suffix_number(rest, "");
-    if (bs < 1 || bs > 1024)
-      KVLAB_THROW(InvalidArgument, "backend '" + std::string(name) + "': block size must be 1..1024 tokens");
-    PagedConfig c;
-    c.model = options.model;
-    c.capacity_bytes = options.capacity_bytes;
-    c.max_seq_len = options.max_seq_len;
-    c.memory = options.memory;
-    c.block_size = static_cast<std::int32_t>(bs);
-    c.prefix_cache = cache;
-    return std::make_unique<PagedBackend>(std::move(c));
-  }
-  if (name.starts_with("vmm-")) return make_vmm_backend(name, options);
+  const std::vector<BackendFamily> families = backend_families();
+  for (const BackendFamily& f : families)
+    if (name.starts_with(f.prefix)) return f.make(name, options);
   std::string known;
-  for (const auto& f : backend_forms()) known += (known.empty() ? "" : ", ") + f;
+  for (const BackendFamily& f : families) known += (known.empty() ? "" : ", ") + f.usage;
   KVLAB_THROW(InvalidArgument, "unknown backend '" + std::string(name) + "' (known: " + known + ")");
 }
 

@@ -1,6 +1,10 @@
 #pragma once
 // Backends by name, the one place the command line, sweeps and tests turn a name into a backend.
-// An unknown name fails loudly, listing the known forms.
+// Each backend family (contiguous-, paged-, vmm-, and any new one) is one entry of a registry: a
+// name prefix, the forms it accepts and a maker. Adding a backend means writing its own file and
+// one register_backend_family call (docs/backend-interface.md). An unknown name fails loudly,
+// listing the known forms.
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -18,10 +22,25 @@ struct BackendOptions {
   MemoryResource* memory = nullptr;  ///< nullptr: accounting only
 };
 
+/// One family of backends: every name that starts with `prefix` is made by `make` (which throws
+/// InvalidArgument naming the name when the rest is not one of its forms).
+struct BackendFamily {
+  std::string prefix;                   ///< e.g. "paged-"
+  std::string usage;                    ///< e.g. "paged-B[-hash|-radix]", for error messages and help
+  std::vector<std::string> test_forms;  ///< forms the conformance suite runs (tiny model, 300-2000 tokens)
+  std::function<std::unique_ptr<KvBackend>(std::string_view name, const BackendOptions& options)> make;
+};
+
+/// Adds a family. Throws InvalidArgument when the prefix is empty, has no maker, or is taken.
+void register_backend_family(BackendFamily family);
+/// The registered families, the built-in ones first.
+[[nodiscard]] std::vector<BackendFamily> backend_families();
+
 /// Known forms: contiguous-max, contiguous-pow2, contiguous-oracle, paged-B (B = block size in
 /// tokens, 1..1024), vmm-P[-mega] (P = page size, a multiple of 4 KiB written with k or m: vmm-4k,
 /// vmm-64k, vmm-256k, vmm-2m; -mega selects the layer-interleaved layout; deferred reclamation on).
 [[nodiscard]] std::unique_ptr<KvBackend> make_backend(std::string_view name, const BackendOptions& options);
+/// The test forms of every family (what the conformance suite and the fuzzer run).
 [[nodiscard]] std::vector<std::string> backend_forms();
 /// What `kvlab compare` runs by default: every contiguous policy, paged and vmm at a few sizes.
 [[nodiscard]] std::string default_compare_backends();

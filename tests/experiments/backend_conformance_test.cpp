@@ -3,12 +3,14 @@
 // to the capacity, memory back to zero) holds for each of them.
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <random>
 #include <vector>
 
 #include "alloc/error.hpp"
 #include "alloc/statistics_adaptor.hpp"
 #include "experiments/backend_factory.hpp"
+#include "experiments/kv_integrity.hpp"
 #include "tests/support/tiny_model.hpp"
 
 namespace kvlab {
@@ -129,6 +131,83 @@ TEST_P(BackendConformance, StorageIsReturnedAtTeardown) {
     b->release(1);
   }
   EXPECT_EQ(stats.statistics().current_bytes, 0u);
+}
+
+/// One bad call and the error every backend must give for it (the front door's, alloc/kv_backend.cpp).
+struct BadCall {
+  const char* what;
+  std::function<void(KvBackend&)> call;
+  std::string error;
+};
+
+TEST_P(BackendConformance, BadInputsGetTheSameErrorFromTheFrontDoor) {
+  auto b = make(1000);
+  b->admit(1, {10, 20}, 10);
+  const std::vector<std::int32_t> three_ids = {1, 2, 3};
+  const SeqId unknown = 99;
+  const std::vector<BadCall> calls = {
+      {"negative initial tokens", [](KvBackend& k) { k.admit(2, {10, 20}, -1); }, "initial tokens must not be negative"},
+      {"negative prompt", [](KvBackend& k) { k.admit(2, {-1, 20}, 0); }, "prompt tokens must not be negative"},
+      {"final below initial", [](KvBackend& k) { k.admit(2, {10, 5}, 10); }, "final tokens must be at least the initial tokens"},
+      {"final past max_seq_len", [](KvBackend& k) { k.admit(2, {10, 129}, 10); }, "sequence of 129 tokens exceeds max_seq_len 128"},
+      {"too few token ids", [&](KvBackend& k) { k.admit(2, {10, 20, three_ids}, 10); }, "3 prompt token ids for a prompt of 10 tokens"},
+      {"can_admit checks too", [](KvBackend& k) { (void)k.can_admit({10, 5}, 10); }, "final tokens must be at least the initial tokens"},
+      {"cached_prefix_tokens checks too", [](KvBackend& k) { (void)k.cached_prefix_tokens({10, 200}); }, "sequence of 200 tokens exceeds max_seq_len 128"},
+      {"duplicate id", [](KvBackend& k) { k.admit(1, {10, 20}, 10); }, "sequence 1 already exists"},
+      {"grow unknown", [&](KvBackend& k) { k.grow(unknown, 1); }, "unknown sequence 99"},
+      {"can_grow unknown", [&](KvBackend& k) { (void)k.can_grow(unknown, 1); }, "unknown sequence 99"},
+      {"negative growth", [](KvBackend& k) { k.grow(1, -1); }, "growth must not be negative"},
+      {"fork unknown parent", [&](KvBackend& k) { k.fork(unknown, 5); }, "unknown sequence 99"},
+      {"fork onto a live id", [](KvBackend& k) { k.fork(1, 1); }, "sequence 1 already exists"},
+      {"release unknown", [&](KvBackend& k) { k.release(unknown); }, "unknown sequence 99"},
+      {"length unknown", [&](KvBackend& k) { (void)k.length(unknown); }, "unknown sequence 99"},
+      {"cached_tokens unknown", [&](KvBackend& k) { (void)k.cached_tokens(unknown); }, "unknown sequence 99"},
+      {"is_swapped unknown", [&](KvBackend& k) { (void)k.is_swapped(unknown); }, "unknown sequence 99"},
+      {"prepare_batch unknown", [&](KvBackend& k) { (void)k.prepare_batch({&unknown, 1}); }, "unknown sequence 99"},
+      {"prefetch unknown", [&](KvBackend& k) { k.prefetch({&unknown, 1}); }, "unknown sequence 99"},
+      {"view without storage", [](KvBackend& k) { (void)k.layer_view(0); }, "accounting-only backend has no KV to view"},
+      {"swap in a resident sequence", [](KvBackend& k) { k.swap_in(1); },
+       b->supports_swap() ? "sequence 1 is not swapped out" : "backend " + b->name() + " cannot swap"},
+  };
+  const MemoryBreakdown before = b->breakdown();
+  for (const BadCall& c : calls) {
+    try {
+      c.call(*b);
+      ADD_FAILURE() << c.what << ": no error";
+    } catch (const InvalidArgument& e) {
+      const std::string msg = e.what();
+      EXPECT_NE(msg.find("alloc/kv_backend.cpp:"), std::string::npos) << c.what << ": not the front door's: " << msg;
+      EXPECT_NE(msg.find(c.error), std::string::npos) << c.what << ": " << msg;
+    }
+  }
+  // Nothing changed.
+  EXPECT_EQ(b->num_sequences(), 1u);
+  EXPECT_EQ(b->length(1), 10);
+  EXPECT_EQ(b->breakdown().allocated(), before.allocated());
+}
+
+TEST_P(BackendConformance, KvSurvivesGrowthAndFork) {
+  auto b = make(1500, &host_memory_resource());
+  KvIntegrity kv(*b);
+  std::vector<std::uint64_t> tags(40);
+  for (std::size_t t = 0; t < tags.size(); ++t) tags[t] = KvIntegrity::positional(7, static_cast<std::int64_t>(t));
+  b->admit(1, {30, 40}, 30);
+  kv.write(1, 0, std::span(tags).first(30));
+  b->grow(1, 5);
+  kv.write(1, 30, std::span(tags).subspan(30, 5));
+  b->fork(1, 2);
+  kv.fork(1, 2);
+  b->grow(2, 3);  // the child writes past the shared part; the parent must not see it
+  const std::uint64_t child_tag = KvIntegrity::positional(8, 35);
+  kv.write(2, 35, {&child_tag, 1});
+  b->grow(1, 3);
+  kv.write(1, 35, std::span(tags).subspan(35, 3));
+  const std::vector<SeqId> both = {1, 2};
+  EXPECT_EQ(kv.verify(both), 0);
+  EXPECT_GT(kv.tokens_checked(), 70);
+  b->release(1);
+  b->release(2);
+  EXPECT_EQ(b->breakdown().allocated(), 0u);
 }
 
 INSTANTIATE_TEST_SUITE_P(EveryBackend, BackendConformance, ::testing::ValuesIn(backend_forms()),
