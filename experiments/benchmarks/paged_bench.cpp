@@ -12,12 +12,23 @@
 #include <vector>
 
 #include "alloc/model_geometry.hpp"
+#include "experiments/backend_factory.hpp"
 #include "paged/block_pool.hpp"
-#include "paged/paged_backend.hpp"
 
 namespace {
 
 using namespace kvlab;
+
+/// A paged backend by its factory name ("paged-16", "paged-16-hash"), llama-3-8b geometry.
+std::unique_ptr<KvBackend> paged(std::int64_t block_size, std::size_t capacity_bytes, MemoryResource* memory,
+                                 const std::string& suffix = "", std::int64_t max_seq_len = 0) {
+  BackendOptions o;
+  o.model = model_preset("llama-3-8b");
+  o.capacity_bytes = capacity_bytes;
+  o.memory = memory;
+  o.max_seq_len = max_seq_len;
+  return make_backend("paged-" + std::to_string(block_size) + suffix, o);
+}
 
 void BM_BlockPoolAllocateFree(benchmark::State& state) {
   BlockPool pool(65536);
@@ -33,11 +44,8 @@ BENCHMARK(BM_BlockPoolAllocateFree)->Arg(1024)->Arg(32768);
 
 /// Sequences admitted and grown token by token to 2048 tokens, as decode does.
 void BM_PagedGrowByToken(benchmark::State& state) {
-  PagedConfig c;
-  c.model = model_preset("llama-3-8b");
-  c.block_size = static_cast<std::int32_t>(state.range(0));
-  c.capacity_bytes = std::size_t{16} << 30;  // accounting only: no bytes behind it
-  PagedBackend b(c);
+  const auto backend = paged(state.range(0), std::size_t{16} << 30, nullptr);  // accounting only: no bytes behind it
+  KvBackend& b = *backend;
   SeqId id = 0;
   for (auto _ : state) {
     b.admit(id, {1, 2048}, 1);
@@ -51,12 +59,8 @@ BENCHMARK(BM_PagedGrowByToken)->Arg(1)->Arg(16)->Arg(256);
 /// fork of a 4096-token sequence plus the copy-on-write of its shared last block, with real
 /// KV bytes (tiny-layer model so the copy is a few KiB per layer).
 void BM_PagedForkAndCopyOnWrite(benchmark::State& state) {
-  PagedConfig c;
-  c.model = model_preset("llama-3-8b");
-  c.block_size = 16;
-  c.capacity_bytes = std::size_t{1} << 30;
-  c.memory = &host_memory_resource();
-  PagedBackend b(c);
+  const auto backend = paged(16, std::size_t{1} << 30, &host_memory_resource());
+  KvBackend& b = *backend;
   b.admit(0, {4093, 4200}, 4093);  // last block partly filled
   SeqId child = 1;
   for (auto _ : state) {
@@ -65,24 +69,23 @@ void BM_PagedForkAndCopyOnWrite(benchmark::State& state) {
     b.release(child++);
   }
   state.SetItemsProcessed(state.iterations());
-  state.SetBytesProcessed(state.iterations() * static_cast<std::int64_t>(b.block_bytes()) * 2 * c.model.num_layers);
+  // One block of K and one of V in every layer: 16 tokens' worth of KV.
+  state.SetBytesProcessed(state.iterations() * 16 * static_cast<std::int64_t>(b.model().kv_bytes_per_token()));
 }
 BENCHMARK(BM_PagedForkAndCopyOnWrite);
 
 /// Building the block tables and lengths of a decode batch (host: no upload).
 void BM_PagedPrepareBatch(benchmark::State& state) {
-  PagedConfig c;
-  c.model = model_preset("llama-3-8b");
-  c.block_size = static_cast<std::int32_t>(state.range(1));
-  c.capacity_bytes = std::size_t{256} << 30;  // accounting only: 256 sequences of 4096 tokens need 128 GiB
-  c.memory = nullptr;
-  PagedBackend b(c);
+  const std::int64_t block_size = state.range(1);
+  // Accounting only: 256 sequences of 4096 tokens need 128 GiB.
+  const auto backend = paged(block_size, std::size_t{256} << 30, nullptr);
+  KvBackend& b = *backend;
   const int batch = static_cast<int>(state.range(0));
   std::vector<SeqId> ids(static_cast<std::size_t>(batch));
   std::iota(ids.begin(), ids.end(), 0);
   for (SeqId id : ids) b.admit(id, {4096, 4096}, 4096);
   for (auto _ : state) benchmark::DoNotOptimize(b.prepare_batch(ids));
-  state.counters["table_entries"] = static_cast<double>(batch) * ((4096 + c.block_size - 1) / c.block_size);
+  state.counters["table_entries"] = static_cast<double>(batch) * static_cast<double>((4096 + block_size - 1) / block_size);
 }
 BENCHMARK(BM_PagedPrepareBatch)->Args({32, 16})->Args({256, 16})->Args({32, 1})->Args({256, 256});
 
@@ -90,14 +93,10 @@ BENCHMARK(BM_PagedPrepareBatch)->Args({32, 16})->Args({256, 16})->Args({32, 1})-
 /// `prefix_len` tokens are cached, behind 64 other cached prompts that share its first block
 /// boundary only at the root (distinct first tokens) — block size 16, accounting only.
 /// Registered as BM_PrefixLookup/<hash|radix>/<prefix_len>.
-void BM_PrefixLookup(benchmark::State& state, PrefixCacheMode mode, std::int64_t prefix_len) {
-  PagedConfig c;
-  c.model = model_preset("llama-3-8b");
-  c.block_size = 16;
-  c.capacity_bytes = std::size_t{256} << 30;  // 2 Mi tokens: every prompt stays cached
-  c.max_seq_len = 1 << 20;
-  c.prefix_cache = mode;
-  PagedBackend b(c);
+void BM_PrefixLookup(benchmark::State& state, const std::string& mode, std::int64_t prefix_len) {
+  // 2 Mi tokens: every prompt stays cached.
+  const auto backend = paged(16, std::size_t{256} << 30, nullptr, "-" + mode, 1 << 20);
+  KvBackend& b = *backend;
   std::vector<std::vector<std::int32_t>> prompts;
   for (int p = 0; p < 65; ++p) {
     std::vector<std::int32_t> ids(static_cast<std::size_t>(prefix_len + 1));
@@ -120,7 +119,7 @@ void BM_PrefixLookup(benchmark::State& state, PrefixCacheMode mode, std::int64_t
   spec.prompt_token_ids = query;
   std::int64_t hit = 0;
   for (auto _ : state) {
-    hit = b.lookup_cached_tokens(spec, n);
+    hit = b.cached_prefix_tokens(spec);
     benchmark::DoNotOptimize(hit);
   }
   state.counters["hit_tokens"] = static_cast<double>(hit);
@@ -128,10 +127,10 @@ void BM_PrefixLookup(benchmark::State& state, PrefixCacheMode mode, std::int64_t
 }
 
 const bool registered_prefix_lookup = [] {
-  for (const PrefixCacheMode mode : {PrefixCacheMode::hash, PrefixCacheMode::radix})
+  for (const std::string mode : {"hash", "radix"})
     for (const std::int64_t len : {256, 2048, 16384}) {
       const std::string name =
-          "BM_PrefixLookup/" + std::string(to_string(mode)) + "/" + std::to_string(len);
+          "BM_PrefixLookup/" + mode + "/" + std::to_string(len);
       benchmark::RegisterBenchmark(name.c_str(), BM_PrefixLookup, mode, len);
     }
   return true;
