@@ -48,8 +48,9 @@ FaultRun replay_with(const std::string& backend, FaultInjector& faults) {
     EXPECT_EQ(b->breakdown().allocated(), 0u) << backend;
     EXPECT_EQ(stats.statistics().current_bytes, region) << backend << ": swap space or staging leaked";
     for (const RequestRecord& q : r.requests) {
-      if (q.status == RequestRecord::Status::failed || q.status == RequestRecord::Status::rejected)
+      if (q.status == RequestRecord::Status::failed || q.status == RequestRecord::Status::rejected) {
         EXPECT_FALSE(q.reason.empty());
+      }
     }
   }
   EXPECT_EQ(stats.statistics().current_bytes, 0u) << backend;

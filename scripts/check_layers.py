@@ -1,0 +1,71 @@
+#!/usr/bin/env python3
+"""Checks that kvlab's folders depend on each other one way only (the floors of the design).
+
+    scripts/check_layers.py [--root DIR]
+
+  alloc/        errors, memory, the backend front door: includes nothing from the other folders
+  kernels/      attention kernels: may include alloc/, nothing else of ours
+  paged/, vmm/  backends: alloc/ and kernels/; never each other
+  experiments/  replayer, CLI, figures: reaches backends only through the factory — no file but
+                experiments/backend_factory.cpp includes paged/ or vmm/ backend headers or names a
+                concrete backend type, and nothing there uses dynamic_cast
+Prints one line per violation (FILE:LINE: what) and exits 1 if there is any.
+"""
+import argparse
+import pathlib
+import re
+import sys
+
+OURS = ("alloc", "kernels", "paged", "vmm", "experiments")
+ALLOWED = {
+    "alloc": {"alloc"},
+    "kernels": {"alloc", "kernels"},
+    "paged": {"alloc", "kernels", "paged"},
+    "vmm": {"alloc", "kernels", "vmm"},
+    "experiments": set(OURS),
+}
+INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"/]+)/')
+CONCRETE = re.compile(r"\b(ContiguousBackend|PagedBackend|VmmBackend|ContiguousConfig|PagedConfig|VmmConfig)\b")
+BACKEND_HEADERS = re.compile(r'#\s*include\s+"(paged/paged_backend|vmm/vmm_backend|alloc/contiguous_backend)\.hpp"')
+FACTORY = "experiments/backend_factory.cpp"
+SUFFIXES = {".cpp", ".hpp", ".cu", ".cuh", ".h"}
+
+
+def code_only(line: str) -> str:
+    return line.split("//", 1)[0]
+
+
+def check(root: pathlib.Path) -> list[str]:
+    problems = []
+    for folder in OURS:
+        for f in sorted((root / folder).rglob("*")):
+            if f.suffix not in SUFFIXES:
+                continue
+            rel = f.relative_to(root).as_posix()
+            for n, line in enumerate(f.read_text(errors="replace").splitlines(), 1):
+                m = INCLUDE.match(line)
+                if m and m.group(1) in OURS and m.group(1) not in ALLOWED[folder]:
+                    problems.append(f"{rel}:{n}: {folder}/ must not include {m.group(1)}/ ({line.strip()})")
+                if folder != "experiments" or rel == FACTORY:
+                    continue
+                code = code_only(line)
+                if BACKEND_HEADERS.search(code):
+                    problems.append(f"{rel}:{n}: only the factory includes a concrete backend ({line.strip()})")
+                if CONCRETE.search(code):
+                    problems.append(f"{rel}:{n}: names a concrete backend type outside the factory ({line.strip()})")
+                if "dynamic_cast" in code:
+                    problems.append(f"{rel}:{n}: dynamic_cast in experiments/ ({line.strip()})")
+    return problems
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--root", default=str(pathlib.Path(__file__).resolve().parent.parent))
+    problems = check(pathlib.Path(ap.parse_args().root))
+    for p in problems:
+        print(p)
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

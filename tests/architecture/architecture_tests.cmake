@@ -1,0 +1,24 @@
+# The floors of the design, checked on every test run (docs/backend-interface.md):
+#  * folders depend one way: alloc <- kernels <- paged, vmm <- experiments; vmm and paged never
+#    include each other; only the factory names a concrete backend (scripts/check_layers.py);
+#  * no function outside kernels/ has a body longer than 80 lines (scripts/function_lengths.py).
+# Each checker is also run on a fixture that breaks its rule, so a checker that stopped finding
+# anything would fail here.
+find_package(Python3 COMPONENTS Interpreter REQUIRED)
+set(arch ${PROJECT_SOURCE_DIR}/tests/architecture)
+add_test(NAME architecture.layers COMMAND Python3::Interpreter ${PROJECT_SOURCE_DIR}/scripts/check_layers.py
+         --root ${PROJECT_SOURCE_DIR})
+add_test(NAME architecture.layers_checker_finds_violations
+         COMMAND Python3::Interpreter ${PROJECT_SOURCE_DIR}/scripts/check_layers.py --root ${arch}/fixtures/bad_tree)
+set_tests_properties(architecture.layers_checker_finds_violations PROPERTIES
+  PASS_REGULAR_EXPRESSION "alloc/upward.hpp:3: alloc/ must not include kernels/.*vmm/sideways.cpp:2: vmm/ must not include paged/.*dynamic_cast")
+add_test(NAME architecture.function_length
+         COMMAND Python3::Interpreter ${PROJECT_SOURCE_DIR}/scripts/function_lengths.py --max 80
+                 --exclude tests/architecture/fixtures alloc paged vmm experiments tests
+         WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+add_test(NAME architecture.function_length_checker_finds_long_functions
+         COMMAND Python3::Interpreter ${PROJECT_SOURCE_DIR}/scripts/function_lengths.py --max 80 ${arch}/fixtures/long_function.cpp)
+set_tests_properties(architecture.function_length_checker_finds_long_functions PROPERTIES
+  PASS_REGULAR_EXPRESSION "long_function.cpp:2: 83 lines")
+set_tests_properties(architecture.layers architecture.layers_checker_finds_violations architecture.function_length
+                     architecture.function_length_checker_finds_long_functions PROPERTIES LABELS architecture)
