@@ -105,6 +105,7 @@ class Replay {
   void swap_in_groups();
   void admit_waiting();
   void run_step();
+  void summarize();
   // The four phases of a step.
   void claim_running();
   [[nodiscard]] bool settle();
@@ -235,14 +236,12 @@ void Replay::preempt(std::size_t pos) {
   }
   bool swapped = false;
   if (c_.preemption == PreemptionMode::swap && b_.supports_swap() && !g.prefilling()) {
-    try {
-      for (Seq& q : g.seqs)
-        if (!q.done) b_.swap_out(q.id);
-      swapped = true;
-    } catch (const Error&) {
-      // No swap space, or a failed copy: fall back to recompute (release frees swapped copies too).
-      ++result_.summary.out_of_memory;
-    }
+    swapped = attempt([&] {
+                for (Seq& q : g.seqs)
+                  if (!q.done) b_.swap_out(q.id);
+              }) == Outcome::ok;
+    // No swap space, or a failed copy: fall back to recompute (release frees swapped copies too).
+    if (!swapped) ++result_.summary.out_of_memory;
   }
   if (swapped) {
     ++result_.summary.swaps;
@@ -326,38 +325,37 @@ void Replay::swap_in_groups() {
     if (seqs_in_step_ + live > c_.max_running) return;
     std::vector<SeqId> in;
     bool ok = true;
-    try {
-      for (Seq& q : g.seqs) {
-        if (q.done) continue;
-        if (!b_.can_swap_in(q.id)) {
-          ok = false;
-          break;
-        }
-        b_.swap_in(q.id);
-        in.push_back(q.id);
-      }
-      if (!ok)
-        for (SeqId id : in) b_.swap_out(id);  // roll back a partial swap-in
-    } catch (const Error& e) {
+    std::string error;
+    const Outcome swap = attempt(
+        [&] {
+          for (Seq& q : g.seqs) {
+            if (q.done) continue;
+            if (!b_.can_swap_in(q.id)) {
+              ok = false;
+              break;
+            }
+            b_.swap_in(q.id);
+            in.push_back(q.id);
+          }
+          if (!ok)
+            for (SeqId id : in) b_.swap_out(id);  // roll back a partial swap-in
+        },
+        &error);
+    if (swap != Outcome::ok) {
       Group dead = std::move(g);
       swapped_.pop_front();
-      finish(dead, RequestRecord::Status::failed, std::string("swap-in failed: ") + e.what());
+      finish(dead, RequestRecord::Status::failed, "swap-in failed: " + error);
       continue;
     }
     if (!ok) return;
     running_.push_back(std::move(g));
     swapped_.pop_front();
-    bool claimed = false;
-    try {
-      claimed = claim_slots(running_.back());
-    } catch (const OutOfMemory&) {
-      claimed = false;
-    } catch (const InvalidArgument&) {
-      throw;
-    } catch (const Error& e) {
+    bool failed = false;
+    const bool claimed = try_claim(running_.back(), failed, error);
+    if (failed) {
       Group dead = std::move(running_.back());
       running_.pop_back();
-      finish(dead, RequestRecord::Status::failed, std::string("growth failed: ") + e.what());
+      finish(dead, RequestRecord::Status::failed, "growth failed: " + error);
       continue;
     }
     if (!claimed) {  // swapped in but no room to decode: back out
@@ -391,24 +389,23 @@ void Replay::admit_waiting() {
       return;
     }
     const SeqId id = next_seq_++;
-    try {
-      b_.admit(id, spec, chunk);
-    } catch (const OutOfMemory& e) {  // e.g. an allocation that failed although can_admit said yes
+    std::string error;
+    const Outcome admitted = attempt([&] { b_.admit(id, spec, chunk); }, &error);
+    if (admitted == Outcome::out_of_memory) {  // e.g. an allocation that failed although can_admit said yes
       ++result_.summary.out_of_memory;
       if (running_.empty() && swapped_.empty()) {  // nothing will free memory: do not spin on it
         Group dead = std::move(g);
         waiting_.pop_front();
-        finish(dead, RequestRecord::Status::rejected, std::string("admission out of memory: ") + e.what());
+        finish(dead, RequestRecord::Status::rejected, "admission out of memory: " + error);
         continue;
       }
       blocked_ = spec;
       return;
-    } catch (const InvalidArgument&) {
-      throw;  // a bug in the replayer, not a device error
-    } catch (const Error& e) {
+    }
+    if (admitted == Outcome::failed) {
       Group dead = std::move(g);
       waiting_.pop_front();
-      finish(dead, RequestRecord::Status::failed, std::string("admission failed: ") + e.what());
+      finish(dead, RequestRecord::Status::failed, "admission failed: " + error);
       continue;
     }
     g.seqs = {{id, 0, false}};
@@ -527,12 +524,8 @@ void Replay::reselect_beams(Group& g) {
     std::size_t j = other(beam_rng_);
     if (j >= i) ++j;
     const SeqId fresh = next_seq_++;
-    try {
-      fork_seq(g.seqs[j].id, fresh);
-    } catch (const InvalidArgument&) {
-      throw;
-    } catch (const Error&) {  // no memory or a failed copy: this beam keeps its own sequence
-      ++result_.summary.out_of_memory;
+    if (attempt([&] { fork_seq(g.seqs[j].id, fresh); }) != Outcome::ok) {
+      ++result_.summary.out_of_memory;  // no memory or a failed copy: this beam keeps its own sequence
       continue;
     }
     release_seq(g.seqs[i].id);
@@ -790,6 +783,15 @@ ReplayResult Replay::run() {
                              std::to_string(swapped_.size()) + " swapped, nothing can run (a kvlab bug)");
   }
 
+  summarize();
+  sum.wall_s = std::chrono::duration<double>(Clock::now() - wall0).count();
+  KVLAB_ASSERT(b_.num_sequences() == 0);
+  return std::move(result_);
+}
+
+/// The summary's averages: time-weighted memory and batch, per-request latencies.
+void Replay::summarize() {
+  ReplaySummary& sum = result_.summary;
   sum.makespan_s = now_;
   if (sum.busy_s > 0) {
     MemoryFractions m;
@@ -825,9 +827,6 @@ ReplayResult Replay::run() {
     sum.kv_mismatches = integrity_->mismatches();
     sum.kv_tokens_checked = integrity_->tokens_checked();
   }
-  sum.wall_s = std::chrono::duration<double>(Clock::now() - wall0).count();
-  KVLAB_ASSERT(b_.num_sequences() == 0);
-  return std::move(result_);
 }
 
 }  // namespace
