@@ -27,6 +27,7 @@
 #include "kernels/simt/emulated_attention.hpp"
 #include "experiments/report.hpp"
 #include "experiments/sweep.hpp"
+#include "experiments/shell.hpp"
 #include "experiments/trace_reader.hpp"
 #include "experiments/workload.hpp"
 
@@ -41,14 +42,11 @@ struct UsageError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+/// The command as the user could type it again (recorded in every output file).
 std::string command_line(int argc, char** argv) {
-  std::string s = "kvlab";
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    const bool quote = a.empty() || a.find_first_of(" \t'\"$*?;&|<>()") != std::string::npos;
-    s += " " + (quote ? "'" + a + "'" : a);
-  }
-  return s;
+  std::vector<std::string> words = {"kvlab"};
+  words.insert(words.end(), argv + 1, argv + argc);
+  return shell_join(words);
 }
 
 std::vector<std::string> split_list(const std::string& s) {

@@ -1,35 +1,14 @@
 #include "experiments/report.hpp"
 
-#include <cstdio>
-#include <cstdlib>
 #include <fstream>
 #include <iomanip>
 #include <sstream>
 
 #include "alloc/error.hpp"
+#include "experiments/shell.hpp"
+#include "experiments/summary_json.hpp"
 
 namespace kvlab {
-
-std::string json_escape(const std::string& s) {
-  std::string out;
-  for (const char c : s) {
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\u%04x", c);
-          out += buf;
-        } else {
-          out += c;
-        }
-    }
-  }
-  return out;
-}
 
 void print_summary_table(std::ostream& os, const std::vector<ReplaySummary>& rows) {
   const auto pct = [](double f) {
@@ -66,40 +45,7 @@ void write_replay_files(const std::filesystem::path& dir, const RunInfo& info, c
     f << std::setprecision(9);
     return f;
   };
-  {
-    auto f = open("summary.json");
-    f << "{\n"
-      << "  \"command\": \"" << json_escape(info.command) << "\",\n"
-      << "  \"backend\": \"" << json_escape(s.backend) << "\",\n"
-      << "  \"model\": \"" << json_escape(info.model) << "\",\n"
-      << "  \"workload\": \"" << json_escape(info.workload) << "\",\n"
-      << "  \"clock\": \"" << info.clock << "\",\n"
-      << "  \"device_model\": \"" << json_escape(info.device_model) << "\",\n"
-      << "  \"capacity_bytes\": " << s.capacity_bytes << ",\n"
-      << "  \"requests\": " << s.requests << ", \"completed\": " << s.completed << ", \"rejected\": " << s.rejected
-      << ", \"truncated\": " << s.truncated << ", \"failed\": " << s.failed << ",\n"
-      << "  \"steps\": " << s.steps << ", \"preemptions\": " << s.preemptions
-      << ", \"out_of_memory\": " << s.out_of_memory << ",\n"
-      << "  \"prompt_tokens\": " << s.prompt_tokens << ", \"generated_tokens\": " << s.generated_tokens << ",\n"
-      << "  \"makespan_s\": " << s.makespan_s << ",\n"
-      << "  \"throughput_tokens_per_s\": " << (s.makespan_s > 0 ? s.generated_tokens / s.makespan_s : 0) << ",\n"
-      << "  \"throughput_requests_per_s\": " << (s.makespan_s > 0 ? (s.completed + s.truncated) / s.makespan_s : 0)
-      << ",\n"
-      << "  \"mean_batch\": " << s.mean_batch << ", \"max_batch\": " << s.max_batch << ",\n"
-      << "  \"peak_allocated_bytes\": " << s.peak_allocated_bytes << ",\n"
-      << "  \"prefix_hit_tokens\": " << s.prefix_hit_tokens << ", \"prefix_lookup_tokens\": " << s.prefix_lookup_tokens
-      << ", \"kv_mismatches\": " << s.kv_mismatches << ", \"kv_tokens_checked\": " << s.kv_tokens_checked << ",\n"
-      << "  \"kernel_s\": " << s.kernel_s << ", \"prepare_s\": " << s.prepare_s << ", \"mapping_s\": " << s.mapping_s
-      << ", \"replay_wall_s\": " << s.wall_s << ",\n"
-      << "  \"mean_ttft_s\": " << s.mean_ttft_s << ", \"mean_tpot_s\": " << s.mean_tpot_s
-      << ", \"mean_e2e_s\": " << s.mean_e2e_s << ",\n"
-      << "  \"fractions\": {\"token_states\": " << s.mean_fractions.token_states
-      << ", \"reserved\": " << s.mean_fractions.reserved
-      << ", \"internal_fragmentation\": " << s.mean_fractions.internal_fragmentation
-      << ", \"external_fragmentation\": " << s.mean_fractions.external_fragmentation
-      << ", \"free\": " << s.mean_fractions.free << "}\n"
-      << "}\n";
-  }
+  write_summary_json(out / "summary.json", info, s);
   {
     auto f = open("steps.csv");
     f << "# " << info.command << "\n";
@@ -152,12 +98,6 @@ void write_compare_csv(const std::filesystem::path& file, const std::string& com
   }
 }
 
-std::string shell_quote(const std::string& s) {
-  std::string out = "'";
-  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
-}
-
 std::string csv_field(const std::string& s) {
   if (s.find_first_of(",\"\n\r") == std::string::npos) return s;
   std::string q = "\"";
@@ -166,14 +106,8 @@ std::string csv_field(const std::string& s) {
 }
 
 std::string plot_compare(const std::filesystem::path& dir) {
-  const std::string script = std::string(KVLAB_SOURCE_DIR) + "scripts/plot.py";
-  for (const char* python : {"python3", "/usr/bin/python3"}) {
-    const std::string probe = std::string(python) + " -c 'import matplotlib' >/dev/null 2>&1";
-    if (std::system(probe.c_str()) != 0) continue;
-    const std::string cmd = std::string(python) + " " + shell_quote(script) + " compare " + shell_quote(dir.string()) + " >/dev/null";
-    if (std::system(cmd.c_str()) == 0) return (dir / "compare.png").string();
-  }
-  return "";
+  if (run_plot_script({"compare", dir.string()}, /*quiet=*/true) != PlotOutcome::drawn) return "";
+  return (dir / "compare.png").string();
 }
 
 }  // namespace kvlab

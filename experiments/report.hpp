@@ -24,11 +24,8 @@ struct RunInfo {
 /// Writes DIR/<backend>/{summary.json,steps.csv,requests.csv}; creates directories as needed.
 void write_replay_files(const std::filesystem::path& dir, const RunInfo& info, const ReplayResult& result);
 
-[[nodiscard]] std::string json_escape(const std::string& s);
 /// A CSV field, quoted (inner quotes doubled) when it holds a comma, quote or newline.
 [[nodiscard]] std::string csv_field(const std::string& s);
-/// A POSIX shell word that stands for exactly `s`.
-[[nodiscard]] std::string shell_quote(const std::string& s);
 
 /// One row per backend (the summary and the five fractions), headed by the reproducing command.
 void write_compare_csv(const std::filesystem::path& file, const std::string& command, const std::string& workload,

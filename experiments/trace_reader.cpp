@@ -13,6 +13,9 @@
 #include <ostream>
 #include <random>
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include "experiments/json_lines.hpp"
 
 namespace kvlab {
@@ -37,29 +40,6 @@ TraceError::TraceError(std::string file, std::int64_t line, std::string field, s
       line_(line),
       field_(std::move(field)),
       problem_(std::move(problem)) {}
-
-TraceFormat parse_trace_format(std::string_view name) {
-  if (name == "auto") return TraceFormat::auto_detect;
-  if (name == "azure") return TraceFormat::azure;
-  if (name == "vidur") return TraceFormat::vidur;
-  if (name == "mooncake") return TraceFormat::mooncake;
-  if (name == "llmservingsim") return TraceFormat::llmservingsim;
-  if (name == "kvlab") return TraceFormat::kvlab;
-  KVLAB_THROW(InvalidArgument, "unknown trace format '" + std::string(name) +
-                                   "' (expected auto, azure, vidur, mooncake, llmservingsim or kvlab)");
-}
-
-std::string_view to_string(TraceFormat format) {
-  switch (format) {
-    case TraceFormat::auto_detect: return "auto";
-    case TraceFormat::azure: return "azure";
-    case TraceFormat::vidur: return "vidur";
-    case TraceFormat::mooncake: return "mooncake";
-    case TraceFormat::llmservingsim: return "llmservingsim";
-    case TraceFormat::kvlab: return "kvlab";
-  }
-  return "?";
-}
 
 namespace {
 
@@ -306,7 +286,7 @@ void no_rows(const Parsed& p, const Header& h, const std::string& source) {
   if (p.rows.empty()) throw TraceError(source, h.line, "", "header but no data rows");
 }
 
-Parsed read_azure(std::string_view text, const std::string& source) {
+Parsed read_azure(std::string_view text, const std::string& source, const TraceOptions& /*options*/) {
   Lines lines(text, source, false);
   const Header h = read_header(lines, source);
   const int c_time = h.require("TIMESTAMP", source, "Azure");
@@ -342,7 +322,7 @@ Parsed read_azure(std::string_view text, const std::string& source) {
   return p;
 }
 
-Parsed read_vidur(std::string_view text, const std::string& source) {
+Parsed read_vidur(std::string_view text, const std::string& source, const TraceOptions& /*options*/) {
   Lines lines(text, source, false);
   const Header h = read_header(lines, source);
   const int c_time = h.find("arrived_at");
@@ -370,7 +350,7 @@ constexpr std::string_view kKvlabHashPrefix = "prefix_hashes_";
 
 std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
 
-Parsed read_kvlab(std::string_view text, const std::string& source) {
+Parsed read_kvlab(std::string_view text, const std::string& source, const TraceOptions& /*options*/) {
   Lines lines(text, source, true);
   const Header h = read_header(lines, source);
   const std::string expected = "expected the kvlab header 'arrival_s,prompt_tokens,output_tokens[,prefix_hashes_<B>]', found ";
@@ -496,7 +476,7 @@ struct Seen {
   }
 };
 
-Parsed read_mooncake(std::string_view text, const std::string& source) {
+Parsed read_mooncake(std::string_view text, const std::string& source, const TraceOptions& /*options*/) {
   Lines lines(text, source, false);
   Parsed p;
   p.has_timestamps = true;
@@ -543,7 +523,7 @@ Parsed read_mooncake(std::string_view text, const std::string& source) {
   return p;
 }
 
-Parsed read_llmservingsim(std::string_view text, const std::string& source, bool keep_ids) {
+Parsed read_llmservingsim(std::string_view text, const std::string& source, const TraceOptions& options) {
   Lines lines(text, source, false);
   Parsed p;
   p.has_timestamps = true;
@@ -580,7 +560,7 @@ Parsed read_llmservingsim(std::string_view text, const std::string& source, bool
         at.fail("input_tok_ids", "has " + std::to_string(ids.size()) + " entries, expected input_toks = " +
                                      std::to_string(r.request.prompt_tokens));
       }
-      if (keep_ids) {
+      if (options.keep_token_ids) {
         r.request.prompt_token_ids = ids;
         p.has_token_ids = true;
       }
@@ -596,32 +576,88 @@ Parsed read_llmservingsim(std::string_view text, const std::string& source, bool
   return p;
 }
 
+// ---------------------------------------------------------------------------------------------
+// The formats: one row each. Detection tries the rows of the first line's syntax in table order;
+// the first whose rule holds wins (a header with Azure's and Vidur's columns reads as Azure).
+
+enum class Syntax { csv, json_lines };
+
+/// What detection sees of the first line: its text (trimmed) and, for CSV, its column names.
+struct FirstLine {
+  std::string_view text;
+  std::vector<std::string_view> columns;
+  [[nodiscard]] bool has_column(std::string_view name) const {
+    return std::find(columns.begin(), columns.end(), name) != columns.end();
+  }
+  [[nodiscard]] bool has_key(std::string_view key) const {
+    return text.find(fmt::format("\"{}\"", key)) != std::string_view::npos;
+  }
+};
+
+struct FormatRow {
+  TraceFormat format;
+  std::string_view name;  ///< as --trace-format takes it
+  Syntax syntax;
+  bool (*detects)(const FirstLine& first);
+  Parsed (*read)(std::string_view text, const std::string& source, const TraceOptions& options);
+};
+
+constexpr FormatRow kFormats[] = {
+    {TraceFormat::azure, "azure", Syntax::csv,
+     [](const FirstLine& f) { return f.has_column("TIMESTAMP") && f.has_column("ContextTokens"); }, read_azure},
+    {TraceFormat::vidur, "vidur", Syntax::csv, [](const FirstLine& f) { return f.has_column("num_prefill_tokens"); },
+     read_vidur},
+    {TraceFormat::mooncake, "mooncake", Syntax::json_lines,
+     [](const FirstLine& f) { return !f.has_key("input_toks") && (f.has_key("hash_ids") || f.has_key("input_length")); },
+     read_mooncake},
+    {TraceFormat::llmservingsim, "llmservingsim", Syntax::json_lines,
+     [](const FirstLine& f) { return f.has_key("input_toks"); }, read_llmservingsim},
+    {TraceFormat::kvlab, "kvlab", Syntax::csv, [](const FirstLine& f) { return f.columns.front() == "arrival_s"; },
+     read_kvlab},
+};
+
+const FormatRow& row_of(TraceFormat format) {
+  for (const FormatRow& r : kFormats)
+    if (r.format == format) return r;
+  KVLAB_THROW(InvalidArgument, "trace format 'auto' has no reader: detect the format first");
+}
+
 }  // namespace
 
-// -----------------------------------------------------------------------------------------------
+TraceFormat parse_trace_format(std::string_view name) {
+  if (name == "auto") return TraceFormat::auto_detect;
+  std::vector<std::string_view> names = {"auto"};
+  for (const FormatRow& r : kFormats) {
+    if (r.name == name) return r.format;
+    names.push_back(r.name);
+  }
+  const std::vector<std::string_view> all_but_last(names.begin(), names.end() - 1);
+  KVLAB_THROW(InvalidArgument, fmt::format("unknown trace format '{}' (expected {} or {})", name,
+                                           fmt::join(all_but_last, ", "), names.back()));
+}
+
+std::string_view to_string(TraceFormat format) {
+  if (format == TraceFormat::auto_detect) return "auto";
+  return row_of(format).name;
+}
 
 TraceFormat detect_trace_format(std::string_view text, const std::string& source) {
   Lines lines(text, source, true);
   std::string_view first;
   std::int64_t no = 0;
   if (!lines.next(first, no)) throw TraceError(source, 1, "", "empty file");
-  const std::string_view t = trim(first);
-  if (t.front() == '{') {
-    if (t.find("\"input_toks\"") != std::string_view::npos) return TraceFormat::llmservingsim;
-    if (t.find("\"hash_ids\"") != std::string_view::npos || t.find("\"input_length\"") != std::string_view::npos) {
-      return TraceFormat::mooncake;
-    }
+  FirstLine line{trim(first), {}};
+  const Syntax syntax = line.text.front() == '{' ? Syntax::json_lines : Syntax::csv;
+  if (syntax == Syntax::csv) line.columns = split_csv(line.text);
+  for (const FormatRow& r : kFormats)
+    if (r.syntax == syntax && r.detects(line)) return r.format;
+  if (syntax == Syntax::json_lines) {
     throw TraceError(source, no, "",
                      "cannot tell the trace format: a JSON object with neither 'input_length' (Mooncake) nor "
                      "'input_toks' (LLMServingSim); pass the format explicitly");
   }
-  const auto names = split_csv(t);
-  const auto has = [&](std::string_view n) { return std::find(names.begin(), names.end(), n) != names.end(); };
-  if (has("TIMESTAMP") && has("ContextTokens")) return TraceFormat::azure;
-  if (has("num_prefill_tokens")) return TraceFormat::vidur;
-  if (names.front() == "arrival_s") return TraceFormat::kvlab;
   throw TraceError(source, no, "",
-                   "cannot tell the trace format from the first line " + quoted(t) +
+                   "cannot tell the trace format from the first line " + quoted(line.text) +
                        " (expected an Azure, Vidur or kvlab CSV header or a Mooncake or LLMServingSim JSON object); "
                        "pass the format explicitly");
 }
@@ -642,15 +678,7 @@ Trace parse_trace(std::string_view text, const std::string& source, const TraceO
   }
 
   const TraceFormat format = o.format == TraceFormat::auto_detect ? detect_trace_format(text, source) : o.format;
-  Parsed p;
-  switch (format) {
-    case TraceFormat::azure: p = read_azure(text, source); break;
-    case TraceFormat::vidur: p = read_vidur(text, source); break;
-    case TraceFormat::mooncake: p = read_mooncake(text, source); break;
-    case TraceFormat::llmservingsim: p = read_llmservingsim(text, source, o.keep_token_ids); break;
-    case TraceFormat::kvlab: p = read_kvlab(text, source); break;
-    case TraceFormat::auto_detect: KVLAB_ASSERT(false);
-  }
+  Parsed p = row_of(format).read(text, source, o);
 
   Trace out;
   TraceInfo& info = out.info;

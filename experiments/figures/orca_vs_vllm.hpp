@@ -1,0 +1,25 @@
+#pragma once
+// vLLM's Fig. 2 (memory breakdown) and Fig. 13 (batched requests) plot the same replays: the Orca
+// reservation policies and paging on one ShareGPT workload. Internal to experiments/figures/.
+#include <string>
+#include <vector>
+
+#include "experiments/figures.hpp"
+#include "experiments/replayer.hpp"
+
+namespace kvlab::fig {
+
+struct OrcaVsVllm {
+  std::vector<std::string> backends = {"contiguous-max", "contiguous-pow2", "contiguous-oracle", "paged-16"};
+  std::vector<std::string> labels = {"Orca (Max)", "Orca (Pow2)", "Orca (Oracle)", "vLLM (paged, block 16)"};
+  std::vector<ReplaySummary> results;  ///< one per backend, in that order
+};
+
+[[nodiscard]] OrcaVsVllm orca_vs_vllm(const FigureContext& ctx);
+
+inline constexpr const char* kOrcaSetup =
+    "OPT-13B, 12 GB of KV cache (A100-40GB), ShareGPT request lengths (sharegpt_8k_filtered_stats_llama2_tokenizer.csv; "
+    "requests longer than OPT's 2048-token context rejected, as vLLM filters them), Poisson arrivals at 2 req/s, "
+    "FCFS continuous batching, recompute preemption";
+
+}  // namespace kvlab::fig

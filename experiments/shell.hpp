@@ -1,0 +1,27 @@
+#pragma once
+// Shell words and the plot launcher: the one place kvlab builds a command line for a shell, so the
+// commands it records (summary.json, data.csv, sweep points) and the ones it runs quote alike.
+#include <string>
+#include <vector>
+
+namespace kvlab {
+
+/// A POSIX shell word that stands for exactly `s`: left bare when it holds only characters no
+/// shell treats specially (so recorded commands stay readable), else single-quoted.
+[[nodiscard]] std::string shell_quote(const std::string& s);
+
+/// The words joined by spaces, each quoted as needed.
+[[nodiscard]] std::string shell_join(const std::vector<std::string>& words);
+
+/// What became of a scripts/plot.py run.
+enum class PlotOutcome {
+  drawn,      ///< the script ran and succeeded
+  no_python,  ///< no python3 with matplotlib was found; nothing ran
+  failed,     ///< the script ran and failed
+};
+
+/// Runs `python3 scripts/plot.py ARGS...` with the first python3 that has matplotlib ("python3" on
+/// the PATH, then /usr/bin/python3). `quiet` discards the script's standard output.
+PlotOutcome run_plot_script(const std::vector<std::string>& args, bool quiet);
+
+}  // namespace kvlab

@@ -1,0 +1,110 @@
+#include "experiments/summary_json.hpp"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <numeric>
+#include <vector>
+
+#include "alloc/error.hpp"
+
+namespace kvlab {
+
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+/// `v` rounded to 9 significant digits. A whole result is stored as an integer so that it prints
+/// as "2", not "2.0", as it always has.
+Json number(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.9g", v);
+  const double rounded = std::strtod(buf, nullptr);
+  if (std::isfinite(rounded) && rounded == std::trunc(rounded) && std::fabs(rounded) < 0x1p53 && !std::signbit(rounded))
+    return static_cast<std::int64_t>(rounded);
+  return rounded;
+}
+
+Json fractions(const MemoryFractions& f) {
+  return Json{{"token_states", number(f.token_states)},
+              {"reserved", number(f.reserved)},
+              {"internal_fragmentation", number(f.internal_fragmentation)},
+              {"external_fragmentation", number(f.external_fragmentation)},
+              {"free", number(f.free)}};
+}
+
+/// The identity of the run: what ran, on what, under which clock.
+void add_run(Json& j, const RunInfo& info, const ReplaySummary& s) {
+  j["command"] = info.command;
+  j["backend"] = s.backend;
+  j["model"] = info.model;
+  j["workload"] = info.workload;
+  j["clock"] = info.clock;
+  j["device_model"] = info.device_model;
+  j["capacity_bytes"] = s.capacity_bytes;
+}
+
+/// What the replay did: counts, throughput, timings, memory.
+void add_results(Json& j, const ReplaySummary& s) {
+  const double span = s.makespan_s;
+  const auto per_s = [&](double x) { return number(span > 0 ? x / span : 0); };
+  j["requests"] = s.requests, j["completed"] = s.completed, j["rejected"] = s.rejected;
+  j["truncated"] = s.truncated, j["failed"] = s.failed;
+  j["steps"] = s.steps, j["preemptions"] = s.preemptions, j["out_of_memory"] = s.out_of_memory;
+  j["prompt_tokens"] = s.prompt_tokens, j["generated_tokens"] = s.generated_tokens;
+  j["makespan_s"] = number(s.makespan_s);
+  j["throughput_tokens_per_s"] = per_s(static_cast<double>(s.generated_tokens));
+  j["throughput_requests_per_s"] = per_s(static_cast<double>(s.completed + s.truncated));
+  j["mean_batch"] = number(s.mean_batch), j["max_batch"] = s.max_batch;
+  j["peak_allocated_bytes"] = s.peak_allocated_bytes;
+  j["prefix_hit_tokens"] = s.prefix_hit_tokens, j["prefix_lookup_tokens"] = s.prefix_lookup_tokens;
+  j["kv_mismatches"] = s.kv_mismatches, j["kv_tokens_checked"] = s.kv_tokens_checked;
+  j["kernel_s"] = number(s.kernel_s), j["prepare_s"] = number(s.prepare_s), j["mapping_s"] = number(s.mapping_s);
+  j["replay_wall_s"] = number(s.wall_s);
+  j["mean_ttft_s"] = number(s.mean_ttft_s), j["mean_tpot_s"] = number(s.mean_tpot_s);
+  j["mean_e2e_s"] = number(s.mean_e2e_s);
+  j["fractions"] = fractions(s.mean_fractions);
+}
+
+/// How many keys each line of the file holds, in order.
+constexpr int kKeysPerLine[] = {1, 1, 1, 1, 1, 1, 1, 5, 3, 2, 1, 1, 1, 2, 1, 4, 4, 3, 1};
+
+/// A value on one line: nested objects as {"key": value, ...}, the rest as nlohmann prints them
+/// (invalid UTF-8 in a string replaced rather than thrown on: the command line is user text).
+std::string inline_text(const Json& v) {
+  if (!v.is_object()) return v.dump(-1, ' ', false, Json::error_handler_t::replace);
+  std::string out = "{";
+  for (const auto& [key, value] : v.items())
+    out += fmt::format("{}{}: {}", out.size() > 1 ? ", " : "", inline_text(Json(key)), inline_text(value));
+  return out + "}";
+}
+
+}  // namespace
+
+std::string summary_json(const RunInfo& info, const ReplaySummary& s) {
+  Json j = Json::object();
+  add_run(j, info, s);
+  add_results(j, s);
+  KVLAB_ASSERT(std::accumulate(std::begin(kKeysPerLine), std::end(kKeysPerLine), std::size_t{0}) == j.size());
+  std::string out = "{\n";
+  auto item = j.items().begin();
+  for (std::size_t line = 0; line < std::size(kKeysPerLine); ++line) {
+    out += "  ";
+    for (int k = 0; k < kKeysPerLine[line]; ++k, ++item)
+      out += fmt::format("{}{}: {}", k ? ", " : "", inline_text(Json(item.key())), inline_text(item.value()));
+    out += line + 1 < std::size(kKeysPerLine) ? ",\n" : "\n";
+  }
+  return out + "}\n";
+}
+
+void write_summary_json(const std::filesystem::path& file, const RunInfo& info, const ReplaySummary& s) {
+  std::ofstream f(file);
+  if (!f) KVLAB_THROW(Error, fmt::format("cannot write {}", file.string()));
+  f << summary_json(info, s);
+}
+
+}  // namespace kvlab

@@ -1,0 +1,18 @@
+#pragma once
+// summary.json: one replay's summary as a JSON object, built and escaped by nlohmann-json and laid
+// out a few related keys per line (the layout scripts/plot.py readers and people diff).
+#include <filesystem>
+#include <string>
+
+#include "experiments/report.hpp"
+
+namespace kvlab {
+
+/// The text of summary.json. Keys keep their historical order; every double is rounded to 9
+/// significant digits (what the file has always carried) and printed in its shortest form.
+[[nodiscard]] std::string summary_json(const RunInfo& info, const ReplaySummary& s);
+
+/// Writes summary_json(info, s) to `file`.
+void write_summary_json(const std::filesystem::path& file, const RunInfo& info, const ReplaySummary& s);
+
+}  // namespace kvlab
