@@ -3,7 +3,7 @@
 #include <cstring>
 
 #include "alloc/error.hpp"
-#include "alloc/fault_injection.hpp"
+#include "alloc/faults/fault_injection.hpp"
 #if KVLAB_HAS_CUDA
 #include "alloc/cuda_check.hpp"
 #endif

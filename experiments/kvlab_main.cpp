@@ -16,7 +16,7 @@
 
 #include "alloc/cuda_runtime.hpp"
 #include "alloc/error.hpp"
-#include "alloc/fault_injection.hpp"
+#include "alloc/faults/fault_injection.hpp"
 #include "alloc/limiting_adaptor.hpp"
 #include "alloc/model_geometry.hpp"
 #include "experiments/backend_factory.hpp"

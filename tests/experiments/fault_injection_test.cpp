@@ -4,7 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "alloc/error.hpp"
-#include "alloc/fault_injection.hpp"
+#include "alloc/faults/fault_injection.hpp"
 #include "alloc/statistics_adaptor.hpp"
 #include "experiments/backend_factory.hpp"
 #include "experiments/replayer.hpp"

@@ -3,7 +3,7 @@
 // read every resident sequence back after every step; nothing may differ.
 #include <gtest/gtest.h>
 
-#include "alloc/fault_injection.hpp"
+#include "alloc/faults/fault_injection.hpp"
 #include "experiments/backend_factory.hpp"
 #include "experiments/kv_integrity.hpp"
 #include "kernels/kv_view.hpp"

@@ -4,6 +4,9 @@
 // loses nothing: every request ends completed, rejected or failed with a reason, and no memory,
 // mapping or reservation leaks.
 //
+// It ships (kvlab replay --inject-faults), so it is part of kvlab_alloc rather than the test-only
+// library (tests/support), in a folder of its own that says what it is for.
+//
 // A FaultInjector is a counter of "checks" at fault sites. Sites ask should_fail(); the injector
 // answers from its plan. Thread-safe (the vmm background mapper asks too).
 #include <cstdint>

@@ -1,4 +1,4 @@
-#include "alloc/fault_injection.hpp"
+#include "alloc/faults/fault_injection.hpp"
 
 #include <atomic>
 
