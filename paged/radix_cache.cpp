@@ -6,7 +6,7 @@
 #include <tuple>
 
 #include "alloc/error.hpp"
-#include "paged/prefix_hash.hpp"
+#include "alloc/block_hash.hpp"
 
 namespace kvlab {
 

@@ -86,7 +86,7 @@ VmmBackend::VmmBackend(VmmConfig config)
     const std::size_t unit = std::lcm(page, token_bytes_);
     block_rows_ = static_cast<std::int64_t>(unit / page);
     block_tokens_ = static_cast<std::int64_t>(unit / token_bytes_);
-    index_ = std::make_unique<PagePrefixIndex>(num_pages, block_tokens_, block_rows_ * tensors_);
+    index_ = std::make_unique<ChainedPrefixIndex>(num_pages, block_tokens_, block_rows_ * tensors_);
     index_->set_on_unindex([this](PageId p) {
       if (refs_[static_cast<std::size_t>(p)] == 0) --free_indexed_;  // a free page lost its entry
     });
@@ -375,7 +375,7 @@ bool VmmBackend::map_page(int slot, int tensor, Origin origin) {
   if (!page) return false;
   if (index_) {
     // The page is reused: whatever prefix it cached is gone.
-    if (index_->forget_page(*page)) ++prefix_stats_.evictions;
+    if (index_->forget_unit(*page)) ++prefix_stats_.evictions;
   }
   return map_into(slot, tensor, *page, origin);
 }
@@ -615,7 +615,7 @@ bool VmmBackend::do_can_admit(const SequenceSpec& spec, std::int64_t initial_tok
   const std::vector<std::int32_t> hit = lookup(spec, initial_tokens);
   std::vector<PageId> share;
   for (const std::int32_t e : hit) {
-    const auto pages = index_->pages(e);
+    const auto pages = index_->units(e);
     share.insert(share.end(), pages.begin(), pages.end());
   }
   const Placement p = place(rows, std::move(share), static_cast<std::int64_t>(hit.size()) * block_rows_);
@@ -629,7 +629,7 @@ void VmmBackend::do_admit(SeqId id, const SequenceSpec& spec, std::int64_t initi
   const std::vector<std::int32_t> hit = lookup(spec, initial_tokens);
   std::vector<PageId> share;
   for (const std::int32_t e : hit) {
-    const auto pages = index_->pages(e);
+    const auto pages = index_->units(e);
     share.insert(share.end(), pages.begin(), pages.end());
   }
   const auto lookup_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();

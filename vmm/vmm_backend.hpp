@@ -13,7 +13,7 @@
 #include "alloc/memory_resource.hpp"
 #include "alloc/table_backend.hpp"
 #include "vmm/page_pool.hpp"
-#include "vmm/page_prefix_index.hpp"
+#include "alloc/chained_prefix_index.hpp"
 #include "vmm/vm_driver.hpp"
 
 namespace kvlab {
@@ -115,7 +115,7 @@ struct VmmStats {
 //    parent's full rows into the child's slot and copies only the partial last row).
 //  * Prefix sharing (prefix_cache): a page has a reference count (slots mapping it) and a pin
 //    count (running sequences that need it); a page sits at the same (row, tensor) position in
-//    every slot. A PagePrefixIndex keys whole blocks of rows (the fewest rows holding whole
+//    every slot. A ChainedPrefixIndex keys whole blocks of rows (the fewest rows holding whole
 //    tokens) by a chained hash of their token ids. At admit the longest verified cached prefix,
 //    capped at prompt - 1 tokens, is mapped into the slot from the pages that hold it; only whole
 //    rows are ever shared and nobody writes into them again, so no copy-on-write is needed. A free
@@ -290,7 +290,7 @@ class VmmBackend final : public TableBackend<VmmSequence> {
   std::int64_t shared_excess_ = 0;  // sum over pages of max(0, pins - 1)
   std::int64_t free_indexed_ = 0;   // free pages that still hold an index entry
   std::int64_t block_tokens_ = 0, block_rows_ = 0;
-  std::unique_ptr<PagePrefixIndex> index_;
+  std::unique_ptr<ChainedPrefixIndex> index_;
   PrefixCacheStats prefix_stats_;
   std::uint64_t tick_ = 0;
 

@@ -8,6 +8,7 @@
 #include <set>
 #include <vector>
 
+#include "alloc/block_hash.hpp"
 #include "alloc/error.hpp"
 #include "paged/paged_backend.hpp"
 #include "paged/prefix_hash.hpp"
