@@ -125,6 +125,7 @@ struct VmmStats {
 // token-bytes tokens of ONE tensor, so a sequence holds at least T pages. Per-page driver calls:
 // with the CUDA driver the page must be a multiple of the device granularity (2 MiB without
 // vAttention's modified driver).
+
 /// A sequence owns one slot of every tensor.
 struct VmmSequence : SequenceState {
   int slot = -1;
