@@ -5,7 +5,7 @@
 
 #include "alloc/copy.hpp"
 #include "alloc/error.hpp"
-#include "paged/prefix_hash.hpp"
+#include "paged/hash_prefix_cache.hpp"
 #include "paged/radix_cache.hpp"
 #if KVLAB_HAS_CUDA
 #include "alloc/cuda_check.hpp"
@@ -33,29 +33,12 @@ FreeOrder free_order_for(PrefixCacheMode mode) {
 }
 }  // namespace
 
-PrefixCacheMode parse_prefix_cache_mode(std::string_view name) {
-  if (name == "none") return PrefixCacheMode::none;
-  if (name == "hash") return PrefixCacheMode::hash;
-  if (name == "radix") return PrefixCacheMode::radix;
-  KVLAB_THROW(InvalidArgument, "unknown prefix cache mode '" + std::string(name) + "' (known: none, hash, radix)");
-}
-
-std::string_view to_string(PrefixCacheMode mode) noexcept {
-  switch (mode) {
-    case PrefixCacheMode::hash: return "hash";
-    case PrefixCacheMode::radix: return "radix";
-    default: return "none";
-  }
-}
-
 PagedBackend::PagedBackend(PagedConfig config)
     : TableBackend(config.model, config.max_seq_len),
       config_(std::move(config)),
       block_bytes_(static_cast<std::size_t>(config_.block_size) * config_.model.kv_bytes_per_token_per_layer() / 2),
       pool_(blocks_in(config_), free_order_for(config_.prefix_cache)) {
-  if (config_.prefix_cache == PrefixCacheMode::hash)
-    hash_ = std::make_unique<HashPrefixCache>(pool_.num_blocks(), config_.block_size);
-  if (config_.prefix_cache == PrefixCacheMode::radix) radix_ = std::make_unique<RadixCache>(config_.block_size, pool_);
+  cache_ = make_prefix_cache(config_.prefix_cache, pool_, config_.block_size);
   config_.max_seq_len = max_seq_len();
   if (config_.swap_memory == nullptr) config_.swap_memory = &host_memory_resource();
   if (config_.memory != nullptr) {
@@ -88,6 +71,12 @@ std::byte* PagedBackend::plane(int layer, int kv) const noexcept {
 
 const std::vector<BlockId>& PagedBackend::block_table(SeqId id) const { return at(id).blocks; }
 
+const HashPrefixCache* PagedBackend::hash_cache() const noexcept {
+  return dynamic_cast<const HashPrefixCache*>(cache_.get());
+}
+
+const RadixCache* PagedBackend::radix_cache() const noexcept { return dynamic_cast<const RadixCache*>(cache_.get()); }
+
 // ---- prefix caching -------------------------------------------------------------------------
 
 std::span<const std::int32_t> PagedBackend::prompt_ids(const SequenceSpec& spec, std::int64_t initial_tokens) const {
@@ -104,56 +93,38 @@ PagedBackend::Lookup PagedBackend::lookup(const SequenceSpec& spec, std::int64_t
   l.full_blocks = n / config_.block_size;
   // At least one prompt token is computed: the hit covers at most n - 1 tokens, in whole blocks.
   const std::int64_t cap = (n - 1) / config_.block_size;
-  if (hash_) {
-    l.blocks = hash_->match(ids, spec.extra_keys, cap);
-    for (const BlockId b : l.blocks) l.revived += pool_.ref_count(b) == 0 ? 1 : 0;
-  } else {
-    RadixCache::Match m = radix_->match(ids, spec.extra_keys, cap);
-    l.blocks = std::move(m.blocks);
-    l.revived = m.evictable_hit;
-    l.radix_node = m.node;
-    l.radix_node_blocks = m.node_blocks;
-  }
+  l.hit = cache_->match(ids, spec.extra_keys, cap);
   return l;
 }
 
 std::int64_t PagedBackend::lookup_cached_tokens(const SequenceSpec& spec, std::int64_t initial_tokens) const {
   check_spec(spec, initial_tokens);  // the front door's checks: this is a public entry point too
-  return static_cast<std::int64_t>(lookup(spec, initial_tokens).blocks.size()) * config_.block_size;
+  return static_cast<std::int64_t>(lookup(spec, initial_tokens).hit.blocks.size()) * config_.block_size;
 }
 
 std::int64_t PagedBackend::available_blocks() const {
-  return pool_.num_free() + (radix_ ? radix_->evictable_blocks() : 0);
+  return pool_.num_free() + cache_->evictable_blocks();
 }
 
-std::int64_t PagedBackend::num_cached_free_blocks() const {
-  if (radix_) return radix_->evictable_blocks();  // unlocked tree blocks: held by the tree alone
-  if (!hash_) return 0;
-  std::int64_t n = 0;
-  for (BlockId b = 0; b < pool_.num_blocks(); ++b) n += pool_.ref_count(b) == 0 && hash_->is_cached(b) ? 1 : 0;
-  return n;
-}
+std::int64_t PagedBackend::num_cached_free_blocks() const { return cache_->cached_free_blocks(); }
 
 void PagedBackend::make_room(std::int64_t n) {
-  if (radix_ && pool_.num_free() < n) radix_->evict(n - pool_.num_free());
+  if (pool_.num_free() < n) cache_->evict(n - pool_.num_free());
   KVLAB_ASSERT(pool_.num_free() >= n);
 }
 
 BlockId PagedBackend::take_block() {
   const auto b = pool_.allocate();
   KVLAB_ASSERT(b.has_value());
-  if (hash_ && hash_->forget(*b)) ++stats_.evictions;  // the LRU head loses its cache entry
+  cache_->forget_block(*b);  // hash mode: the LRU head loses its cache entry (an eviction)
   return *b;
 }
 
 void PagedBackend::drop_blocks(Sequence& s) {
   for (auto it = s.blocks.rbegin(); it != s.blocks.rend(); ++it) pool_.release(*it);  // tail first
   s.blocks.clear();
-  if (radix_ && s.radix_node >= 0) {
-    radix_->unlock(s.radix_node);
-    radix_->touch(s.radix_node);  // SGLang re-inserts a finished request: its path becomes recent
-  }
-  s.radix_node = -1;
+  if (s.prefix_hold >= 0) cache_->release_hold(s.prefix_hold);
+  s.prefix_hold = -1;
 }
 
 std::int64_t PagedBackend::do_cached_prefix_tokens(const SequenceSpec& spec) const {
@@ -163,7 +134,7 @@ std::int64_t PagedBackend::do_cached_prefix_tokens(const SequenceSpec& spec) con
 
 PrefixCacheStats PagedBackend::do_prefix_cache_stats() const {
   PrefixCacheStats st = stats_;
-  if (radix_) st.evictions = radix_->evicted_blocks();
+  st.evictions = cache_->evictions();
   return st;
 }
 
@@ -172,16 +143,16 @@ PrefixCacheStats PagedBackend::do_prefix_cache_stats() const {
 bool PagedBackend::do_can_admit(const SequenceSpec& spec, std::int64_t initial_tokens) const {
   if (config_.prefix_cache == PrefixCacheMode::none) return blocks_for(initial_tokens) <= pool_.num_free();
   const Lookup l = lookup(spec, initial_tokens);
-  return blocks_for(initial_tokens) - static_cast<std::int64_t>(l.blocks.size()) <= available_blocks() - l.revived;
+  return blocks_for(initial_tokens) - static_cast<std::int64_t>(l.hit.blocks.size()) <= available_blocks() - l.hit.revived;
 }
 
 void PagedBackend::do_admit(SeqId id, const SequenceSpec& spec, std::int64_t initial_tokens) {
   const auto t0 = std::chrono::steady_clock::now();
   const Lookup l = lookup(spec, initial_tokens);
   const auto lookup_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
-  const auto hit = static_cast<std::int64_t>(l.blocks.size());
+  const auto hit = static_cast<std::int64_t>(l.hit.blocks.size());
   const std::int64_t need = blocks_for(initial_tokens) - hit;
-  const std::int64_t available = available_blocks() - l.revived;
+  const std::int64_t available = available_blocks() - l.hit.revived;
   if (need > available) {
     KVLAB_THROW(OutOfMemory, "admitting " + std::to_string(initial_tokens) + " tokens needs " + std::to_string(need) +
                                  " blocks (" + std::to_string(hit) + " more from the prefix cache), " +
@@ -194,39 +165,14 @@ void PagedBackend::do_admit(SeqId id, const SequenceSpec& spec, std::int64_t ini
   s.cached_tokens = hit * config_.block_size;
   s.blocks.reserve(static_cast<std::size_t>(blocks_for(initial_tokens)));
   const auto ids = prompt_ids(spec, initial_tokens);
-  if (hash_) {
-    for (const BlockId b : l.blocks) {
-      if (pool_.ref_count(b) == 0) pool_.take(b);  // revive a cached free block
-      else pool_.add_ref(b);
-      s.blocks.push_back(b);
-    }
-    for (std::int64_t i = 0; i < need; ++i) s.blocks.push_back(take_block());
-    if (!ids.empty()) stats_.inserted_blocks += hash_->insert(ids, spec.extra_keys, s.blocks, hit, l.full_blocks);
-  } else if (radix_ && !ids.empty()) {
-    const RadixCache::Match m{l.blocks, l.radix_node, l.radix_node_blocks, l.revived};
-    const std::int32_t node = radix_->commit(m, spec.extra_keys);
-    radix_->lock(node);  // the hit blocks are ours now: not evictable
-    for (const BlockId b : l.blocks) {
-      pool_.add_ref(b);
-      s.blocks.push_back(b);
-    }
-    make_room(need);
-    for (std::int64_t i = 0; i < need; ++i) s.blocks.push_back(take_block());
-    const auto bs = static_cast<std::size_t>(config_.block_size);
-    const std::int32_t leaf = radix_->insert(
-        node, ids.subspan(static_cast<std::size_t>(hit) * bs, static_cast<std::size_t>(l.full_blocks - hit) * bs),
-        std::span<const BlockId>(s.blocks).subspan(static_cast<std::size_t>(hit), static_cast<std::size_t>(l.full_blocks - hit)));
-    if (leaf != node) {
-      stats_.inserted_blocks += l.full_blocks - hit;
-      radix_->lock(leaf);
-      radix_->unlock(node);
-    }
-    s.radix_node = leaf;
-  } else {
-    make_room(need);
-    for (std::int64_t i = 0; i < need; ++i) s.blocks.push_back(take_block());
-  }
   if (!ids.empty()) {
+    s.prefix_hold = cache_->acquire_hit(l.hit, spec.extra_keys);
+    s.blocks.insert(s.blocks.end(), l.hit.blocks.begin(), l.hit.blocks.end());
+  }
+  make_room(need);
+  for (std::int64_t i = 0; i < need; ++i) s.blocks.push_back(take_block());
+  if (!ids.empty()) {
+    stats_.inserted_blocks += cache_->enter_prompt(ids, spec.extra_keys, s.blocks, hit, l.full_blocks, s.prefix_hold);
     stats_.queries += static_cast<std::int64_t>(ids.size());
     stats_.hits += s.cached_tokens;
     stats_.lookup_ns += lookup_ns;
@@ -281,9 +227,9 @@ void PagedBackend::do_fork(SeqId parent, SeqId child) {
   c.blocks = p.blocks;
   c.length = p.length;
   c.final_tokens = p.final_tokens;
-  c.radix_node = p.radix_node;  // the child holds the same tree blocks: it locks the same node
+  c.prefix_hold = p.prefix_hold;  // the child holds the same cached blocks (radix: locks the same node)
   for (BlockId b : c.blocks) pool_.add_ref(b);
-  if (radix_ && c.radix_node >= 0) radix_->lock(c.radix_node);
+  if (c.prefix_hold >= 0) cache_->share_hold(c.prefix_hold);
   seqs_.insert(child, std::move(c));
 }
 

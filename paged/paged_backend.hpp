@@ -26,16 +26,12 @@
 #include "alloc/memory_resource.hpp"
 #include "alloc/table_backend.hpp"
 #include "paged/block_pool.hpp"
+#include "paged/prefix_cache.hpp"
 
 namespace kvlab {
 
 class HashPrefixCache;
 class RadixCache;
-
-enum class PrefixCacheMode { none, hash, radix };
-/// "none", "hash", "radix" (the --prefix-cache values); InvalidArgument for anything else.
-[[nodiscard]] PrefixCacheMode parse_prefix_cache_mode(std::string_view name);
-[[nodiscard]] std::string_view to_string(PrefixCacheMode mode) noexcept;
 
 struct PagedConfig {
   ModelGeometry model;
@@ -54,7 +50,7 @@ struct PagedSequence : SequenceState {
   void* swap = nullptr;
   std::size_t swap_bytes = 0;
   std::int64_t swapped_blocks = 0;
-  std::int32_t radix_node = -1;  // radix mode: the locked tree node (-1: none)
+  std::int32_t prefix_hold = -1;  // the prefix cache's hold (radix mode: the locked tree node; -1: none)
 };
 
 class PagedBackend final : public TableBackend<PagedSequence> {
@@ -76,9 +72,10 @@ class PagedBackend final : public TableBackend<PagedSequence> {
   [[nodiscard]] std::int64_t num_cached_free_blocks() const;
   /// Blocks an allocation can get now: free blocks, plus evictable tree blocks in radix mode.
   [[nodiscard]] std::int64_t available_blocks() const;
+  [[nodiscard]] const PrefixCache& prefix_cache() const noexcept { return *cache_; }
   /// The caches themselves, for tests and inspection (nullptr unless in that mode).
-  [[nodiscard]] const HashPrefixCache* hash_cache() const noexcept { return hash_.get(); }
-  [[nodiscard]] const RadixCache* radix_cache() const noexcept { return radix_.get(); }
+  [[nodiscard]] const HashPrefixCache* hash_cache() const noexcept;
+  [[nodiscard]] const RadixCache* radix_cache() const noexcept;
 
  private:
   using Sequence = PagedSequence;
@@ -104,19 +101,16 @@ class PagedBackend final : public TableBackend<PagedSequence> {
 
   /// What a prefix-cache lookup found, before anything is committed.
   struct Lookup {
-    std::vector<BlockId> blocks;  // hit blocks, in order
-    std::int64_t revived = 0;     // hit blocks that stop being available (free or evictable now)
+    PrefixHit hit;
     std::int64_t full_blocks = 0; // full prompt blocks the sequence can enter into the cache
-    std::int32_t radix_node = -1;
-    std::int64_t radix_node_blocks = 0;
   };
   [[nodiscard]] Lookup lookup(const SequenceSpec& spec, std::int64_t initial_tokens) const;
   [[nodiscard]] std::span<const std::int32_t> prompt_ids(const SequenceSpec& spec, std::int64_t initial_tokens) const;
   /// Takes one block from the pool (evicting a cached entry when needed). Requires availability.
   BlockId take_block();
-  /// Makes sure `n` blocks can be taken (radix: evicts tree leaves). Requires availability.
+  /// Makes sure `n` blocks can be taken (evicts cached blocks the cache alone holds). Requires availability.
   void make_room(std::int64_t n);
-  /// Drops the sequence's blocks (tail first) and its tree lock.
+  /// Drops the sequence's blocks (tail first) and its prefix-cache hold.
   void drop_blocks(Sequence& s);
   [[nodiscard]] std::int64_t blocks_for(std::int64_t tokens) const noexcept {
     return (tokens + config_.block_size - 1) / config_.block_size;
@@ -132,8 +126,7 @@ class PagedBackend final : public TableBackend<PagedSequence> {
   std::byte* region_ = nullptr;
   std::size_t region_bytes_ = 0;
   std::int64_t cow_copies_ = 0;
-  std::unique_ptr<HashPrefixCache> hash_;
-  std::unique_ptr<RadixCache> radix_;
+  std::unique_ptr<PrefixCache> cache_;  // never null: PrefixCacheMode::none never hits
   PrefixCacheStats stats_;
   double last_prepare_seconds_ = 0;
 };

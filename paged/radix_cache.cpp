@@ -6,7 +6,7 @@
 #include <tuple>
 
 #include "alloc/error.hpp"
-#include "paged/prefix_hash.hpp"
+#include "alloc/block_hash.hpp"
 
 namespace kvlab {
 
@@ -88,7 +88,7 @@ RadixCache::Match RadixCache::match(std::span<const std::int32_t> tokens, std::s
                       tokens.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(i + k) * bs)))
       ++k;
     m.blocks.insert(m.blocks.end(), n.blocks.begin(), n.blocks.begin() + k);
-    if (n.lock == 0) m.evictable_hit += k;
+    if (n.lock == 0) m.revived += k;
     i += k;
     m.node = c;
     m.node_blocks = k;
@@ -153,6 +153,31 @@ std::int32_t RadixCache::insert(std::int32_t node, std::span<const std::int32_t>
   evictable_ += static_cast<std::int64_t>(blocks.size());
   cached_ += static_cast<std::int64_t>(blocks.size());
   return leaf;
+}
+
+std::int32_t RadixCache::acquire_hit(const PrefixHit& hit, std::span<const std::int64_t> extra) {
+  const std::int32_t node = commit(hit, extra);
+  lock(node);  // the hit blocks are the sequence's now: not evictable
+  for (const BlockId b : hit.blocks) pool_->add_ref(b);
+  return node;
+}
+
+std::int64_t RadixCache::enter_prompt(std::span<const std::int32_t> tokens, std::span<const std::int64_t>,
+                                      std::span<const BlockId> blocks, std::int64_t from, std::int64_t to,
+                                      std::int32_t& hold) {
+  const auto bs = static_cast<std::size_t>(block_size_);
+  const std::int32_t leaf = insert(hold, tokens.subspan(static_cast<std::size_t>(from) * bs, static_cast<std::size_t>(to - from) * bs),
+                                   blocks.subspan(static_cast<std::size_t>(from), static_cast<std::size_t>(to - from)));
+  if (leaf == hold) return 0;
+  lock(leaf);
+  unlock(hold);
+  hold = leaf;
+  return to - from;
+}
+
+void RadixCache::release_hold(std::int32_t hold) {
+  unlock(hold);
+  touch(hold);
 }
 
 void RadixCache::lock(std::int32_t node) {

@@ -20,22 +20,40 @@
 #include <vector>
 
 #include "paged/block_pool.hpp"
+#include "paged/prefix_cache.hpp"
 
 namespace kvlab {
 
-class RadixCache {
+class RadixCache final : public PrefixCache {
  public:
   RadixCache(std::int32_t block_size, BlockPool& pool);
 
-  struct Match {
-    std::vector<BlockId> blocks;    ///< the cached blocks of the matched prefix, in order
-    std::int32_t node = -1;         ///< node the match ends in (-1: no root for these extra keys yet)
-    std::int64_t node_blocks = 0;   ///< blocks of `node` matched (less than its size: a split is due)
-    std::int64_t evictable_hit = 0; ///< matched blocks now evictable (locking them takes them away)
-  };
+  /// A match: the cached blocks of the prefix, the node it ends in and the blocks of that node it
+  /// covers; `revived` counts the matched blocks now evictable (locking them takes them away).
+  using Match = PrefixHit;
   /// The longest cached prefix within the first `max_blocks` full blocks of `tokens`. No side effects.
   [[nodiscard]] Match match(std::span<const std::int32_t> tokens, std::span<const std::int64_t> extra,
-                            std::int64_t max_blocks) const;
+                            std::int64_t max_blocks) const override;
+
+  // --- PrefixCache: a sequence's hold is the tree node it locks ---
+
+  /// Commits the match, locks its node and takes a pool reference on every hit block.
+  std::int32_t acquire_hit(const PrefixHit& hit, std::span<const std::int64_t> extra) override;
+  /// Inserts the blocks as a leaf under `hold`; when it was new, the sequence's lock moves to it.
+  std::int64_t enter_prompt(std::span<const std::int32_t> tokens, std::span<const std::int64_t> extra,
+                            std::span<const BlockId> blocks, std::int64_t from, std::int64_t to,
+                            std::int32_t& hold) override;
+  void share_hold(std::int32_t hold) override { lock(hold); }
+  /// Unlocks and touches the node: SGLang re-inserts a finished request, so its path becomes recent.
+  void release_hold(std::int32_t hold) override;
+  /// Tree blocks are never in the free list: handing one out drops nothing.
+  void forget_block(BlockId) override {}
+  /// Unlocked tree blocks: held by the tree alone.
+  [[nodiscard]] std::int64_t cached_free_blocks() const override { return evictable_; }
+  [[nodiscard]] std::int64_t evictions() const override { return evicted_; }
+
+  // --- the tree ---
+
   /// Makes `m` real: creates the root for the extra keys, splits the node the match ends inside,
   /// marks the path used now. Returns the node that ends exactly at the matched prefix.
   std::int32_t commit(const Match& m, std::span<const std::int64_t> extra);
@@ -51,9 +69,9 @@ class RadixCache {
   void touch(std::int32_t node);
   /// Evicts least recently used unlocked leaves until at least `blocks` blocks went back to the
   /// pool (or nothing is left to evict). Returns the blocks freed.
-  std::int64_t evict(std::int64_t blocks);
+  std::int64_t evict(std::int64_t blocks) override;
 
-  [[nodiscard]] std::int64_t evictable_blocks() const noexcept { return evictable_; }
+  [[nodiscard]] std::int64_t evictable_blocks() const noexcept override { return evictable_; }
   [[nodiscard]] std::int64_t cached_blocks() const noexcept { return cached_; }
   [[nodiscard]] std::int64_t evicted_blocks() const noexcept { return evicted_; }
   [[nodiscard]] std::int32_t lock_count(std::int32_t node) const { return nodes_.at(static_cast<std::size_t>(node)).lock; }

@@ -1,19 +1,17 @@
 #pragma once
 // The vAttention design as a kvlab backend: the KV cache stays virtually contiguous, physical
 // pages are mapped into it on demand. docs/vmm.md explains the design and the measurements.
-#include <condition_variable>
 #include <cstdint>
-#include <deque>
-#include <exception>
 #include <memory>
 #include <mutex>
-#include <thread>
 #include <vector>
 
 #include "alloc/memory_resource.hpp"
 #include "alloc/table_backend.hpp"
+#include "vmm/background_mapper.hpp"
 #include "vmm/page_pool.hpp"
-#include "vmm/page_prefix_index.hpp"
+#include "vmm/page_sharing.hpp"
+#include "vmm/slot_arena.hpp"
 #include "vmm/vm_driver.hpp"
 
 namespace kvlab {
@@ -88,43 +86,46 @@ struct VmmStats {
 // memory is mapped into a slot page by page only as the sequence grows, so waste is bounded by one
 // page per tensor per sequence.
 //
-// Approach.
-//  * Layout: T = 2 x layers tensors (per_layer) or 2 (megacache), each max_batch slots of
-//    round_up(max_seq_len x token bytes, page) bytes, all in ONE reservation made at construction.
-//    A sequence owns one slot; its slot base never changes, so views and prepared batches stay
-//    valid across growth and the background mapper never disturbs a running kernel.
+// Approach. VmmBackend is the policy and the accounting on top of three mechanisms, each with its
+// own design note:
+//  * SlotArena (vmm/slot_arena.hpp): the one reservation (T = 2 x layers tensors for per_layer, 2
+//    for megacache, each max_batch slots of round_up(max_seq_len x token bytes, page) bytes), the
+//    PhysicalPagePool created up front, which page is mapped where, and MapTransaction, which
+//    unmaps what an operation mapped unless it commits.
+//  * PageSharing (vmm/page_sharing.hpp): pin counts (pages running sequences need), what sharing
+//    saves, and the chained prefix index over blocks of page rows (prefix_cache).
+//  * BackgroundMapper (vmm/background_mapper.hpp): the overlap thread; it maps one page per step
+//    under this backend's mutex and skips a slot whose generation moved on.
+// The policy:
 //  * Growth: a sequence of n tokens has ceil(n x token bytes / page) pages mapped in every tensor
-//    (tokens may straddle page boundaries: the address space is contiguous). Pages come from a
-//    PhysicalPagePool created up front; each is mapped with map + set_access.
+//    (tokens may straddle page boundaries: the address space is contiguous).
 //  * All or nothing: an operation first checks that free pages plus reclaimable ones cover it
-//    (else OutOfMemory, nothing touched), reclaims, then maps in a transaction; a failing map or
-//    set_access (out of memory or an error) unmaps what the transaction mapped and reports
-//    (OutOfMemory, or the driver's error). Unmapping first synchronizes the device once.
-//  * Reclamation under pressure, cheapest first: pages cached in free slots, then pages a running
-//    sequence holds beyond its current length (eager or prefetched ones), tail first.
-//  * Overlap: prefetch_for_next_step queues (slot, rows) jobs for a background thread that maps
-//    them one page at a time under the backend mutex; jobs carry the slot's generation so a slot
-//    released meanwhile is skipped. The foreground's kernels never take the mutex.
+//    (else OutOfMemory, nothing touched), reclaims, then maps inside a MapTransaction; a failing
+//    map or set_access (out of memory or an error) rolls the transaction back and reports
+//    (OutOfMemory, or the driver's error).
+//  * Placement: a new sequence takes the free slot that already maps most of its cached prefix,
+//    else the free slot whose cached pages (deferred reclamation) fit it best. Pages of that slot
+//    it cannot keep (another slot maps them, the index holds them, or they are not its prefix)
+//    are unmapped first (truncated_pages).
+//  * Reclamation under pressure, cheapest first: pages cached in free slots (least recently
+//    released first with the prefix cache), then pages a running sequence holds beyond its
+//    current length (eager or prefetched ones), tail first. Unmapping synchronizes once per batch.
 //  * Accounting (five fractions): per tensor, a running sequence's mapped bytes split into token
 //    states, reserved (bytes it will fill: up to final_tokens) and internal fragmentation (page
-//    tails and mapped pages beyond final_tokens). Pages cached by deferred reclamation in free
-//    slots count as FREE: any admission can have them (the pool reclaims them on demand), so they
-//    never block a request — their cost is time (an unmap, a map), which VmmStats counts, not
-//    space. stats().cached_pages reports them. No external fragmentation: any page fits any slot.
+//    tails and mapped pages beyond final_tokens); a page several running sequences map counts its
+//    token states once. Pages cached by deferred reclamation in free slots count as FREE: any
+//    admission can have them (reclaimed on demand), so they never block a request — their cost
+//    is time (an unmap, a map), which VmmStats counts, not space. No external fragmentation: any
+//    page fits any slot.
 //  * Fork copies the parent's written tokens into the child's own pages (prefix_cache: it maps the
 //    parent's full rows into the child's slot and copies only the partial last row).
-//  * Prefix sharing (prefix_cache): a page has a reference count (slots mapping it) and a pin
-//    count (running sequences that need it); a page sits at the same (row, tensor) position in
-//    every slot. A PagePrefixIndex keys whole blocks of rows (the fewest rows holding whole
-//    tokens) by a chained hash of their token ids. At admit the longest verified cached prefix,
-//    capped at prompt - 1 tokens, is mapped into the slot from the pages that hold it; only whole
-//    rows are ever shared and nobody writes into them again, so no copy-on-write is needed. A free
-//    page keeps its entry until the LRU-ordered pool hands it out again.
 //
-// Limitations. No swap (supports_swap() is false). At most max_batch sequences at once (a full slot table is OutOfMemory). Small models with
-// large pages waste a lot: a page holds page / token-bytes tokens of ONE tensor, so a sequence
-// holds at least T pages. Per-page driver calls: with the CUDA driver the page must be a multiple
-// of the device granularity (2 MiB without vAttention's modified driver).
+// Limitations. No swap (supports_swap() is false). At most max_batch sequences at once (a full
+// slot table is OutOfMemory). Small models with large pages waste a lot: a page holds page /
+// token-bytes tokens of ONE tensor, so a sequence holds at least T pages. Per-page driver calls:
+// with the CUDA driver the page must be a multiple of the device granularity (2 MiB without
+// vAttention's modified driver).
+
 /// A sequence owns one slot of every tensor.
 struct VmmSequence : SequenceState {
   int slot = -1;
@@ -150,23 +151,23 @@ class VmmBackend final : public TableBackend<VmmSequence> {
   [[nodiscard]] VmmStats stats() const;
   [[nodiscard]] const VmmConfig& config() const noexcept { return config_; }
   [[nodiscard]] std::size_t page_bytes() const noexcept { return config_.page_bytes; }
-  [[nodiscard]] int num_tensors() const noexcept { return tensors_; }
+  [[nodiscard]] int num_tensors() const noexcept { return arena_.num_tensors(); }
   [[nodiscard]] std::size_t token_bytes_per_tensor() const noexcept { return token_bytes_; }
-  [[nodiscard]] std::int64_t num_pages() const noexcept;
+  [[nodiscard]] std::int64_t num_pages() const noexcept { return arena_.pool().num_pages(); }
   [[nodiscard]] std::int64_t free_pages() const;
   /// Pages mapped in `id`'s slot, over all tensors.
   [[nodiscard]] std::int64_t mapped_pages(SeqId id) const;
   [[nodiscard]] int slot_of(SeqId id) const;
   /// Base of tensor `tensor`'s slot `slot` (nullptr in accounting-only mode): tensor 2l+kv for
   /// per_layer, kv for megacache.
-  [[nodiscard]] std::byte* slot_base(int tensor, int slot) const noexcept;
+  [[nodiscard]] std::byte* slot_base(int tensor, int slot) const noexcept { return arena_.slot_base(tensor, slot); }
 
   // --- prefix sharing (prefix_cache) ---
 
   /// Tokens and page rows of one prefix-cache block: the fewest whole rows that hold whole tokens
   /// (lcm(page, token bytes per tensor)); 1 row in every common geometry.
-  [[nodiscard]] std::int64_t block_tokens() const noexcept { return block_tokens_; }
-  [[nodiscard]] std::int64_t block_rows() const noexcept { return block_rows_; }
+  [[nodiscard]] std::int64_t block_tokens() const noexcept { return sharing_.block_tokens(); }
+  [[nodiscard]] std::int64_t block_rows() const noexcept { return sharing_.block_rows(); }
   /// The physical page at `row` of `tensor` in `id`'s slot.
   [[nodiscard]] PageId page_at(SeqId id, int tensor, std::int64_t row) const;
   /// Slots mapping `page` now (0: free).
@@ -198,13 +199,12 @@ class VmmBackend final : public TableBackend<VmmSequence> {
   [[nodiscard]] StepCosts do_total_costs() const override;
   [[nodiscard]] BackendCounters do_counters() const override;
 
-  struct Slot {
-    std::vector<std::vector<PageId>> pages;  // [tensor] pages mapped from the slot base on
-    std::int64_t held = 0;                   // sum of pages[t].size()
-    std::int64_t needed_rows = 0;            // rows the owner's current length needs (0 when free)
+  /// The policy's view of a slot (its pages are the arena's).
+  struct SlotState {
+    std::int64_t needed_rows = 0;  // rows the owner's current length needs (0 when free)
     bool live = false;
-    std::uint64_t generation = 0;            // bumped at every admit/fork/release
-    std::uint64_t released = 0;              // tick of the last release (LRU order of free slots)
+    std::uint64_t generation = 0;  // bumped at every admit/fork/release
+    std::uint64_t released = 0;    // tick of the last release (LRU order of free slots)
   };
   /// Where a new sequence goes and what it maps (admit, fork).
   struct Placement {
@@ -218,88 +218,62 @@ class VmmBackend final : public TableBackend<VmmSequence> {
     std::int64_t reused = 0;        // pages found mapped in the slot that the sequence keeps
     bool fits = false;
   };
-  enum class Origin { critical, background };
-  struct Txn {  // pages mapped by one operation, for rollback
-    std::vector<std::pair<int, int>> mapped;  // (slot, tensor), in order
-  };
-  struct Job {
-    int slot;
-    std::uint64_t generation;
-    std::int64_t rows;
+  /// Decisions the policy took, for VmmStats (the arena counts driver calls).
+  struct PolicyCounters {
+    std::int64_t reclaimed_pages = 0, reused_pages = 0, prefetch_shortfalls = 0, shared_maps = 0,
+                 truncated_pages = 0;
   };
 
   [[nodiscard]] std::int64_t rows_for(std::int64_t tokens) const noexcept;
   [[nodiscard]] std::int64_t target_rows(std::int64_t tokens) const noexcept;  // with eager tokens
-  [[nodiscard]] std::byte* page_va(int slot, int tensor, std::int64_t index) const noexcept;
 
   // Everything below runs with mutex_ held.
-  [[nodiscard]] std::int64_t missing_pages(const Slot& s, std::int64_t rows) const noexcept;
-  [[nodiscard]] std::int64_t complete_rows(const Slot& s) const noexcept;
   [[nodiscard]] std::int64_t reclaimable_from_others(int slot) const noexcept;
   [[nodiscard]] int choose_slot(std::int64_t rows) const noexcept;  // -1: none free
   [[nodiscard]] bool feasible(int slot, std::int64_t rows) const noexcept;
   /// Chooses a free slot for a sequence of `rows` rows whose first `share_rows` rows are the pages
   /// in `share`, and counts what placing it there takes. No side effects.
   [[nodiscard]] Placement place(std::int64_t rows, std::vector<PageId> share, std::int64_t share_rows) const;
+  /// The free slot that already maps the longest run of the shared rows (-1: none maps row 0).
+  [[nodiscard]] int slot_holding_prefix(const std::vector<PageId>& share, std::int64_t share_rows) const noexcept;
+  /// The first row of `p.slot` whose pages cannot stay for the placed sequence (INT64_MAX: none).
+  [[nodiscard]] std::int64_t first_row_to_cut(const Placement& p) const noexcept;
+  /// The placement of an admission: its prefix-cache hit (entries) and the slot it goes to.
+  [[nodiscard]] Placement place_admission(const std::vector<PageSharing::EntryId>& hit, std::int64_t rows) const;
   /// Carries a placement out (truncate, shared maps, fresh maps) inside `txn`.
-  void apply(Txn& txn, const Placement& p);
-  /// Prefix-cache hit of an admission: entries of the longest cached prefix. No side effects.
-  [[nodiscard]] std::vector<std::int32_t> lookup(const SequenceSpec& spec, std::int64_t initial_tokens) const;
-  /// Maps the next page of (slot, tensor). False when the pool or the driver is out of memory.
-  bool map_page(int slot, int tensor, Origin origin);
+  void apply(MapTransaction& txn, const Placement& p);
+  /// Unmaps every page of `slot` at rows >= `rows` (after one synchronize).
+  void truncate(int slot, std::int64_t rows);
+  /// Marks `slot` taken by a sequence needing `rows` rows.
+  void occupy(int slot, std::int64_t rows) noexcept;
+  /// Maps a fresh page as the next page of (slot, tensor). False when the pool or the driver is
+  /// out of memory.
+  bool map_fresh(int slot, int tensor, MapOrigin origin);
   /// Maps `page` (already holding KV, maybe mapped elsewhere) as the next page of (slot, tensor).
-  bool map_shared(int slot, int tensor, PageId page, Origin origin);
-  /// Maps the in-use (allocated or taken) `page` as the next page of (slot, tensor); on failure
-  /// the page goes back to the pool if nothing maps it.
-  bool map_into(int slot, int tensor, PageId page, Origin origin);
-  /// Unmaps the last page of (slot, tensor). True when the page went back to the pool.
-  bool unmap_tail(int slot, int tensor, Origin origin);
-  void pool_release(PageId page);
-  void pin(PageId page) noexcept;
-  void unpin(PageId page) noexcept;
-  void synchronize(Origin origin);
+  bool map_shared(int slot, int tensor, PageId page, MapOrigin origin);
   /// Unmaps up to `pages` pages from slots other than `exclude`: free slots' caches, then (if
   /// `live_too`) running sequences' pages beyond their current length. Returns how many.
-  std::int64_t reclaim(std::int64_t pages, int exclude, bool live_too, Origin origin);
+  std::int64_t reclaim(std::int64_t pages, int exclude, bool live_too, MapOrigin origin);
+  /// Unmaps whole rows from the top of `slot` while they are above `floor_rows`, until `got`
+  /// reaches `pages`. A page counts once it is back in the pool.
+  void reclaim_rows_above(int slot, std::int64_t floor_rows, std::int64_t pages, std::int64_t& got, bool& synced,
+                          MapOrigin origin);
   /// Maps pages of `slot` until every tensor has `rows`; all of them or (required) throws
   /// OutOfMemory, or (optional) stops quietly when memory runs short.
-  void map_rows(Txn& txn, int slot, std::int64_t rows, bool required, Origin origin);
-  void rollback(Txn& txn) noexcept;
-  void set_needed_rows(Slot& s, std::int64_t rows) noexcept;
-  void unmap_slot(int slot, Origin origin);  // every page, tail first
-
-  void mapper_loop();
-  void run_job(const Job& job);
+  void map_rows(MapTransaction& txn, int slot, std::int64_t rows, bool required, MapOrigin origin);
+  void set_needed_rows(int slot, std::int64_t rows) noexcept;
+  /// One page of a prefetch job (the BackgroundMapper's step). False: the job is done.
+  bool prefetch_page(const PrefetchJob& job);
 
   VmmConfig config_;
-  int tensors_ = 0;
   std::size_t token_bytes_ = 0;  // one token in one tensor
-  std::size_t slot_bytes_ = 0;   // one slot of one tensor (virtual)
-  std::byte* base_ = nullptr;
-  std::size_t reservation_bytes_ = 0;
-
-  mutable std::mutex mutex_;  // guards pool_, slots_, live_needed_pages_, stats_, the job queue
-  std::unique_ptr<PhysicalPagePool> pool_;
-  std::vector<Slot> slots_;
-  std::int64_t live_needed_pages_ = 0;  // distinct pages running sequences need (pinned)
-  VmmStats stats_;
-
-  // Prefix sharing (prefix_cache only; refs_ always).
-  std::vector<std::int32_t> refs_;  // [page] slots mapping it
-  std::vector<std::int32_t> pins_;  // [page] running sequences needing it
-  std::int64_t shared_excess_ = 0;  // sum over pages of max(0, pins - 1)
-  std::int64_t free_indexed_ = 0;   // free pages that still hold an index entry
-  std::int64_t block_tokens_ = 0, block_rows_ = 0;
-  std::unique_ptr<PagePrefixIndex> index_;
-  PrefixCacheStats prefix_stats_;
+  mutable std::mutex mutex_;     // guards everything below (the mapper's queue too)
+  SlotArena arena_;
+  PageSharing sharing_;
+  std::vector<SlotState> slots_;
+  PolicyCounters counters_;
   std::uint64_t tick_ = 0;
-
-  // Background mapper.
-  std::thread mapper_;
-  std::condition_variable work_cv_, idle_cv_;
-  std::deque<Job> jobs_;
-  bool busy_ = false, stop_ = false;
-  std::exception_ptr mapper_error_;
+  std::unique_ptr<BackgroundMapper> mapper_;  // overlap only; last, so it stops before the rest goes
 };
 
 /// "64k" for 65536, "2m" for 2 MiB, "6144" for sizes that are no whole KiB.

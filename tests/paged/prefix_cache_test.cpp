@@ -8,9 +8,10 @@
 #include <set>
 #include <vector>
 
+#include "alloc/block_hash.hpp"
 #include "alloc/error.hpp"
 #include "paged/paged_backend.hpp"
-#include "paged/prefix_hash.hpp"
+#include "paged/hash_prefix_cache.hpp"
 #include "paged/radix_cache.hpp"
 #include "tests/support/tiny_model.hpp"
 

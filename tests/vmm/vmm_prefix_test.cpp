@@ -230,7 +230,9 @@ TEST(VmmPrefix, UnmappingOneSharerLeavesTheOthersBytesIntact) {
       EXPECT_EQ(mismatches(b, 3, prompt_tags(a), 100), 0);
       b.release(3);
       EXPECT_EQ(driver->usage().mappings, static_cast<std::size_t>(b.stats().mappings));
-      if (!defer) EXPECT_EQ(driver->usage().mappings, 0u);
+      if (!defer) {
+        EXPECT_EQ(driver->usage().mappings, 0u);
+      }
     }
     EXPECT_TRUE(driver->usage().empty()) << "defer " << defer;
   }
@@ -476,89 +478,117 @@ struct RandomCase {
 
 class VmmPrefixRandom : public ::testing::TestWithParam<RandomCase> {};
 
+/// One random run's operations and what every live sequence must hold.
+struct RandomRun {
+  VmmBackend& b;
+  bool write_bytes;
+  std::mt19937_64 rng;
+  std::map<SeqId, std::vector<std::int64_t>> tags;  // expected tag of every written token
+  std::map<SeqId, std::int64_t> final_len;
+  SeqId next = 1;
+  std::int64_t hits = 0, ooms = 0;
+
+  std::map<SeqId, std::vector<std::int64_t>>::iterator any_live() {
+    auto it = tags.begin();
+    std::advance(it, static_cast<long>(rng() % tags.size()));
+    return it;
+  }
+  void admit(int op) {
+    const auto group = static_cast<std::int32_t>(rng() % 3);
+    const std::int64_t shared = 20 + static_cast<std::int64_t>(rng() % 60);
+    const std::int64_t n = shared + 1 + static_cast<std::int64_t>(rng() % 40);
+    const auto prompt = ids(n, 100 + op, shared, group);
+    const std::int64_t chunk = rng() % 3 == 0 ? 1 + static_cast<std::int64_t>(rng() % n) : n;
+    const SequenceSpec sp = spec(prompt, n + 30);
+    const bool can = b.can_admit(sp, chunk);
+    try {
+      b.admit(next, sp, chunk);
+    } catch (const OutOfMemory&) {
+      ++ooms;
+      EXPECT_FALSE(can);
+      return;
+    }
+    EXPECT_TRUE(can);
+    hits += b.cached_tokens(next);
+    EXPECT_LE(b.cached_tokens(next), chunk - 1);
+    tags[next] = prompt_tags(prompt);
+    tags[next].resize(static_cast<std::size_t>(chunk));
+    final_len[next] = n + 30;
+    if (write_bytes) write(b, next, tags[next], b.cached_tokens(next), chunk);
+    ++next;
+  }
+  void grow() {
+    const auto it = any_live();
+    const SeqId id = it->first;
+    const std::int64_t len = b.length(id), g = 1 + static_cast<std::int64_t>(rng() % 12);
+    if (len + g > final_len[id]) return;
+    if (!b.can_grow(id, g)) {
+      EXPECT_THROW(b.grow(id, g), OutOfMemory);
+      return;
+    }
+    b.grow(id, g);
+    for (std::int64_t t = len; t < len + g; ++t) it->second.push_back(static_cast<std::int64_t>(id * 1000 + t));
+    if (write_bytes) write(b, id, it->second, len, len + g);
+  }
+  void fork() {
+    const auto it = any_live();
+    try {
+      b.fork(it->first, next);
+    } catch (const OutOfMemory&) {
+      return;
+    }
+    tags[next] = it->second;
+    final_len[next] = final_len[it->first];
+    ++next;
+  }
+  void release() {
+    const auto it = any_live();
+    b.release(it->first);
+    final_len.erase(it->first);
+    tags.erase(it);
+  }
+};
+
 TEST_P(VmmPrefixRandom, BytesAndBooksHold) {
   const RandomCase rc = GetParam();
   const std::size_t capacity = 160 * kKiB;  // 40 pages
   auto driver = rc.accounting_only ? nullptr : posix(capacity);
   {
     VmmBackend b(prefix_vmm(capacity, driver, rc.layout, rc.defer, 256, 6));
-    std::mt19937_64 rng(rc.defer * 2 + (rc.layout == VmmLayout::megacache));
-    std::map<SeqId, std::vector<std::int64_t>> tags;
-    std::map<SeqId, std::int64_t> final_len;
-    SeqId next = 1;
-    std::int64_t hits = 0, ooms = 0;
+    RandomRun run{b, !rc.accounting_only, std::mt19937_64(rc.defer * 2 + (rc.layout == VmmLayout::megacache)), {}, {}};
     for (int op = 0; op < 600; ++op) {
-      const int what = static_cast<int>(rng() % 10);
+      const int what = static_cast<int>(run.rng() % 10);
       if (what < 4) {
-        const auto group = static_cast<std::int32_t>(rng() % 3);
-        const std::int64_t shared = 20 + static_cast<std::int64_t>(rng() % 60);
-        const std::int64_t n = shared + 1 + static_cast<std::int64_t>(rng() % 40);
-        const auto prompt = ids(n, 100 + op, shared, group);
-        const std::int64_t chunk = rng() % 3 == 0 ? 1 + static_cast<std::int64_t>(rng() % n) : n;
-        const SequenceSpec sp = spec(prompt, n + 30);
-        const bool can = b.can_admit(sp, chunk);
-        try {
-          b.admit(next, sp, chunk);
-        } catch (const OutOfMemory&) {
-          ++ooms;
-          EXPECT_FALSE(can);
-          continue;
+        run.admit(op);
+      } else if (!run.tags.empty()) {
+        if (what < 7) {
+          run.grow();
+        } else if (what < 8) {
+          run.fork();
+        } else {
+          run.release();
         }
-        EXPECT_TRUE(can);
-        hits += b.cached_tokens(next);
-        EXPECT_LE(b.cached_tokens(next), chunk - 1);
-        tags[next] = prompt_tags(prompt);
-        tags[next].resize(static_cast<std::size_t>(chunk));
-        final_len[next] = n + 30;
-        if (!rc.accounting_only) write(b, next, tags[next], b.cached_tokens(next), chunk);
-        ++next;
-      } else if (what < 7 && !tags.empty()) {
-        auto it = tags.begin();
-        std::advance(it, static_cast<long>(rng() % tags.size()));
-        const SeqId id = it->first;
-        const std::int64_t len = b.length(id), g = 1 + static_cast<std::int64_t>(rng() % 12);
-        if (len + g > final_len[id]) continue;
-        if (!b.can_grow(id, g)) {
-          EXPECT_THROW(b.grow(id, g), OutOfMemory);
-          continue;
-        }
-        b.grow(id, g);
-        for (std::int64_t t = len; t < len + g; ++t) it->second.push_back(static_cast<std::int64_t>(id * 1000 + t));
-        if (!rc.accounting_only) write(b, id, it->second, len, len + g);
-      } else if (what < 8 && !tags.empty()) {
-        auto it = tags.begin();
-        std::advance(it, static_cast<long>(rng() % tags.size()));
-        try {
-          b.fork(it->first, next);
-        } catch (const OutOfMemory&) {
-          continue;
-        }
-        tags[next] = it->second;
-        final_len[next] = final_len[it->first];
-        ++next;
-      } else if (!tags.empty()) {
-        auto it = tags.begin();
-        std::advance(it, static_cast<long>(rng() % tags.size()));
-        b.release(it->first);
-        final_len.erase(it->first);
-        tags.erase(it);
       }
       if (!rc.accounting_only) {
-        for (const auto& [id, tg] : tags) ASSERT_EQ(mismatches(b, id, tg, b.length(id)), 0) << "op " << op << " seq " << id;
+        for (const auto& [id, tg] : run.tags) ASSERT_EQ(mismatches(b, id, tg, b.length(id)), 0) << "op " << op << " seq " << id;
         ASSERT_EQ(driver->usage().mappings, static_cast<std::size_t>(b.stats().mappings)) << op;
       }
       const MemoryBreakdown m = b.breakdown();
       ASSERT_LE(m.used(), m.capacity) << op;
       ASSERT_LE(m.token_states, m.capacity) << op;
     }
-    EXPECT_GT(hits, 0);
-    EXPECT_GT(ooms + b.prefix_cache_stats().evictions, 0) << "the case must reach memory pressure";
+    EXPECT_GT(run.hits, 0);
+    EXPECT_GT(run.ooms + b.prefix_cache_stats().evictions, 0) << "the case must reach memory pressure";
     EXPECT_GT(b.stats().shared_maps, 0);
-    if (rc.defer) EXPECT_GT(b.stats().truncated_pages, 0) << "reused free slots held shared or cached pages";
-    for (const auto& [id, tg] : tags) b.release(id);
+    if (rc.defer) {
+      EXPECT_GT(b.stats().truncated_pages, 0) << "reused free slots held shared or cached pages";
+    }
+    for (const auto& [id, tg] : run.tags) b.release(id);
     EXPECT_EQ(b.breakdown().used(), 0u);
   }
-  if (driver) EXPECT_TRUE(driver->usage().empty());
+  if (driver) {
+    EXPECT_TRUE(driver->usage().empty());
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, VmmPrefixRandom,

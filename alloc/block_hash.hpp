@@ -1,0 +1,15 @@
+#pragma once
+// The 64-bit hash that keys prefix-cache blocks: the paged backend's hash mode and the vmm
+// backend's page sharing chain it block to block (alloc/chained_prefix_index.hpp); the paged
+// radix tree keys its edges and roots with it.
+#include <cstdint>
+#include <span>
+
+namespace kvlab {
+
+/// A wyhash-style hash (128-bit multiply-fold rounds) of the parent key, the extra keys (salt) and
+/// the token ids. Only finds candidates: every user verifies a hit token by token.
+[[nodiscard]] std::uint64_t hash_block(std::uint64_t parent, std::span<const std::int32_t> tokens,
+                                       std::span<const std::int64_t> extra = {}) noexcept;
+
+}  // namespace kvlab

@@ -1,0 +1,213 @@
+#include "vmm/slot_arena.hpp"
+
+#include <algorithm>
+#include <bit>
+#include <chrono>
+#include <string>
+
+#include "alloc/error.hpp"
+
+namespace kvlab {
+
+namespace {
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+}  // namespace
+
+SlotArena::SlotArena(VmDriver* driver, const ArenaShape& shape, PageFreeOrder order) : driver_(driver), shape_(shape) {
+  KVLAB_EXPECTS(shape.tensors >= 1 && shape.slots >= 1 && shape.page_bytes > 0 && shape.slot_bytes % shape.page_bytes == 0,
+                "a slot arena needs tensors, slots and a slot size that is a whole number of pages");
+  const long double va = static_cast<long double>(shape.tensors) * shape.slots * static_cast<long double>(shape.slot_bytes);
+  KVLAB_EXPECTS(va < static_cast<long double>(std::size_t{1} << 62), "the virtual reservation would not fit in 64 bits");
+  reservation_bytes_ = static_cast<std::size_t>(shape.tensors) * static_cast<std::size_t>(shape.slots) * shape.slot_bytes;
+  if (driver_ != nullptr) {
+    const std::size_t page = shape.page_bytes;
+    base_ = static_cast<std::byte*>(driver_->reserve(reservation_bytes_, std::has_single_bit(page) ? page : std::size_t{0}));
+    try {
+      pool_ = std::make_unique<PhysicalPagePool>(driver_, page, shape.num_pages, order);
+    } catch (...) {
+      try {
+        driver_->free_reservation(base_, reservation_bytes_);
+      } catch (...) {  // the pool's error is the one to report; the driver's leak report shows this one
+      }
+      throw;
+    }
+  } else {
+    pool_ = std::make_unique<PhysicalPagePool>(nullptr, shape.page_bytes, shape.num_pages, order);
+  }
+  pages_.resize(static_cast<std::size_t>(shape.tensors) * static_cast<std::size_t>(shape.slots));
+  held_.assign(static_cast<std::size_t>(shape.slots), 0);
+  refs_.assign(static_cast<std::size_t>(shape.num_pages), 0);
+}
+
+SlotArena::~SlotArena() {
+  if (driver_ == nullptr) return;
+  // Everything goes back: pages unmapped (after the device is idle), handles released (the pool),
+  // the reservation freed. A driver error here cannot be reported; the driver's leak accounting
+  // (the double's leak_report, PosixVmDriver::usage) shows it. The owner's hook may be gone.
+  on_page_freed_ = nullptr;
+  try {
+    if (total_mappings() > 0) synchronize(MapOrigin::critical);
+  } catch (...) {
+  }
+  bool clean = true;
+  for (int s = 0; s < shape_.slots; ++s)
+    for (int t = 0; t < shape_.tensors; ++t)
+      while (!tail(s, t).empty()) {
+        try {
+          unmap_tail(s, t, MapOrigin::critical);
+        } catch (...) {
+          clean = false;
+          break;
+        }
+      }
+  pool_.reset();
+  if (clean) {
+    try {
+      driver_->free_reservation(base_, reservation_bytes_);
+    } catch (...) {
+    }
+  }
+}
+
+std::byte* SlotArena::slot_base(int tensor, int slot) const noexcept {
+  if (base_ == nullptr) return nullptr;
+  return base_ + (static_cast<std::size_t>(tensor) * static_cast<std::size_t>(shape_.slots) + static_cast<std::size_t>(slot)) *
+                     shape_.slot_bytes;
+}
+
+std::byte* SlotArena::page_va(int slot, int tensor, std::int64_t row) const noexcept {
+  return slot_base(tensor, slot) + static_cast<std::size_t>(row) * shape_.page_bytes;
+}
+
+std::vector<PageId>& SlotArena::tail(int slot, int tensor) noexcept {
+  return pages_[static_cast<std::size_t>(slot) * static_cast<std::size_t>(shape_.tensors) + static_cast<std::size_t>(tensor)];
+}
+
+std::span<const PageId> SlotArena::pages(int slot, int tensor) const noexcept {
+  return pages_[static_cast<std::size_t>(slot) * static_cast<std::size_t>(shape_.tensors) + static_cast<std::size_t>(tensor)];
+}
+
+std::int64_t SlotArena::total_mappings() const noexcept {
+  std::int64_t n = 0;
+  for (const std::int64_t h : held_) n += h;
+  return n;
+}
+
+std::int64_t SlotArena::complete_rows(int slot) const noexcept {
+  std::int64_t rows = INT64_MAX;
+  for (int t = 0; t < shape_.tensors; ++t) rows = std::min<std::int64_t>(rows, static_cast<std::int64_t>(pages(slot, t).size()));
+  return rows;
+}
+
+std::int64_t SlotArena::top_rows(int slot) const noexcept {
+  std::int64_t rows = 0;
+  for (int t = 0; t < shape_.tensors; ++t) rows = std::max<std::int64_t>(rows, static_cast<std::int64_t>(pages(slot, t).size()));
+  return rows;
+}
+
+std::int64_t SlotArena::missing_pages(int slot, std::int64_t rows) const noexcept {
+  std::int64_t missing = 0;
+  for (int t = 0; t < shape_.tensors; ++t)
+    missing += std::max<std::int64_t>(0, rows - static_cast<std::int64_t>(pages(slot, t).size()));
+  return missing;
+}
+
+void SlotArena::book_mapped(int slot, std::vector<PageId>& pages, PageId page) noexcept {
+  pages.push_back(page);
+  ++held_[static_cast<std::size_t>(slot)];
+  ++refs_[static_cast<std::size_t>(page)];
+}
+
+void SlotArena::return_to_pool(PageId page) {
+  pool_->release(page);
+  if (on_page_freed_) on_page_freed_(page);
+}
+
+bool SlotArena::map_tail(int slot, int tensor, PageId page, MapOrigin origin) {
+  std::vector<PageId>& pages = tail(slot, tensor);
+  const auto give_back = [&] {
+    if (refs_[static_cast<std::size_t>(page)] == 0) return_to_pool(page);
+  };
+  double seconds = 0;
+  if (driver_ != nullptr) {
+    std::byte* va = page_va(slot, tensor, static_cast<std::int64_t>(pages.size()));
+    const auto t0 = std::chrono::steady_clock::now();
+    bool ok = false;
+    try {
+      ok = driver_->map(va, shape_.page_bytes, pool_->handle(page));
+    } catch (...) {
+      give_back();
+      throw;
+    }
+    if (!ok) {
+      give_back();
+      return false;
+    }
+    try {
+      driver_->set_access(va, shape_.page_bytes);
+    } catch (...) {
+      try {
+        driver_->unmap(va, shape_.page_bytes);
+        give_back();
+      } catch (...) {
+        book_mapped(slot, pages, page);  // stuck mapped: keep it in the books (reclaimed like any page beyond the length)
+      }
+      throw;
+    }
+    seconds = seconds_since(t0);
+  }
+  book_mapped(slot, pages, page);
+  DriverActivity& a = activity_[static_cast<std::size_t>(origin)];
+  ++a.maps;
+  a.map_seconds += seconds;
+  return true;
+}
+
+bool SlotArena::unmap_tail(int slot, int tensor, MapOrigin origin) {
+  std::vector<PageId>& pages = tail(slot, tensor);
+  KVLAB_ASSERT(!pages.empty());
+  double seconds = 0;
+  if (driver_ != nullptr) {
+    const auto t0 = std::chrono::steady_clock::now();
+    driver_->unmap(page_va(slot, tensor, static_cast<std::int64_t>(pages.size()) - 1), shape_.page_bytes);
+    seconds = seconds_since(t0);
+  }
+  const PageId page = pages.back();
+  pages.pop_back();
+  --held_[static_cast<std::size_t>(slot)];
+  const bool freed = --refs_[static_cast<std::size_t>(page)] == 0;
+  if (freed) return_to_pool(page);
+  DriverActivity& a = activity_[static_cast<std::size_t>(origin)];
+  ++a.unmaps;
+  a.unmap_seconds += seconds;
+  return freed;
+}
+
+void SlotArena::unmap_slot(int slot, MapOrigin origin) {
+  if (held(slot) == 0) return;
+  synchronize(origin);
+  for (int t = shape_.tensors - 1; t >= 0; --t)
+    while (!tail(slot, t).empty()) unmap_tail(slot, t, origin);
+}
+
+void SlotArena::synchronize(MapOrigin origin) {
+  if (driver_ == nullptr) return;
+  const auto t0 = std::chrono::steady_clock::now();
+  driver_->synchronize();
+  ++synchronizations_;
+  activity_[static_cast<std::size_t>(origin)].unmap_seconds += seconds_since(t0);
+}
+
+MapTransaction::~MapTransaction() {
+  for (auto it = mapped_.rbegin(); it != mapped_.rend(); ++it) {
+    try {
+      arena_->unmap_tail(it->first, it->second, MapOrigin::critical);
+    } catch (...) {
+      break;  // the rest stay mapped and in the books (beyond the owner's length: reclaimable)
+    }
+  }
+}
+
+}  // namespace kvlab
