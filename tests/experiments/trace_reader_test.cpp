@@ -16,7 +16,6 @@
 #include <vector>
 
 #include "alloc/error.hpp"
-#include "experiments/json_lines.hpp"
 
 namespace kvlab {
 namespace {
@@ -393,11 +392,13 @@ TEST_F(TraceFiles, BadCsvValuesNameFileLineAndField) {
 TEST_F(TraceFiles, BadJsonLinesNameFileLineAndField) {
   const std::string good = "{\"timestamp\": 0, \"input_length\": 600, \"output_length\": 5, \"hash_ids\": [1, 2]}\n";
   expect_error("m.jsonl", good + "{\"timestamp\": 0, \"input_length\": 600, \"output_length\": 5, \"hash_ids\": [1, 2",
-               "2: field 'hash_ids': malformed JSON at column 76: truncated JSON: the line ends inside an array");
+               "2: field 'hash_ids': malformed JSON at column 76: syntax error while parsing array - unexpected end of input; "
+               "expected ']'");
   expect_error("m.jsonl", good + "{\"timestamp\": 0, \"input_length\": 600, \"output_length\": 5, \"hash_ids\": [1, 2]\n",
-               "2: malformed JSON at column 77: truncated JSON: the line ends before the object is closed");
+               "2: malformed JSON at column 77: syntax error while parsing object - unexpected end of input; expected '}'");
   expect_error("m.jsonl", good + "{\"timestamp\": 0, \"input_length\": 600, \"output_len",
-               "2: malformed JSON at column 39: truncated JSON: unterminated string");
+               "2: malformed JSON at column 50: syntax error while parsing object key - invalid string: missing closing quote; "
+               "last read: '\"output_len'; expected string literal");
   expect_error("m.jsonl", good + "{\"timestamp\": 0, \"input_length\": 600, \"hash_ids\": [1, 2]}\n",
                "2: field 'output_length': missing");
   expect_error("m.jsonl", good + "{\"timestamp\": 0, \"input_length\": 600, \"input_length\": 6, \"output_length\": 5, \"hash_ids\": [1, 2]}\n",
@@ -411,11 +412,14 @@ TEST_F(TraceFiles, BadJsonLinesNameFileLineAndField) {
   expect_error("m.jsonl", good + "{\"timestamp\": 0, \"input_length\": 600, \"output_length\": 5, \"hash_ids\": [1, 2.5]}\n",
                "2: field 'hash_ids': malformed JSON at column 75: array element 1 is not an integer");
   expect_error("m.jsonl", good + "{\"timestamp\": 0, \"input_length\": 600, \"output_length\": 5, \"hash_ids\": [1, 2,]}\n",
-               "2: field 'hash_ids': malformed JSON at column 77: trailing ',' before ']'");
+               "2: field 'hash_ids': malformed JSON at column 77: syntax error while parsing value - unexpected ']'; "
+               "expected '[', '{', or a literal");
   expect_error("m.jsonl", good + "{\"timestamp\": 0, \"input_length\": 600, \"output_length\": 5, \"hash_ids\": [1, 2]} x\n",
-               "2: malformed JSON at column 79: unexpected text after the closing '}'");
+               "2: malformed JSON at column 79: syntax error while parsing value - invalid literal; last read: '2]} x'; "
+               "expected end of input");
   expect_error("m.jsonl", good + "{\"timestamp\": 01, \"input_length\": 600, \"output_length\": 5, \"hash_ids\": [1, 2]}\n",
-               "2: field 'timestamp': malformed JSON at column 15: invalid number '01'");
+               "2: field 'timestamp': malformed JSON at column 16: syntax error while parsing object - unexpected number literal; "
+               "expected '}'");
   expect_error("m.jsonl", good + "[1, 2]\n",
                "2: malformed JSON at column 1: expected a JSON object starting with '{', found '['");
   expect_error("m.jsonl", "{\"timestamp\": 5, \"input_length\": 600, \"output_length\": 5, \"hash_ids\": [1, 2]}\n" + good,
@@ -435,38 +439,75 @@ TEST_F(TraceFiles, BadJsonLinesNameFileLineAndField) {
                "1: field 'arrival_time_ns': '-5' is negative (expected a time in nanoseconds >= 0)");
   expect_error("s.jsonl", "{\"input_toks\": 1, \"output_toks\": 2}\n", "1: field 'arrival_time_ns': missing");
   expect_error("s.jsonl", "{\"input_toks\": 1, \"output_toks\": 2, \"arrival_time_ns\": 5, \"x\": tru}\n",
-               "1: field 'x': malformed JSON at column 64: expected a JSON value, found 't'");
+               "1: field 'x': malformed JSON at column 67: syntax error while parsing value - invalid literal; "
+               "last read: '\"x\": tru}'");
   expect_error("s.jsonl", "{\"input_toks\": 1, \"output_toks\": 2, \"arrival_time_ns\": 5, \"x\": \"a\\qb\"}\n",
-               "1: field 'x': malformed JSON at column 66: invalid escape '\\q' in a string");
+               "1: field 'x': malformed JSON at column 67: syntax error while parsing value - invalid string: forbidden character "
+               "after backslash; last read: '\"a\\q'");
   expect_error("s.jsonl", "{\"input_toks\": 1, \"output_toks\": 2, \"arrival_time_ns\": 5,}\n",
-               "1: malformed JSON at column 58: expected a key in double quotes, found '}'");
+               "1: malformed JSON at column 58: syntax error while parsing object key - unexpected '}'; expected string literal");
 }
 
-TEST(JsonLines, SkipValueCountsArrayElementsAndReadsStrings) {
-  json::ObjectReader obj(R"({"a": [1, [2, 3], {"k": [4]}, "s", null], "b": "x\ty\u0041", "c": [], "d": -0.5e-3})");
-  ASSERT_EQ(*obj.next_key(), "a");
-  EXPECT_EQ(obj.skip_value(), 5u);
-  ASSERT_EQ(*obj.next_key(), "b");
-  EXPECT_EQ(obj.string(), "x\tyA");
-  ASSERT_EQ(*obj.next_key(), "c");
-  EXPECT_EQ(obj.skip_value(), 0u);
-  ASSERT_EQ(*obj.next_key(), "d");
-  EXPECT_EQ(obj.number(), "-0.5e-3");
-  EXPECT_EQ(obj.next_key(), nullptr);
-  obj.finish();
-  json::ObjectReader empty(" {} ");
-  EXPECT_EQ(empty.next_key(), nullptr);
-  empty.finish();
-  for (const char* bad : {"", "{", "{\"a\" 1}", "{\"a\": 1,", "{\"a\": [1 2]}", "{\"a\": \"\x01\"}", "{\"a\": 1.}",
-                          "{\"a\": -}", "{\"a\": \"\\ud800\"}", "{\"a\": {\"b\": 1,}}"}) {
-    EXPECT_THROW(
-        {
-          json::ObjectReader o(bad);
-          while (o.next_key()) (void)o.skip_value();
-          o.finish();
-        },
-        json::SyntaxError)
-        << bad;
+TEST_F(TraceFiles, JsonLinesSkipAnyUnknownValueAndCountOutputIdsAsTopLevelElements) {
+  // output_tok_ids counts its top-level elements whatever they are; unknown keys hold any value.
+  const auto p = write("s.jsonl",
+                       " {\"input_toks\": 1, \"output_toks\": 5, \"arrival_time_ns\": 0, "
+                       "\"output_tok_ids\": [1, [2, 3], {\"k\": [4]}, \"s\", null], \"b\": \"x\\ty\\u0041\", \"c\": [], "
+                       "\"d\": -0.5e-3, \"e\": {}, \"f\": [[], {\"g\": [true, false, -0]}]}\r\n");
+  const Trace t = read_trace(p);
+  ASSERT_EQ(t.requests.size(), 1u);
+  EXPECT_EQ(t.requests[0].output_tokens, 5);
+  // A negative zero is a time of 0; as a token count it is out of range, named as written.
+  EXPECT_EQ(read_trace(write("z.jsonl", "{\"input_toks\": 1, \"output_toks\": 1, \"arrival_time_ns\": -0}\n")).requests[0].arrival_s, 0.0);
+  expect_error("z.jsonl", "{\"input_toks\": -0, \"output_toks\": 1, \"arrival_time_ns\": 0}\n",
+               "1: field 'input_toks': '-0' is out of range (a token count must be 1..10000000)");
+  expect_error("e.jsonl", " {} \n", "1: field 'input_toks': missing", TraceFormat::llmservingsim);
+}
+
+TEST_F(TraceFiles, JsonLinesRejectEveryMalformedValueWithOneLineNamingFileAndLine) {
+  const std::string head = "{\"input_toks\": 1, \"output_toks\": 1, \"arrival_time_ns\": 0";
+  for (const char* bad : {"", ", \"a\" 1}", ", \"a\": 1,", ", \"a\": [1 2]}", ", \"a\": \"\x01\"}", ", \"a\": 1.}", ", \"a\": -}",
+                          ", \"a\": \"\\ud800\"}", ", \"a\": {\"b\": 1,}}", ", \"a\": 12abc}", ", \"a\": 1e999}", "}}", "} {}"}) {
+    SCOPED_TRACE(bad);
+    try {
+      (void)parse_trace(head + bad + "\n", "s.jsonl");
+      ADD_FAILURE() << "accepted";
+    } catch (const TraceError& e) {
+      const std::string m = e.what();
+      EXPECT_EQ(m.rfind("s.jsonl:1: ", 0), 0u) << m;
+      EXPECT_NE(m.find("malformed JSON at column "), std::string::npos) << m;
+      EXPECT_EQ(m.find('\n'), std::string::npos) << m;
+    }
+  }
+  // A number beyond double is the field's own problem when a field reads it.
+  expect_error("s.jsonl", "{\"input_toks\": 1, \"output_toks\": 1e400, \"arrival_time_ns\": 0}\n",
+               "1: field 'output_toks': '1e400' is not a number");
+  expect_error("m.jsonl", "{\"timestamp\": 0, \"input_length\": 1, \"output_length\": 1, \"hash_ids\": [1e400]}\n",
+               "1: field 'hash_ids': malformed JSON at column 70: array element 0 is not an integer");
+  expect_error("m.jsonl", "{\"timestamp\": 0, \"input_length\": 1, \"output_length\": 1, \"hash_ids\": [\"a\\\"b\"]}\n",
+               "1: field 'hash_ids': malformed JSON at column 70: array element 0: expected an integer, found '\"'");
+  expect_error("m.jsonl", "{\"timestamp\": 0, \"input_length\": 1, \"output_length\": 1, \"hash_ids\": [7, null]}\n",
+               "1: field 'hash_ids': malformed JSON at column 73: array element 1: expected an integer, found 'n'");
+  expect_error("m.jsonl", "{\"timestamp\": 0, \"input_length\": 1, \"output_length\": 1, \"hash_ids\": [[7]]}\n",
+               "1: field 'hash_ids': malformed JSON at column 70: array element 0: expected an integer, found '['");
+  expect_error("m.jsonl", "{\"timestamp\": 0, \"input_length\": 1, \"output_length\": 1, \"hash_ids\": [-9223372036854775809]}\n",
+               "1: field 'hash_ids': malformed JSON at column 70: array element 0 (-9223372036854775809) is out of range "
+               "[-9223372036854775808, 9223372036854775807]");
+}
+
+TEST_F(TraceFiles, JsonLinesNestingIsCappedAt256LevelsWithoutRecursion) {
+  const std::string head = "{\"input_toks\": 1, \"output_toks\": 1, \"arrival_time_ns\": 0, \"x\": ";
+  const std::string ok = head + std::string(256, '[') + std::string(256, ']') + "}\n";
+  EXPECT_EQ(parse_trace(ok, "s.jsonl").requests.size(), 1u);
+  for (const std::size_t depth : {257, 100'000}) {
+    const std::string deep = head + std::string(depth, '[') + "\n";
+    try {
+      (void)parse_trace(deep, "s.jsonl");
+      ADD_FAILURE() << "accepted";
+    } catch (const TraceError& e) {
+      EXPECT_EQ(std::string(e.what()), "s.jsonl:1: field 'x': malformed JSON at column " + std::to_string(head.size() + 257) +
+                                           ": JSON nested deeper than 256 levels");
+    }
   }
 }
 
