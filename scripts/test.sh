@@ -21,11 +21,12 @@ ctest --preset asan -j "$jobs" --timeout 900 -LE gpu
 
 echo "== tsan: threaded code under ThreadSanitizer" >&2
 cmake --preset tsan >/dev/null
-cmake --build --preset tsan -j "$jobs" --target kvlab_kernels_tests kvlab_vmm_tests kvlab_alloc_tests kvlab_experiments_tests
+cmake --build --preset tsan -j "$jobs" --target kvlab_kernels_tests kvlab_vmm_tests kvlab_alloc_tests kvlab_support_tests kvlab_experiments_tests
 export TSAN_OPTIONS="halt_on_error=1:allocator_may_return_null=1"  # some tests ask for impossible sizes
 threaded='ThreadPool*:SimtEmulator*:EmulatedAttention*:EmulatedBlockCopy*:HostAttention.LongContext*:LimitingAdaptor*'
 build/tsan/tests/kvlab_kernels_tests --gtest_filter="$threaded"
 build/tsan/tests/kvlab_alloc_tests --gtest_filter='LimitingAdaptor*:*Thread*:*Concurren*'
+build/tsan/tests/kvlab_support_tests --gtest_filter='*Thread*:*Concurren*'
 build/tsan/tests/kvlab_vmm_tests --gtest_filter='*Overlap*:*Background*:*Thread*'
 build/tsan/tests/kvlab_experiments_tests --gtest_filter='*VmmOverlap*:CudaPath*'
 echo "== fuzz: libFuzzer targets (trace readers, backend operations), 20 s each" >&2

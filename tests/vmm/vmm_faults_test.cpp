@@ -12,7 +12,7 @@
 #include "alloc/error.hpp"
 #include "tests/vmm/vmm_test_support.hpp"
 #if KVLAB_HAS_CUDA_HEADERS
-#include "alloc/cuda_driver_double.hpp"
+#include "tests/support/cuda_driver_double.hpp"
 #include "vmm/cuda_vm_driver.hpp"
 #endif
 

@@ -13,7 +13,7 @@
 #include <thread>
 #include <vector>
 
-#include "alloc/cuda_driver_double.hpp"
+#include "tests/support/cuda_driver_double.hpp"
 
 namespace kvlab {
 namespace {

@@ -2,7 +2,7 @@
 // A test double for the CUDA driver API over host memory: a CudaDriverApi table whose functions
 // enforce the documented virtual-memory contract and return the documented CUresult codes.
 #if !KVLAB_HAS_CUDA_HEADERS
-#error "alloc/cuda_driver_double.hpp needs the CUDA toolkit headers; guard the include with KVLAB_HAS_CUDA_HEADERS"
+#error "tests/support/cuda_driver_double.hpp needs the CUDA toolkit headers; guard the include with KVLAB_HAS_CUDA_HEADERS"
 #endif
 
 #include <cstddef>
