@@ -40,8 +40,9 @@ ContiguousBackend::ContiguousBackend(ContiguousConfig config)
 }
 
 ContiguousBackend::~ContiguousBackend() {
-  if (config_.memory != nullptr) {
-    config_.memory->deallocate(region_, arena_.capacity());
+  try {
+    if (config_.memory != nullptr) config_.memory->deallocate(region_, arena_.capacity());
+  } catch (...) {  // a device error at teardown cannot be reported; the resource's statistics show it
   }
 }
 

@@ -16,7 +16,10 @@ class DeviceStaging {
   DeviceStaging(const DeviceStaging&) = delete;
   DeviceStaging& operator=(const DeviceStaging&) = delete;
   ~DeviceStaging() {
-    if (mr_ != nullptr) mr_->deallocate(data_, bytes_);
+    try {
+      if (mr_ != nullptr) mr_->deallocate(data_, bytes_);
+    } catch (...) {  // a device error at teardown cannot be reported; the resource's statistics show it
+    }
   }
 
   /// Uploads `first` followed by `second` into device memory from `mr` and returns where they start.

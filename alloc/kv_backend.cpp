@@ -1,5 +1,7 @@
 #include "alloc/kv_backend.hpp"
 
+#include <fmt/format.h>
+
 #include <exception>
 
 #include "alloc/error.hpp"
@@ -18,29 +20,29 @@ void KvBackend::check_spec(const SequenceSpec& spec, std::int64_t initial_tokens
   KVLAB_EXPECTS(initial_tokens >= 0, "initial tokens must not be negative");
   KVLAB_EXPECTS(spec.prompt_tokens >= 0, "prompt tokens must not be negative");
   KVLAB_EXPECTS(spec.final_tokens >= initial_tokens, "final tokens must be at least the initial tokens");
-  KVLAB_EXPECTS(spec.final_tokens <= max_seq_len_, "sequence of " + std::to_string(spec.final_tokens) +
-                                                       " tokens exceeds max_seq_len " + std::to_string(max_seq_len_));
+  KVLAB_EXPECTS(spec.final_tokens <= max_seq_len_,
+                fmt::format("sequence of {} tokens exceeds max_seq_len {}", spec.final_tokens, max_seq_len_));
   KVLAB_EXPECTS(spec.prompt_token_ids.empty() ||
                     static_cast<std::int64_t>(spec.prompt_token_ids.size()) >= spec.prompt_tokens,
-                std::to_string(spec.prompt_token_ids.size()) + " prompt token ids for a prompt of " +
-                    std::to_string(spec.prompt_tokens) + " tokens");
+                fmt::format("{} prompt token ids for a prompt of {} tokens", spec.prompt_token_ids.size(),
+                            spec.prompt_tokens));
 }
 
 void KvBackend::require_known(SeqId id) const {
-  KVLAB_EXPECTS(do_contains(id), "unknown sequence " + std::to_string(id));
+  KVLAB_EXPECTS(do_contains(id), fmt::format("unknown sequence {}", id));
 }
 
 void KvBackend::require_resident(SeqId id) const {
   require_known(id);
-  KVLAB_EXPECTS(!do_is_swapped(id), "sequence " + std::to_string(id) + " is swapped out");
+  KVLAB_EXPECTS(!do_is_swapped(id), fmt::format("sequence {} is swapped out", id));
 }
 
 void KvBackend::require_absent(SeqId id) const {
-  KVLAB_EXPECTS(!do_contains(id), "sequence " + std::to_string(id) + " already exists");
+  KVLAB_EXPECTS(!do_contains(id), fmt::format("sequence {} already exists", id));
 }
 
 void KvBackend::require_swap() const {
-  KVLAB_EXPECTS(do_supports_swap(), "backend " + do_name() + " cannot swap");
+  KVLAB_EXPECTS(do_supports_swap(), fmt::format("backend {} cannot swap", do_name()));
 }
 
 // ---- sequences -----------------------------------------------------------------------------------
@@ -53,6 +55,7 @@ bool KvBackend::can_admit(const SequenceSpec& spec, std::int64_t initial_tokens)
 void KvBackend::admit(SeqId id, const SequenceSpec& spec, std::int64_t initial_tokens) {
   check_spec(spec, initial_tokens);
   require_absent(id);
+  prepared_ = false;
   do_admit(id, spec, initial_tokens);
 }
 
@@ -65,38 +68,43 @@ bool KvBackend::can_grow(SeqId id, std::int64_t n) const {
 void KvBackend::grow(SeqId id, std::int64_t n) {
   KVLAB_EXPECTS(n >= 0, "growth must not be negative");
   require_resident(id);
+  prepared_ = false;
   do_grow(id, n);
 }
 
 void KvBackend::fork(SeqId parent, SeqId child) {
   require_resident(parent);
   require_absent(child);
+  prepared_ = false;
   do_fork(parent, child);
 }
 
 void KvBackend::release(SeqId id) {
   require_known(id);
+  prepared_ = false;
   do_release(id);
 }
 
 void KvBackend::swap_out(SeqId id) {
   require_swap();
   require_known(id);
-  KVLAB_EXPECTS(!do_is_swapped(id), "sequence " + std::to_string(id) + " is already swapped out");
+  KVLAB_EXPECTS(!do_is_swapped(id), fmt::format("sequence {} is already swapped out", id));
+  prepared_ = false;
   do_swap_out(id);
 }
 
 bool KvBackend::can_swap_in(SeqId id) const {
   require_swap();
   require_known(id);
-  KVLAB_EXPECTS(do_is_swapped(id), "sequence " + std::to_string(id) + " is not swapped out");
+  KVLAB_EXPECTS(do_is_swapped(id), fmt::format("sequence {} is not swapped out", id));
   return do_can_swap_in(id);
 }
 
 void KvBackend::swap_in(SeqId id) {
   require_swap();
   require_known(id);
-  KVLAB_EXPECTS(do_is_swapped(id), "sequence " + std::to_string(id) + " is not swapped out");
+  KVLAB_EXPECTS(do_is_swapped(id), fmt::format("sequence {} is not swapped out", id));
+  prepared_ = false;
   do_swap_in(id);
 }
 
@@ -122,16 +130,27 @@ std::int64_t KvBackend::cached_tokens(SeqId id) const {
   return do_cached_tokens(id);
 }
 
+// ---- accounting ----------------------------------------------------------------------------------
+
+MemoryBreakdown KvBackend::breakdown(const SequenceSpec* blocked) const {
+  if (blocked != nullptr) check_spec(*blocked, 0);  // the waiting admission: a spec like any other
+  return do_breakdown(blocked);
+}
+
 // ---- kernels -------------------------------------------------------------------------------------
 
 PreparedBatch KvBackend::prepare_batch(std::span<const SeqId> seqs) {
   for (const SeqId id : seqs) require_resident(id);
-  return do_prepare_batch(seqs);
+  prepared_ = false;  // a failed preparation leaves no batch to view
+  const PreparedBatch batch = do_prepare_batch(seqs);
+  prepared_ = true;
+  return batch;
 }
 
 KvView KvBackend::layer_view(int layer) const {
   KVLAB_EXPECTS(do_has_storage(), "accounting-only backend has no KV to view");
   KVLAB_EXPECTS(layer >= 0 && layer < model_.num_layers, "layer out of range");
+  KVLAB_EXPECTS(prepared_, "no prepared batch to view (prepare_batch after the last admit, grow, fork, release or swap)");
   return do_layer_view(layer);
 }
 

@@ -141,14 +141,15 @@ class KvBackend {
   /// every one must be resident (not swapped out). Views from layer_view() refer to them until
   /// the next prepare_batch or mutation.
   PreparedBatch prepare_batch(std::span<const SeqId> seqs);
-  /// The kernel view of one layer of the prepared batch. Requires has_storage().
+  /// The kernel view of one layer of the prepared batch. Requires has_storage() and a batch
+  /// prepared since the last mutation (admit, grow, fork, release, swap).
   [[nodiscard]] KvView layer_view(int layer) const;
 
   // --- accounting ---
 
   /// Where every byte of capacity is now. `blocked`, when given, is the admission that is waiting
   /// for memory: free holes too small for it count as external fragmentation.
-  [[nodiscard]] MemoryBreakdown breakdown(const SequenceSpec* blocked = nullptr) const { return do_breakdown(blocked); }
+  [[nodiscard]] MemoryBreakdown breakdown(const SequenceSpec* blocked = nullptr) const;
 
   // --- step hooks (a scheduler calls them around each step; all do nothing by default) ---
 
@@ -212,6 +213,7 @@ class KvBackend {
   ModelGeometry model_;
   std::int64_t max_seq_len_ = 0;
   StepCosts costs_at_step_begin_;
+  bool prepared_ = false;  // a batch was prepared and nothing has changed since
 };
 
 }  // namespace kvlab

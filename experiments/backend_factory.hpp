@@ -36,9 +36,10 @@ void register_backend_family(BackendFamily family);
 /// The registered families, the built-in ones first.
 [[nodiscard]] std::vector<BackendFamily> backend_families();
 
-/// Known forms: contiguous-max, contiguous-pow2, contiguous-oracle, paged-B (B = block size in
-/// tokens, 1..1024), vmm-P[-mega] (P = page size, a multiple of 4 KiB written with k or m: vmm-4k,
-/// vmm-64k, vmm-256k, vmm-2m; -mega selects the layer-interleaved layout; deferred reclamation on).
+/// Known forms (each family's usage string): contiguous-max|pow2|oracle; paged-B[-hash|-radix]
+/// (B = block size in tokens, 1..1024); vmm-SIZE[-mega][-overlap][-eagerN][-nodefer][-prefix]
+/// (SIZE a multiple of 4 KiB written with k or m: vmm-4k, vmm-64k, vmm-2m; deferred reclamation on
+/// unless -nodefer).
 [[nodiscard]] std::unique_ptr<KvBackend> make_backend(std::string_view name, const BackendOptions& options);
 /// The test forms of every family (what the conformance suite and the fuzzer run).
 [[nodiscard]] std::vector<std::string> backend_forms();

@@ -115,6 +115,7 @@ class Replay {
   /// fails the group (`failed` set, the caller removes it).
   bool try_claim(Group& g, bool& failed, std::string& error);
   [[nodiscard]] std::vector<SeqId> next_step_decoders() const;
+  std::vector<SeqId> next_decoders_;  // this step's, for prefetch
   [[nodiscard]] StepWork step_work() const;
   void reselect_beams(Group& g);
   void release_seq(SeqId id) {
@@ -652,7 +653,11 @@ void Replay::account() {
   ReplaySummary& sum = result_.summary;
   const StepWork work = step_work();
   StepRecord rec;
-  b_.prefetch(next_step_decoders());  // e.g. map the next step's pages while this one computes
+  next_decoders_ = next_step_decoders();
+  // Measured clock: start the next step's background work (vmm: map its pages) now, so it overlaps
+  // the kernels. Modelled clock: after retire() (run_step), so the background thread never races
+  // this step's releases and the replay does not depend on thread timing.
+  if (c_.execute) b_.prefetch(next_decoders_);
   rec.mapping_s = b_.step_costs().mapping_s;
   sum.mapping_s += rec.mapping_s;
   double dt = 0;
@@ -746,6 +751,10 @@ void Replay::run_step() {
   account();
   if (integrity_) check_integrity();
   retire();
+  if (!c_.execute) {
+    std::erase_if(next_decoders_, [&](SeqId id) { return !b_.contains(id); });  // finished or replaced beams
+    b_.prefetch(next_decoders_);
+  }
 }
 
 ReplayResult Replay::run() {

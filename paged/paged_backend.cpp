@@ -48,9 +48,10 @@ PagedBackend::PagedBackend(PagedConfig config)
 }
 
 PagedBackend::~PagedBackend() {
-  for (auto& [id, s] : seqs_) config_.swap_memory->deallocate(s.swap, s.swap_bytes);
-  if (config_.memory != nullptr) {
-    config_.memory->deallocate(region_, region_bytes_);
+  try {  // a device error at teardown cannot be reported; the resources' statistics show it
+    for (auto& [id, s] : seqs_) config_.swap_memory->deallocate(s.swap, s.swap_bytes);
+    if (config_.memory != nullptr) config_.memory->deallocate(region_, region_bytes_);
+  } catch (...) {
   }
 }
 
@@ -129,7 +130,7 @@ void PagedBackend::drop_blocks(Sequence& s) {
 
 std::int64_t PagedBackend::do_cached_prefix_tokens(const SequenceSpec& spec) const {
   if (config_.prefix_cache == PrefixCacheMode::none || spec.prompt_token_ids.empty()) return 0;
-  return lookup_cached_tokens(spec, spec.prompt_tokens);
+  return static_cast<std::int64_t>(lookup(spec, spec.prompt_tokens).hit.blocks.size()) * config_.block_size;
 }
 
 PrefixCacheStats PagedBackend::do_prefix_cache_stats() const {

@@ -3,6 +3,7 @@
 
     scripts/check_layers.py [--root DIR]
 
+  tests/        test-only code (tests/support: doubles): no shipped folder includes it
   alloc/        errors, memory, the backend front door: includes nothing from the other folders
   kernels/      attention kernels: may include alloc/, nothing else of ours
   paged/, vmm/  backends: alloc/ and kernels/; never each other
@@ -17,6 +18,7 @@ import re
 import sys
 
 OURS = ("alloc", "kernels", "paged", "vmm", "experiments")
+INCLUDABLE = OURS + ("tests",)  # folders an #include "X/..." can name
 ALLOWED = {
     "alloc": {"alloc"},
     "kernels": {"alloc", "kernels"},
@@ -44,7 +46,7 @@ def check(root: pathlib.Path) -> list[str]:
             rel = f.relative_to(root).as_posix()
             for n, line in enumerate(f.read_text(errors="replace").splitlines(), 1):
                 m = INCLUDE.match(line)
-                if m and m.group(1) in OURS and m.group(1) not in ALLOWED[folder]:
+                if m and m.group(1) in INCLUDABLE and m.group(1) not in ALLOWED[folder]:
                     problems.append(f"{rel}:{n}: {folder}/ must not include {m.group(1)}/ ({line.strip()})")
                 if folder != "experiments" or rel == FACTORY:
                     continue

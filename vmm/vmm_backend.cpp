@@ -588,7 +588,7 @@ MemoryBreakdown VmmBackend::do_breakdown(const SequenceSpec*) const {
   m.capacity = static_cast<std::size_t>(arena_.pool().num_pages()) * config_.page_bytes;
   for (const auto& [id, s] : seqs_) {
     const std::size_t held = static_cast<std::size_t>(s.length) * token_bytes_;
-    const std::int64_t eventually = std::clamp(std::max(s.final_tokens, s.length), s.length, config_.max_seq_len);
+    const std::int64_t eventually = std::max(s.final_tokens, s.length);  // final <= max_seq_len: the front door checks it
     const std::size_t will_hold = static_cast<std::size_t>(eventually) * token_bytes_;
     for (int t = 0; t < num_tensors(); ++t) {
       const std::size_t mapped = arena_.pages(s.slot, t).size() * config_.page_bytes;

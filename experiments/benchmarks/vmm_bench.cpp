@@ -95,6 +95,8 @@ constexpr int kBatch = 8;
 constexpr std::int64_t kLen = 2048;
 
 /// Backends by factory name; the vmm capacity leaves every slot a partly filled page per tensor.
+/// (The factory's vmm backends have 256 slots and deferred reclamation: neither changes the
+/// decode kernel's view, which is what BM_DecodeAttention measures.)
 struct Case {
   const char* name;
   std::size_t page;  // vmm page bytes (0: not vmm)

@@ -69,7 +69,9 @@ TEST(FirstFitArena, RandomOperationsKeepBytesConserved) {
     std::size_t holes = 0, prev_end = 0;
     bool first = true;
     for (auto [o, s] : a.holes()) {
-      if (!first) ASSERT_GT(o, prev_end);  // neighbouring holes are always coalesced
+      if (!first) {
+        ASSERT_GT(o, prev_end);  // neighbouring holes are always coalesced
+      }
       first = false;
       holes += s;
       prev_end = o + s;

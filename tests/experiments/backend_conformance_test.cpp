@@ -168,6 +168,12 @@ TEST_P(BackendConformance, BadInputsGetTheSameErrorFromTheFrontDoor) {
       {"view without storage", [](KvBackend& k) { (void)k.layer_view(0); }, "accounting-only backend has no KV to view"},
       {"swap in a resident sequence", [](KvBackend& k) { k.swap_in(1); },
        b->supports_swap() ? "sequence 1 is not swapped out" : "backend " + b->name() + " cannot swap"},
+      {"view before any batch", [](KvBackend& k) { (void)k.layer_view(0); },
+       b->has_storage() ? "no prepared batch to view" : "accounting-only backend has no KV to view"},
+      {"blocked spec checked too", [](KvBackend& k) {
+         const SequenceSpec bad{10, 5};
+         (void)k.breakdown(&bad);
+       }, "final tokens must be at least the initial tokens"},
   };
   const MemoryBreakdown before = b->breakdown();
   for (const BadCall& c : calls) {
@@ -184,6 +190,44 @@ TEST_P(BackendConformance, BadInputsGetTheSameErrorFromTheFrontDoor) {
   EXPECT_EQ(b->num_sequences(), 1u);
   EXPECT_EQ(b->length(1), 10);
   EXPECT_EQ(b->breakdown().allocated(), before.allocated());
+}
+
+TEST_P(BackendConformance, SwappedSequencesAreNotResident) {
+  auto b = make(1000);
+  b->admit(1, {10, 20}, 10);
+  if (!b->supports_swap()) {
+    EXPECT_THROW(b->swap_out(1), InvalidArgument);
+    return;
+  }
+  b->swap_out(1);
+  const SeqId one = 1;
+  for (const auto& call : std::vector<std::function<void()>>{
+           [&] { b->swap_out(1); }, [&] { b->grow(1, 1); }, [&] { b->fork(1, 2); },
+           [&] { (void)b->prepare_batch({&one, 1}); }, [&] { b->prefetch({&one, 1}); }}) {
+    try {
+      call();
+      ADD_FAILURE() << "a swapped-out sequence was used";
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find("alloc/kv_backend.cpp:"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("sequence 1 is"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_TRUE(b->is_swapped(1));
+  b->release(1);  // a swapped-out sequence can always be released
+  EXPECT_EQ(b->num_sequences(), 0u);
+}
+
+TEST_P(BackendConformance, ViewsNeedAFreshBatch) {
+  auto b = make(1000, &host_memory_resource());
+  b->admit(1, {10, 20}, 10);
+  const SeqId one = 1;
+  b->prepare_batch({&one, 1});
+  EXPECT_NO_THROW((void)b->layer_view(0));
+  b->grow(1, 1);  // any mutation may move what the batch points at
+  EXPECT_THROW((void)b->layer_view(0), InvalidArgument);
+  b->prepare_batch({&one, 1});
+  EXPECT_NO_THROW((void)b->layer_view(0));
+  b->release(1);
 }
 
 TEST_P(BackendConformance, KvSurvivesGrowthAndFork) {

@@ -38,7 +38,10 @@ class BumpBackend final : public TableBackend<BumpSequence> {
     if (memory_ != nullptr) region_ = static_cast<std::byte*>(memory_->allocate(capacity_));
   }
   ~BumpBackend() override {
-    if (memory_ != nullptr) memory_->deallocate(region_, capacity_);
+    try {
+      if (memory_ != nullptr) memory_->deallocate(region_, capacity_);
+    } catch (...) {  // nothing to report to at teardown
+    }
   }
 
  private:
@@ -138,15 +141,20 @@ TEST(FourthBackend, RunsTheWholeConformanceSuite) {
   const auto forms = backend_forms();
   EXPECT_NE(std::find(forms.begin(), forms.end(), "bump"), forms.end());
   // Every shared conformance test was instantiated for it.
-  int conformance = 0;
+  // Every shared conformance test was instantiated for it, as for the built-in contiguous-max.
+  int bump = 0, contiguous = 0;
   const ::testing::UnitTest& unit = *::testing::UnitTest::GetInstance();
   for (int i = 0; i < unit.total_test_suite_count(); ++i) {
     const ::testing::TestSuite& suite = *unit.GetTestSuite(i);
     if (std::string(suite.name()) != "EveryBackend/BackendConformance") continue;
-    for (int j = 0; j < suite.total_test_count(); ++j)
-      conformance += std::string(suite.GetTestInfo(j)->name()).ends_with("/bump") ? 1 : 0;
+    for (int j = 0; j < suite.total_test_count(); ++j) {
+      const std::string name = suite.GetTestInfo(j)->name();
+      bump += name.ends_with("/bump") ? 1 : 0;
+      contiguous += name.ends_with("/contiguous_max") ? 1 : 0;
+    }
   }
-  EXPECT_GE(conformance, 8);
+  EXPECT_GT(contiguous, 0);
+  EXPECT_EQ(bump, contiguous);
 }
 
 TEST(FourthBackend, ReplaysWithVerifiedKv) {

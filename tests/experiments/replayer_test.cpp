@@ -134,6 +134,32 @@ TEST(Replayer, RejectsBadConfiguration) {
   EXPECT_THROW((void)replay(b, {{0, 1.0, 1, 1}, {1, 0.5, 1, 1}}, ReplayConfig{}), InvalidArgument);  // unsorted
 }
 
+TEST(Replayer, ModelledClockIsDeterministicWithABackgroundMapper) {
+  // The background mapper runs between steps only, so two replays agree to the last digit.
+  SyntheticWorkload w;
+  w.num_requests = 60;
+  w.rate = 200;
+  w.prompt = LengthDistribution::parse("uniform:20:200", "p");
+  w.output = LengthDistribution::parse("uniform:10:120", "o");
+  BackendOptions o;
+  o.model = testing::tiny_model();
+  o.capacity_bytes = 3000 * o.model.kv_bytes_per_token();
+  o.max_seq_len = 512;
+  std::vector<ReplayResult> runs;
+  for (int i = 0; i < 3; ++i) {
+    auto b = make_backend("vmm-4k-overlap-nodefer", o);
+    runs.push_back(replay(*b, generate(w), ReplayConfig{}));
+  }
+  for (int i = 1; i < 3; ++i) {
+    ASSERT_EQ(runs[i].steps.size(), runs[0].steps.size());
+    for (std::size_t s = 0; s < runs[0].steps.size(); ++s) {
+      EXPECT_EQ(runs[i].steps[s].fractions.reserved, runs[0].steps[s].fractions.reserved) << "step " << s;
+      EXPECT_EQ(runs[i].steps[s].allocated_bytes, runs[0].steps[s].allocated_bytes) << "step " << s;
+    }
+    EXPECT_EQ(runs[i].summary.preemptions, runs[0].summary.preemptions);
+  }
+}
+
 }  // namespace
 }  // namespace kvlab
 
