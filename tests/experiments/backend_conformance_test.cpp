@@ -171,9 +171,9 @@ TEST_P(BackendConformance, BadInputsGetTheSameErrorFromTheFrontDoor) {
       {"view before any batch", [](KvBackend& k) { (void)k.layer_view(0); },
        b->has_storage() ? "no prepared batch to view" : "accounting-only backend has no KV to view"},
       {"blocked spec checked too", [](KvBackend& k) {
-         const SequenceSpec bad{10, 5};
+         const SequenceSpec bad{10, 200};
          (void)k.breakdown(&bad);
-       }, "final tokens must be at least the initial tokens"},
+       }, "sequence of 200 tokens exceeds max_seq_len 128"},
   };
   const MemoryBreakdown before = b->breakdown();
   for (const BadCall& c : calls) {
