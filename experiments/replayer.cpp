@@ -832,6 +832,7 @@ void Replay::summarize() {
   }
   if (n_tpot > 0) sum.mean_tpot_s /= static_cast<double>(n_tpot);
   sum.prefix_lookup_tokens = b_.prefix_cache_stats().queries;
+  sum.backend_counters = b_.counters();
   if (integrity_) {
     sum.kv_mismatches = integrity_->mismatches();
     sum.kv_tokens_checked = integrity_->tokens_checked();

@@ -123,6 +123,9 @@ struct ReplaySummary {
   std::int64_t kv_mismatches = 0;         ///< verify_kv: KV elements that did not read back as written
   std::int64_t kv_tokens_checked = 0;     ///< verify_kv: token reads (summed over steps)
   double wall_s = 0;                   ///< wall-clock seconds the replay itself took
+  /// The backend's own named counters at the end of the replay (KvBackend::counters(): copy-on-write
+  /// copies, vmm maps and reclaimed pages, ...): what is specific to a backend lives here, by name.
+  BackendCounters backend_counters;
 };
 
 struct ReplayResult {

@@ -68,10 +68,14 @@ void add_results(Json& j, const ReplaySummary& s) {
   j["mean_ttft_s"] = number(s.mean_ttft_s), j["mean_tpot_s"] = number(s.mean_tpot_s);
   j["mean_e2e_s"] = number(s.mean_e2e_s);
   j["fractions"] = fractions(s.mean_fractions);
+  // The backend's own counters (KvBackend::counters()), by the names it gives them.
+  Json counters = Json::object();
+  for (const auto& [name, value] : s.backend_counters) counters[name] = number(value);
+  j["counters"] = counters;
 }
 
 /// How many keys each line of the file holds, in order.
-constexpr int kKeysPerLine[] = {1, 1, 1, 1, 1, 1, 1, 5, 3, 2, 1, 1, 1, 2, 1, 4, 4, 3, 1};
+constexpr int kKeysPerLine[] = {1, 1, 1, 1, 1, 1, 1, 5, 3, 2, 1, 1, 1, 2, 1, 4, 4, 3, 1, 1};
 
 /// A value on one line: nested objects as {"key": value, ...}, the rest as nlohmann prints them
 /// (invalid UTF-8 in a string replaced rather than thrown on: the command line is user text).
