@@ -9,6 +9,9 @@
 #include "vmm/cuda_vm_driver.hpp"
 #endif
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include <charconv>
 #include <mutex>
 
@@ -52,8 +55,9 @@ std::unique_ptr<KvBackend> make_vmm_backend(std::string_view name, const Backend
     } else if (opt.starts_with("eager") && suffix_number(opt, "eager") > 0) {
       c.eager_tokens = suffix_number(opt, "eager");
     } else {
-      KVLAB_THROW(InvalidArgument, "backend '" + std::string(name) + "': unknown vmm option '" + std::string(opt) +
-                                       "' (options: -mega, -overlap, -eagerN, -nodefer, -prefix)");
+      KVLAB_THROW(InvalidArgument, fmt::format("backend '{}': unknown vmm option '{}' (options: -mega, -overlap, "
+                                               "-eagerN, -nodefer, -prefix)",
+                                               name, opt));
     }
   }
   rest = size;
@@ -62,14 +66,14 @@ std::unique_ptr<KvBackend> make_vmm_backend(std::string_view name, const Backend
   const std::string_view unit = rest.substr(static_cast<std::size_t>(ptr - rest.data()));
   const unsigned long long scale = unit == "k" ? 1ull << 10 : unit == "m" ? 1ull << 20 : unit == "g" ? 1ull << 30 : 0;
   if (ec != std::errc() || ptr == rest.data() || scale == 0 || n == 0 || n > (1ull << 40) / scale) {
-    KVLAB_THROW(InvalidArgument, "backend '" + std::string(name) +
-                                     "': expected vmm-<page size>[-mega] with the size in k or m (vmm-4k, vmm-64k, "
-                                     "vmm-256k, vmm-2m)");
+    KVLAB_THROW(InvalidArgument, fmt::format("backend '{}': expected vmm-<page size>[-mega] with the size in k or m "
+                                             "(vmm-4k, vmm-64k, vmm-256k, vmm-2m)",
+                                             name));
   }
   c.page_bytes = static_cast<std::size_t>(n * scale);
   if (c.page_bytes % 4096 != 0) {
-    KVLAB_THROW(InvalidArgument, "backend '" + std::string(name) + "': the page size (" +
-                                     std::to_string(c.page_bytes) + " bytes) must be a multiple of 4 KiB");
+    KVLAB_THROW(InvalidArgument,
+                fmt::format("backend '{}': the page size ({} bytes) must be a multiple of 4 KiB", name, c.page_bytes));
   }
   c.model = options.model;
   c.capacity_bytes = options.capacity_bytes;
@@ -84,7 +88,7 @@ std::unique_ptr<KvBackend> make_vmm_backend(std::string_view name, const Backend
 #if KVLAB_HAS_CUDA_HEADERS
       c.driver = std::make_shared<CudaVmDriver>(cuda_driver());
 #else
-      KVLAB_THROW(InvalidArgument, "backend '" + std::string(name) + "' on a GPU needs a build with the CUDA headers");
+      KVLAB_THROW(InvalidArgument, fmt::format("backend '{}' on a GPU needs a build with the CUDA headers", name));
 #endif
     }
   }
@@ -111,7 +115,7 @@ std::unique_ptr<KvBackend> make_paged_backend(std::string_view name, const Backe
   }
   const long long bs = suffix_number(rest, "");
   if (bs < 1 || bs > 1024)
-    KVLAB_THROW(InvalidArgument, "backend '" + std::string(name) + "': block size must be 1..1024 tokens");
+    KVLAB_THROW(InvalidArgument, fmt::format("backend '{}': block size must be 1..1024 tokens", name));
   PagedConfig c;
   c.model = options.model;
   c.capacity_bytes = options.capacity_bytes;
@@ -146,12 +150,12 @@ Registry& registry() {
 
 void register_backend_family(BackendFamily family) {
   KVLAB_EXPECTS(!family.prefix.empty(), "a backend family needs a name prefix");
-  KVLAB_EXPECTS(static_cast<bool>(family.make), "backend family '" + family.prefix + "' has no maker");
+  KVLAB_EXPECTS(static_cast<bool>(family.make), fmt::format("backend family '{}' has no maker", family.prefix));
   Registry& r = registry();
   std::lock_guard lock(r.mutex);
   for (const BackendFamily& f : r.families) {
     const bool clash = f.prefix.starts_with(family.prefix) || family.prefix.starts_with(f.prefix);
-    KVLAB_EXPECTS(!clash, "backend family '" + family.prefix + "' clashes with '" + f.prefix + "'");
+    KVLAB_EXPECTS(!clash, fmt::format("backend family '{}' clashes with '{}'", family.prefix, f.prefix));
   }
   r.families.push_back(std::move(family));
 }
@@ -172,9 +176,9 @@ std::unique_ptr<KvBackend> make_backend(std::string_view name, const BackendOpti
   const std::vector<BackendFamily> families = backend_families();
   for (const BackendFamily& f : families)
     if (name.starts_with(f.prefix)) return f.make(name, options);
-  std::string known;
-  for (const BackendFamily& f : families) known += (known.empty() ? "" : ", ") + f.usage;
-  KVLAB_THROW(InvalidArgument, "unknown backend '" + std::string(name) + "' (known: " + known + ")");
+  std::vector<std::string> known;
+  for (const BackendFamily& f : families) known.push_back(f.usage);
+  KVLAB_THROW(InvalidArgument, fmt::format("unknown backend '{}' (known: {})", name, fmt::join(known, ", ")));
 }
 
 }  // namespace kvlab

@@ -157,6 +157,18 @@ TEST(FourthBackend, RunsTheWholeConformanceSuite) {
   EXPECT_EQ(bump, contiguous);
 }
 
+TEST(FourthBackend, TheRegistryRefusesAmbiguousFamilies) {
+  const auto maker = [](std::string_view, const BackendOptions& o) {
+    return std::unique_ptr<KvBackend>(std::make_unique<BumpBackend>(o));
+  };
+  for (const char* prefix : {"bump", "paged-x", "vmm", ""}) {  // taken, inside paged-, containing vmm-, empty
+    EXPECT_THROW(register_backend_family({prefix, "x", {}, maker}), InvalidArgument) << prefix;
+  }
+  EXPECT_THROW(register_backend_family({"nomaker-", "x", {}, {}}), InvalidArgument);
+  const auto before = backend_forms();
+  EXPECT_EQ(std::count(before.begin(), before.end(), "bump"), 1);  // refused families left nothing behind
+}
+
 TEST(FourthBackend, ReplaysWithVerifiedKv) {
   BackendOptions o;
   o.model = testing::tiny_model();
