@@ -92,7 +92,10 @@ TEST(SyntheticWorkload, MultiTurnPromptsCarryTheConversation) {
   EXPECT_TRUE(std::equal(r[0].prompt_token_ids.begin(), r[0].prompt_token_ids.end(), r[2].prompt_token_ids.begin()));
   EXPECT_TRUE(std::equal(r[2].prompt_token_ids.begin(), r[2].prompt_token_ids.end(), r[4].prompt_token_ids.begin()));
   EXPECT_NE(r[1].prompt_token_ids[0], r[0].prompt_token_ids[0]);  // conversations do not share
-  EXPECT_THROW((void)generate(SyntheticWorkload{.num_requests = 2, .turns = 0}), InvalidArgument);
+  SyntheticWorkload no_turns;
+  no_turns.num_requests = 2;
+  no_turns.turns = 0;
+  EXPECT_THROW((void)generate(no_turns), InvalidArgument);
 }
 
 }  // namespace
