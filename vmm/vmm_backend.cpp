@@ -77,8 +77,15 @@ VmmBackend::VmmBackend(VmmConfig config)
 VmmBackend::~VmmBackend() = default;
 
 std::string VmmBackend::do_name() const {
-  return "vmm-" + page_size_name(config_.page_bytes) + (config_.layout == VmmLayout::megacache ? "-mega" : "") +
-         (config_.prefix_cache ? "-prefix" : "");
+  // Every option the factory parses, in one canonical order, so that variants never share a name
+  // (a row of a comparison, a result folder): make_backend(name()) builds the same backend.
+  std::string n = "vmm-" + page_size_name(config_.page_bytes);
+  if (config_.layout == VmmLayout::megacache) n += "-mega";
+  if (config_.overlap) n += "-overlap";
+  if (config_.eager_tokens > 0) n += "-eager" + std::to_string(config_.eager_tokens);
+  if (!config_.deferred_reclamation) n += "-nodefer";  // the factory's default is deferred reclamation
+  if (config_.prefix_cache) n += "-prefix";
+  return n;
 }
 
 Device VmmBackend::do_device() const noexcept { return config_.driver ? config_.driver->device() : Device::host; }

@@ -175,8 +175,8 @@ class VmmBackend final : public TableBackend<VmmSequence> {
 
  private:
   using Sequence = VmmSequence;
-  /// "vmm-64k", "vmm-2m", "vmm-4k"; "-mega" appended for the megacache layout, "-prefix" for the
-  /// prefix cache.
+  /// "vmm-64k", "vmm-2m-mega-overlap-eager32-nodefer-prefix": the page size, then every option that
+  /// differs from the factory's defaults, in that order.
   [[nodiscard]] std::string do_name() const override;
   [[nodiscard]] Device do_device() const noexcept override;
   [[nodiscard]] bool do_has_storage() const noexcept override { return config_.driver != nullptr; }

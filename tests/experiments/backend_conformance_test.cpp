@@ -286,7 +286,16 @@ TEST(BackendFactory, VmmNamesAndOptions) {
   o.model = testing::tiny_model();
   o.capacity_bytes = 64ull << 20;
   o.max_seq_len = 128;
-  EXPECT_EQ(make_backend("vmm-64k", o)->name().rfind("vmm", 0), 0u);
+  EXPECT_EQ(make_backend("vmm-64k", o)->name(), "vmm-64k");
+  // Every option shows in the name, in one canonical order, and the name builds the same backend.
+  for (const auto& [asked, canonical] : std::vector<std::pair<std::string, std::string>>{
+           {"vmm-16k-nodefer-overlap", "vmm-16k-overlap-nodefer"},
+           {"vmm-16k-prefix-eager8-mega", "vmm-16k-mega-eager8-prefix"},
+           {"vmm-2m-mega-overlap-eager32-nodefer-prefix", "vmm-2m-mega-overlap-eager32-nodefer-prefix"}}) {
+    const std::string name = make_backend(asked, o)->name();
+    EXPECT_EQ(name, canonical) << asked;
+    EXPECT_EQ(make_backend(name, o)->name(), name);
+  }
   EXPECT_NO_THROW((void)make_backend("vmm-2m-mega", o));
   EXPECT_NO_THROW((void)make_backend("vmm-16k-overlap-eager32-nodefer", o));
   for (const char* bad : {"vmm-6k", "vmm-2k", "vmm-64", "vmm-0k", "vmm-k", "vmm-64k-turbo", "vmm-64k-eager0", "vmm-"}) {

@@ -129,7 +129,7 @@ TEST(VmmBackend, MegacacheInterleavesLayersInsideAToken) {
   const KvView l0 = b.layer_view(0), l1 = b.layer_view(1);
   EXPECT_EQ(l0.token_stride, 2 * 2 * 32);
   EXPECT_EQ(static_cast<const std::byte*>(l1.k_seq[0]) - static_cast<const std::byte*>(l0.k_seq[0]), 128);
-  EXPECT_EQ(b.name(), "vmm-4k-mega");
+  EXPECT_EQ(b.name(), "vmm-4k-mega-nodefer");  // VmmConfig's default: reclaim at release
 }
 
 TEST(VmmBackend, PagesAreReusedAfterFree) {
@@ -288,7 +288,7 @@ TEST(VmmBackend, ConfigErrorsAreInvalidArguments) {
   EXPECT_THROW(VmmBackend(tiny_vmm(64 * kKiB, 128 * kKiB, nullptr)), InvalidArgument);  // < 1 page per tensor
   EXPECT_THROW(VmmBackend(tiny_vmm(0, 128 * kKiB, nullptr)), InvalidArgument);
   VmmBackend ok(tiny_vmm(64 * kKiB, 256 * kKiB, nullptr));
-  EXPECT_EQ(ok.name(), "vmm-64k");
+  EXPECT_EQ(ok.name(), "vmm-64k-nodefer");
   EXPECT_EQ(page_size_name(std::size_t{2} << 20), "2m");
   EXPECT_EQ(page_size_name(12 * kKiB), "12k");
 }
