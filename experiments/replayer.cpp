@@ -82,8 +82,11 @@ std::vector<std::int32_t> token_ids_of(const Request& r) {
   ids.reserve(static_cast<std::size_t>(r.prompt_tokens));
   for (std::int64_t t = 0; t < r.prompt_tokens; ++t) {
     const auto block = static_cast<std::size_t>(t / r.prefix_hash_block);
-    const std::int64_t h = block < r.prefix_hashes.size() ? r.prefix_hashes[block] : -1 - static_cast<std::int64_t>(block);
-    ids.push_back(static_cast<std::int32_t>((h * r.prefix_hash_block + t % r.prefix_hash_block) & 0x7fffffff));
+    // Unsigned arithmetic: real 64-bit hashes times the block size wrap (signed overflow is UB).
+    const std::uint64_t h = block < r.prefix_hashes.size() ? static_cast<std::uint64_t>(r.prefix_hashes[block])
+                                                           : ~static_cast<std::uint64_t>(block);  // -1 - block
+    const auto b = static_cast<std::uint64_t>(r.prefix_hash_block);
+    ids.push_back(static_cast<std::int32_t>((h * b + static_cast<std::uint64_t>(t) % b) & 0x7fffffff));
   }
   return ids;
 }
@@ -801,7 +804,8 @@ ReplayResult Replay::run() {
 /// The summary's averages: time-weighted memory and batch, per-request latencies.
 void Replay::summarize() {
   ReplaySummary& sum = result_.summary;
-  sum.makespan_s = now_;
+  // From the first arrival: traces with absolute (epoch) timestamps report the same rates.
+  sum.makespan_s = w_.empty() ? 0 : now_ - w_.front().arrival_s;
   if (sum.busy_s > 0) {
     MemoryFractions m;
     sum.mean_fractions = m.add_scaled(sum.mean_fractions, 1.0 / sum.busy_s);

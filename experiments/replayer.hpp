@@ -107,7 +107,7 @@ struct ReplaySummary {
   std::int64_t requests = 0, completed = 0, rejected = 0, truncated = 0, failed = 0;
   std::int64_t steps = 0, preemptions = 0, swaps = 0, out_of_memory = 0;
   std::int64_t generated_tokens = 0, prompt_tokens = 0, prefill_tokens_computed = 0;
-  double makespan_s = 0;
+  double makespan_s = 0;  ///< from the first arrival to the end of the last step
   double busy_s = 0;      ///< sum of step durations (idle gaps between arrivals left out)
   double mean_batch = 0;  ///< running sequences, weighted by step time
   int max_batch = 0;

@@ -1,5 +1,7 @@
 #include "experiments/workload.hpp"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <charconv>
 #include <cmath>
@@ -90,6 +92,12 @@ std::vector<Request> generate(const SyntheticWorkload& w) {
   KVLAB_EXPECTS(w.burstiness > 0 && std::isfinite(w.burstiness), "burstiness must be a positive number");
   KVLAB_EXPECTS(w.prefix_groups >= 0, "prefix groups must not be negative");
   KVLAB_EXPECTS(w.shared_prefix_tokens >= 0, "shared prefix tokens must not be negative");
+  // Bounds that keep a small command from asking for unbounded memory, and the token ids of
+  // shared prefixes (group x 100,000 + position) below the unique ids (from 2^30).
+  KVLAB_EXPECTS(w.shared_prefix_tokens <= kMaxSharedPrefixTokens,
+                fmt::format("shared prefix tokens must be at most {} (got {})", kMaxSharedPrefixTokens, w.shared_prefix_tokens));
+  KVLAB_EXPECTS(w.prefix_groups <= kMaxPrefixGroups,
+                fmt::format("prefix groups must be at most {} (got {})", kMaxPrefixGroups, w.prefix_groups));
   KVLAB_EXPECTS(w.turns >= 1, "turns per conversation must be at least 1");
   const std::int64_t conversations = w.turns > 1 ? (w.num_requests + w.turns - 1) / w.turns : 0;
   std::vector<std::vector<std::int32_t>> history(static_cast<std::size_t>(conversations));
@@ -100,7 +108,7 @@ std::vector<Request> generate(const SyntheticWorkload& w) {
   std::vector<Request> out;
   out.reserve(static_cast<std::size_t>(w.num_requests));
   double t = 0;
-  std::int32_t next_token = 1'000'000;  // unique (unshared) token ids start here
+  std::int32_t next_token = std::int32_t{1} << 30;  // unique (unshared) token ids start above every shared one
   for (std::int64_t i = 0; i < w.num_requests; ++i) {
     if (w.rate > 0 && i > 0) t += gap(rng);
     Request r;

@@ -63,6 +63,10 @@ struct SyntheticWorkload {
   std::uint64_t seed = 0;
 };
 
+/// Largest shared system prompt and most prefix groups a synthetic workload accepts.
+inline constexpr std::int64_t kMaxSharedPrefixTokens = std::int64_t{1} << 20;
+inline constexpr int kMaxPrefixGroups = 10'000;
+
 /// Deterministic for a given config (seeded std::mt19937_64).
 [[nodiscard]] std::vector<Request> generate(const SyntheticWorkload& w);
 

@@ -134,6 +134,50 @@ TEST(Replayer, RejectsBadConfiguration) {
   EXPECT_THROW((void)replay(b, {{0, 1.0, 1, 1}, {1, 0.5, 1, 1}}, ReplayConfig{}), InvalidArgument);  // unsorted
 }
 
+TEST(Replayer, AbsoluteTimestampsGiveTheSameRates) {
+  // A trace with epoch-second timestamps must not report ~0 tokens/s: rates count from the first arrival.
+  SyntheticWorkload w;
+  w.num_requests = 30;
+  w.rate = 5;
+  w.prompt = LengthDistribution::parse("uniform:10:80", "p");
+  w.output = LengthDistribution::parse("uniform:5:40", "o");
+  std::vector<Request> relative = generate(w), absolute = relative;
+  for (Request& r : absolute) r.arrival_s += 1.7e9;
+  BackendOptions o;
+  o.model = testing::tiny_model();
+  o.capacity_bytes = 2000 * o.model.kv_bytes_per_token();
+  o.max_seq_len = 256;
+  auto a = make_backend("paged-16", o), b = make_backend("paged-16", o);
+  const ReplaySummary x = replay(*a, relative, ReplayConfig{}).summary;
+  const ReplaySummary y = replay(*b, absolute, ReplayConfig{}).summary;
+  ASSERT_GT(x.makespan_s, 0);
+  EXPECT_NEAR(y.makespan_s, x.makespan_s, 1e-5 * x.makespan_s);
+  EXPECT_NEAR(y.mean_ttft_s, x.mean_ttft_s, 1e-5);
+  EXPECT_EQ(y.generated_tokens, x.generated_tokens);
+}
+
+TEST(Replayer, RealSixtyFourBitPrefixHashesAreWellDefined) {
+  // Mooncake hash ids are arbitrary 64-bit values: their token ids are computed without signed
+  // overflow (the asan preset's UBSan would stop here otherwise), and equal hashes still share.
+  std::vector<Request> reqs(2);
+  for (int i = 0; i < 2; ++i) {
+    reqs[static_cast<std::size_t>(i)].id = i;
+    reqs[static_cast<std::size_t>(i)].arrival_s = i;
+    reqs[static_cast<std::size_t>(i)].prompt_tokens = 40;
+    reqs[static_cast<std::size_t>(i)].output_tokens = 3;
+    reqs[static_cast<std::size_t>(i)].prefix_hash_block = 16;
+    reqs[static_cast<std::size_t>(i)].prefix_hashes = {INT64_MAX, INT64_MIN + 7, -12345};
+  }
+  BackendOptions o;
+  o.model = testing::tiny_model();
+  o.capacity_bytes = 2000 * o.model.kv_bytes_per_token();
+  o.max_seq_len = 256;
+  auto b = make_backend("paged-16-hash", o);
+  const ReplaySummary s = replay(*b, reqs, ReplayConfig{}).summary;
+  EXPECT_EQ(s.completed, 2);
+  EXPECT_EQ(s.prefix_hit_tokens, 32);  // the second request finds the first one's two full blocks
+}
+
 TEST(Replayer, ModelledClockIsDeterministicWithABackgroundMapper) {
   // The background mapper runs between steps only, so two replays agree to the last digit.
   SyntheticWorkload w;

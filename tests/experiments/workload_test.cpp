@@ -92,6 +92,14 @@ TEST(SyntheticWorkload, MultiTurnPromptsCarryTheConversation) {
   EXPECT_TRUE(std::equal(r[0].prompt_token_ids.begin(), r[0].prompt_token_ids.end(), r[2].prompt_token_ids.begin()));
   EXPECT_TRUE(std::equal(r[2].prompt_token_ids.begin(), r[2].prompt_token_ids.end(), r[4].prompt_token_ids.begin()));
   EXPECT_NE(r[1].prompt_token_ids[0], r[0].prompt_token_ids[0]);  // conversations do not share
+  SyntheticWorkload huge;
+  huge.num_requests = 1;
+  huge.prefix_groups = 1;
+  huge.shared_prefix_tokens = INT64_MAX;  // would overflow and ask for unbounded memory
+  EXPECT_THROW((void)generate(huge), InvalidArgument);
+  huge.shared_prefix_tokens = 64;
+  huge.prefix_groups = kMaxPrefixGroups + 1;
+  EXPECT_THROW((void)generate(huge), InvalidArgument);
   SyntheticWorkload no_turns;
   no_turns.num_requests = 2;
   no_turns.turns = 0;
