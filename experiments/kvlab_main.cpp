@@ -46,7 +46,7 @@ struct UsageError : std::runtime_error {
 std::string command_line(int argc, char** argv) {
   std::vector<std::string> words = {"kvlab"};
   words.insert(words.end(), argv + 1, argv + argc);
-  return shell_join(words);
+  return shell_join_one_line(words);
 }
 
 std::vector<std::string> split_list(const std::string& s) {

@@ -1,5 +1,14 @@
 #include "experiments/shell.hpp"
 
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cerrno>
+
 #include <cstdlib>
 #include <string_view>
 
@@ -19,15 +28,59 @@ std::string shell_join(const std::vector<std::string>& words) {
   return out;
 }
 
+namespace {
+bool has_control(const std::string& s) {
+  return std::any_of(s.begin(), s.end(), [](char c) { return static_cast<unsigned char>(c) < 0x20 || c == 0x7f; });
+}
+
+/// bash's ANSI-C quoting: $'...' with every control character, quote and backslash escaped.
+std::string ansi_c_quote(const std::string& s) {
+  std::string out = "$'";
+  for (const char c : s) {
+    const auto u = static_cast<unsigned char>(c);
+    if (c == '\n') out += "\\n";
+    else if (c == '\t') out += "\\t";
+    else if (c == '\\' || c == '\'') out += std::string("\\") + c;
+    else if (u < 0x20 || u == 0x7f) out += fmt::format("\\x{:02x}", u);
+    else out += c;
+  }
+  return out + "'";
+}
+
+/// Runs argv (no shell), stdout to /dev/null when `quiet`, stderr too when `silent`; the exit status or -1.
+int spawn_and_wait(const std::vector<std::string>& argv, bool quiet, bool silent) {
+  std::vector<char*> args;
+  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  if (quiet) posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);
+  if (silent) posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, "/dev/null", O_WRONLY, 0);
+  pid_t pid = 0;
+  const int rc = posix_spawnp(&pid, args[0], &actions, nullptr, args.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  if (rc != 0) return -1;
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0) {
+    if (errno != EINTR) return -1;
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+}  // namespace
+
+std::string shell_join_one_line(const std::vector<std::string>& words) {
+  std::string out;
+  for (const std::string& w : words) out += (out.empty() ? "" : " ") + (has_control(w) ? ansi_c_quote(w) : shell_quote(w));
+  return out;
+}
+
 PlotOutcome run_plot_script(const std::vector<std::string>& args, bool quiet) {
-  std::vector<std::string> words = {"", std::string(KVLAB_SOURCE_DIR) + "scripts/plot.py"};
-  words.insert(words.end(), args.begin(), args.end());
+  std::vector<std::string> argv = {"", std::string(KVLAB_SOURCE_DIR) + "scripts/plot.py"};
+  argv.insert(argv.end(), args.begin(), args.end());
   for (const char* python : {"python3", "/usr/bin/python3"}) {
-    const std::string probe = std::string(python) + " -c 'import matplotlib' >/dev/null 2>&1";
-    if (std::system(probe.c_str()) != 0) continue;
-    words.front() = python;
-    const std::string cmd = shell_join(words) + (quiet ? " >/dev/null" : "");
-    return std::system(cmd.c_str()) == 0 ? PlotOutcome::drawn : PlotOutcome::failed;
+    if (spawn_and_wait({python, "-c", "import matplotlib"}, true, true) != 0) continue;
+    argv.front() = python;
+    return spawn_and_wait(argv, quiet, false) == 0 ? PlotOutcome::drawn : PlotOutcome::failed;
   }
   return PlotOutcome::no_python;
 }

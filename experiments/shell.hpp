@@ -13,6 +13,11 @@ namespace kvlab {
 /// The words joined by spaces, each quoted as needed.
 [[nodiscard]] std::string shell_join(const std::vector<std::string>& words);
 
+/// The same for a command recorded on ONE line (a "# command" line, summary.json): a word holding
+/// a control character (a newline, an escape sequence) is written in the $'...' form with \n,
+/// \t, \xHH escapes, which bash, zsh and ksh read back as the same word.
+[[nodiscard]] std::string shell_join_one_line(const std::vector<std::string>& words);
+
 /// What became of a scripts/plot.py run.
 enum class PlotOutcome {
   drawn,      ///< the script ran and succeeded
@@ -21,7 +26,8 @@ enum class PlotOutcome {
 };
 
 /// Runs `python3 scripts/plot.py ARGS...` with the first python3 that has matplotlib ("python3" on
-/// the PATH, then /usr/bin/python3). `quiet` discards the script's standard output.
+/// the PATH, then /usr/bin/python3). `quiet` discards the script's standard output. The arguments
+/// go to the program as they are (no shell in between), whatever characters they hold.
 PlotOutcome run_plot_script(const std::vector<std::string>& args, bool quiet);
 
 }  // namespace kvlab
