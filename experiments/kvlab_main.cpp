@@ -1,10 +1,16 @@
 // kvlab: the command line. `kvlab help` lists the commands; each has --help with examples.
-// Bad arguments print one line on stderr and exit with status 2.
+// Bad arguments print one line on stderr and exit with status 2; failures (an output that cannot be
+// written, stdout included) print one line and exit with status 1.
 #include <boost/program_options.hpp>
 
+#include <unistd.h>
+
+#include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <optional>
@@ -64,6 +70,47 @@ std::string user_message(const std::exception& e) {
   if (m.rfind("kvlab error at ", 0) == 0)
     if (const auto colon = m.find(": "); colon != std::string::npos) m.erase(0, colon + 2);
   return m;
+}
+
+/// An output directory named by OPTION: given, and not an existing non-directory. Creates nothing.
+void check_output_dir_name(const std::string& dir, const std::string& option) {
+  if (dir.empty()) throw UsageError(option + " names no directory");
+  std::error_code ec;
+  if (fs::exists(dir, ec) && !fs::is_directory(dir, ec))
+    throw UsageError(option + " " + dir + ": is not a directory");
+}
+
+/// Creates an output directory and checks that files can be made in it, before any work starts:
+/// one line naming the directory when it cannot (exit 1).
+void prepare_output_dir(const fs::path& dir, const std::string& option) {
+  check_output_dir_name(dir.string(), option);
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) throw Error("cannot create directory " + dir.string() + ": " + ec.message());
+  if (::access(dir.c_str(), W_OK | X_OK) != 0)
+    throw Error("cannot write in directory " + dir.string() + ": " + std::strerror(errno));
+}
+
+/// collect's CSV: named, not a directory, in a directory that exists and can be written (checked
+/// before the points are read).
+void check_output_file(const fs::path& file) {
+  if (file.empty()) throw UsageError("the CSV argument names no file");
+  std::error_code ec;
+  if (fs::is_directory(file, ec)) throw UsageError("CSV " + file.string() + ": is a directory");
+  const fs::path parent = file.has_parent_path() ? file.parent_path() : fs::path(".");
+  if (!fs::is_directory(parent, ec))
+    throw Error("cannot write " + file.string() + ": " + std::strerror(fs::exists(parent, ec) ? ENOTDIR : ENOENT));
+  if (::access(parent.c_str(), W_OK | X_OK) != 0)
+    throw Error("cannot write " + file.string() + ": " + std::strerror(errno));
+}
+
+/// Flushes stdout; false (errno set) when anything written to it was lost (a full disk, a closed pipe).
+bool stdout_ok() {
+  errno = 0;
+  std::cout.flush();
+  const bool ok = static_cast<bool>(std::cout) && std::fflush(stdout) == 0 && !std::ferror(stdout);
+  if (!ok && errno == 0) errno = EIO;
+  return ok;
 }
 
 /// Commands that take no positional arguments reject stray ones instead of ignoring them.
@@ -181,6 +228,7 @@ struct Common {
     if (!(capacity_gib <= 1e6)) throw UsageError("--capacity-gib must be at most 1e6 (a million GiB)");
     if (vm.count("trace") && trace.empty()) throw UsageError("--trace names no file");
     if (vm.count("lengths-from") && lengths_from.empty()) throw UsageError("--lengths-from names no file");
+    if (vm.count("out")) check_output_dir_name(out_dir, "--out");
     if (trace.empty() && !vm["trace-format"].defaulted())
       throw UsageError("--trace-format applies only with --trace");
     if (seed_text.find('-') != std::string::npos) throw UsageError("--seed must be a non-negative integer");
@@ -315,6 +363,7 @@ int run_backends(const Common& c, const std::vector<std::string>& names, const s
   const BackendOptions probe = c.backend_options(nullptr);
   for (const auto& n : names) (void)make_backend(n, probe);  // fail on a bad name before any long run
   auto [workload, description] = c.workload();
+  if (!c.out_dir.empty()) prepare_output_dir(c.out_dir, "--out");  // fail now, not after the replays
   std::cout << "workload: " << description << "\n"
             << "model: " << model.name << " (" << model.kv_bytes_per_token() << " KV bytes/token), capacity "
             << c.capacity_gib << " GiB, clock "
@@ -455,8 +504,10 @@ int cmd_sweep(const std::vector<std::string>& args) {
   if (config.empty()) throw UsageError("no sweep file given (kvlab sweep CONFIG)");
   if (jobs < 0) throw UsageError("-j must not be negative");
   if (jobs == 0) jobs = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  check_output_dir_name(out, "--out");
   const auto points = expand_sweep(read_sweep_file(config));
   const fs::path exe = self_exe();
+  if (!dry) prepare_output_dir(out, "--out");
   if (dry) {
     for (const auto& p : points) std::cout << p.name << ": " << point_command(p, out, exe) << "\n";
     return 0;
@@ -485,6 +536,7 @@ int cmd_collect(const std::vector<std::string>& args) {
   if (!fs::is_directory(args[0])) throw UsageError("'" + args[0] + "' is not a sweep directory");
   if (args.size() > 2) throw UsageError("collect takes a sweep directory and optionally a CSV path");
   const fs::path csv = args.size() > 1 ? fs::path(args[1]) : fs::path(args[0]) / "collected.csv";
+  check_output_file(csv);
   const int rows = collect_sweep(args[0], csv);
   if (rows == 0) throw UsageError("'" + args[0] + "' holds no finished sweep point (point-*/compare.csv)");
   std::cout << rows << " rows in " << csv.string() << "\n";
@@ -515,12 +567,14 @@ int cmd_figure(const std::vector<std::string>& args, const std::string& invocati
     return vm.count("help") ? 0 : 2;
   }
   po::notify(vm);
+  check_output_dir_name(out, "--out");
   std::vector<const Figure*> todo;
   if (name == "all") {
     for (const Figure& f : figures()) todo.push_back(&f);
   } else {
     todo.push_back(&find_figure(name));
   }
+  for (const Figure* f : todo) prepare_output_dir(fs::path(out) / f->name, "--out");  // before any figure runs
   for (const Figure* f : todo) {
     FigureContext ctx;
     ctx.full = full;
@@ -528,7 +582,6 @@ int cmd_figure(const std::vector<std::string>& args, const std::string& invocati
     ctx.trace_dir = trace_dir.empty() ? default_trace_dir() : fs::path(trace_dir);
     ctx.command = name == "all" ? "kvlab figure " + f->name + (full ? " --full" : "") : invocation;
     ctx.progress = vm.count("no-progress") == 0;
-    fs::create_directories(ctx.out);
     const auto t0 = std::chrono::steady_clock::now();
     std::cout << "figure " << f->name << " (" << f->title << ")\n";
     f->run(ctx);
@@ -538,9 +591,7 @@ int cmd_figure(const std::vector<std::string>& args, const std::string& invocati
   return 0;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+int run_command(int argc, char** argv) {
   const std::vector<std::string> args(argv + std::min(argc, 2), argv + argc);
   const std::string command = argc >= 2 ? argv[1] : "";
   try {
@@ -576,4 +627,17 @@ int main(int argc, char** argv) {
     std::cerr << "kvlab " << command << ": failed: " << e.what() << "\n";  // keeps the source location
     return 1;
   }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int status = run_command(argc, argv);
+  // What went to stdout counts as output too: lost (a full disk, a closed pipe) is a failure.
+  if (!stdout_ok() && status == 0) {
+    const std::string reason = std::strerror(errno);
+    std::cerr << "kvlab " << (argc >= 2 ? argv[1] : "") << ": failed: cannot write to stdout: " << reason << "\n";
+    return 1;
+  }
+  return status;
 }

@@ -1,10 +1,10 @@
 #include "experiments/report.hpp"
 
-#include <fstream>
 #include <iomanip>
 #include <sstream>
 
 #include "alloc/error.hpp"
+#include "experiments/atomic_file.hpp"
 #include "experiments/shell.hpp"
 #include "experiments/summary_json.hpp"
 
@@ -39,15 +39,13 @@ void write_replay_files(const std::filesystem::path& dir, const RunInfo& info, c
   const ReplaySummary& s = result.summary;
   const std::filesystem::path out = dir / s.backend;
   std::filesystem::create_directories(out);
-  const auto open = [&](const char* name) {
-    std::ofstream f(out / name);
-    if (!f) KVLAB_THROW(Error, "cannot write " + (out / name).string());
+  const auto text = [] {
+    std::ostringstream f;
     f << std::setprecision(9);
     return f;
   };
-  write_summary_json(out / "summary.json", info, s);
   {
-    auto f = open("steps.csv");
+    auto f = text();
     f << "# " << info.command << "\n";
     f << "time_s,duration_s,running,waiting,token_states,reserved,internal_fragmentation,external_fragmentation,"
          "free,allocated_bytes,kernel_s,prepare_s,mapping_s\n";
@@ -56,9 +54,10 @@ void write_replay_files(const std::filesystem::path& dir, const RunInfo& info, c
         << ',' << r.fractions.reserved << ',' << r.fractions.internal_fragmentation << ','
         << r.fractions.external_fragmentation << ',' << r.fractions.free << ',' << r.allocated_bytes << ','
         << r.kernel_s << ',' << r.prepare_s << ',' << r.mapping_s << '\n';
+    write_file_atomically(out / "steps.csv", f.view());
   }
   {
-    auto f = open("requests.csv");
+    auto f = text();
     f << "# " << info.command << "\n";
     f << "id,arrival_s,first_scheduled_s,first_token_s,finish_s,prompt_tokens,output_tokens,generated_tokens,"
          "preemptions,status,reason\n";
@@ -71,14 +70,16 @@ void write_replay_files(const std::filesystem::path& dir, const RunInfo& info, c
         << ',' << r.prompt_tokens << ',' << r.output_tokens << ',' << r.generated_tokens << ',' << r.preemptions
         << ',' << status << ',' << csv_field(r.reason) << '\n';
     }
+    write_file_atomically(out / "requests.csv", f.view());
   }
+  // The summary last: a directory with a summary.json holds the run's complete files.
+  write_summary_json(out / "summary.json", info, s);
 }
 
 void write_compare_csv(const std::filesystem::path& file, const std::string& command, const std::string& workload,
                        const std::vector<ReplaySummary>& rows) {
   std::filesystem::create_directories(file.parent_path());
-  std::ofstream f(file);
-  if (!f) KVLAB_THROW(Error, "cannot write " + file.string());
+  std::ostringstream f;
   f << std::setprecision(9) << "# " << command << "\n";
   f << "backend,workload,clock,token_states,reserved,internal_fragmentation,external_fragmentation,free,mean_batch,"
        "max_batch,tokens_per_s,requests_per_s,completed,rejected,truncated,preemptions,out_of_memory,"
@@ -96,6 +97,7 @@ void write_compare_csv(const std::filesystem::path& file, const std::string& com
       << s.makespan_s << ',' << s.prefix_hit_tokens << ',' << s.failed << ',' << s.wall_s << ','
       << (s.wall_s > 0 ? static_cast<double>(s.generated_tokens + s.prefill_tokens_computed) / s.wall_s : 0) << '\n';
   }
+  write_file_atomically(file, f.view());
 }
 
 std::string csv_field(const std::string& s) {

@@ -5,12 +5,12 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <numeric>
 #include <vector>
 
 #include "alloc/error.hpp"
+#include "experiments/atomic_file.hpp"
 
 namespace kvlab {
 
@@ -106,9 +106,7 @@ std::string summary_json(const RunInfo& info, const ReplaySummary& s) {
 }
 
 void write_summary_json(const std::filesystem::path& file, const RunInfo& info, const ReplaySummary& s) {
-  std::ofstream f(file);
-  if (!f) KVLAB_THROW(Error, fmt::format("cannot write {}", file.string()));
-  f << summary_json(info, s);
+  write_file_atomically(file, summary_json(info, s));
 }
 
 }  // namespace kvlab

@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "alloc/error.hpp"
+#include "experiments/atomic_file.hpp"
 #include "experiments/progress.hpp"
 #include "experiments/shell.hpp"
 
@@ -141,7 +142,7 @@ int run_sweep(const std::vector<SweepPoint>& points, const fs::path& out, int jo
     const bool done = saved == command && fs::exists(out / p.name / "compare.csv");
     if (!done) {
       fs::remove(out / p.name / "compare.csv");
-      std::ofstream(out / p.name / "command.txt") << command << "\n";
+      write_file_atomically(out / p.name / "command.txt", command + "\n");
       todo.push_back(&p);
     }
   }
@@ -187,8 +188,7 @@ int run_sweep(const std::vector<SweepPoint>& points, const fs::path& out, int jo
 
 void write_slurm_script(const std::vector<SweepPoint>& points, const fs::path& out, const fs::path& exe) {
   fs::create_directories(out);
-  std::ofstream f(out / "sweep.sbatch");
-  if (!f) KVLAB_THROW(Error, "cannot write " + (out / "sweep.sbatch").string());
+  std::ostringstream f;
   f << "#!/bin/bash\n"
     << "#SBATCH --job-name=kvlab-sweep\n"
     << "#SBATCH --array=1-" << points.size() << "\n"
@@ -202,6 +202,7 @@ void write_slurm_script(const std::vector<SweepPoint>& points, const fs::path& o
       << " ;;\n";
   }
   f << "  *) echo \"no such point: $SLURM_ARRAY_TASK_ID\" >&2; exit 1 ;;\nesac\n";
+  write_file_atomically(out / "sweep.sbatch", f.view());
 }
 
 int collect_sweep(const fs::path& out, const fs::path& csv) {
@@ -209,8 +210,7 @@ int collect_sweep(const fs::path& out, const fs::path& csv) {
   for (const auto& e : fs::directory_iterator(out))
     if (e.is_directory() && e.path().filename().string().starts_with("point-")) dirs.push_back(e.path());
   std::sort(dirs.begin(), dirs.end());
-  std::ofstream f(csv);
-  if (!f) KVLAB_THROW(Error, "cannot write " + csv.string());
+  std::ostringstream f;
   int rows = 0;
   bool header = false;
   for (const fs::path& d : dirs) {
@@ -231,6 +231,7 @@ int collect_sweep(const fs::path& out, const fs::path& csv) {
       ++rows;
     }
   }
+  write_file_atomically(csv, f.view());
   return rows;
 }
 

@@ -7,6 +7,7 @@
 Each plot states what it shows in its title and axis labels, so it can be read without the code.
 """
 import csv
+import os
 import sys
 
 import matplotlib
@@ -27,6 +28,18 @@ def read_rows(path):
     with open(path, newline="") as f:
         lines = [line for line in f if not line.startswith("#")]
     return list(csv.DictReader(lines))
+
+
+def save(fig, path):
+    """Saves `fig` as the PNG `path` atomically: a temporary name in the same directory, renamed into place."""
+    tmp = f"{path}.tmp.{os.getpid()}"
+    try:
+        fig.savefig(tmp, dpi=120, format="png")
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
 
 
 def compare(directory):
@@ -57,7 +70,7 @@ def compare(directory):
     workload = rows[0].get("workload", "") if rows else ""
     fig.suptitle(f"kvlab compare: {workload}", fontsize=10)
     fig.tight_layout()
-    fig.savefig(f"{directory}/compare.png", dpi=120)
+    save(fig, f"{directory}/compare.png")
     print(f"wrote {directory}/compare.png")
 
 
@@ -229,7 +242,7 @@ def figure(name, directory):
     rows = read_rows(f"{directory}/data.csv")
     fig = FIGURES[name](directory, rows)
     fig.tight_layout()
-    fig.savefig(f"{directory}/{name}.png", dpi=120)
+    save(fig, f"{directory}/{name}.png")
     print(f"wrote {directory}/{name}.png")
 
 

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "alloc/error.hpp"
+#include "experiments/atomic_file.hpp"
 #include "experiments/progress.hpp"
 #include "experiments/report.hpp"
 #include "experiments/shell.hpp"
@@ -18,8 +19,7 @@ namespace kvlab::fig {
 namespace fs = std::filesystem;
 
 void Table::write_csv(const fs::path& file, const std::string& command) const {
-  std::ofstream f(file);
-  if (!f) KVLAB_THROW(Error, fmt::format("cannot write {}", file.string()));
+  std::ostringstream f;
   f << "# " << command << "\n";
   for (std::size_t i = 0; i < columns.size(); ++i) f << (i ? "," : "") << columns[i];
   f << "\n";
@@ -27,6 +27,7 @@ void Table::write_csv(const fs::path& file, const std::string& command) const {
     for (std::size_t i = 0; i < r.size(); ++i) f << (i ? "," : "") << csv_field(r[i]);
     f << "\n";
   }
+  write_file_atomically(file, f.view());
 }
 
 std::string Table::markdown() const {
@@ -61,9 +62,7 @@ std::string machine() {
 }  // namespace
 
 void write_readme(const FigureContext& ctx, const ReadmeText& text, const Table& table) {
-  const fs::path file = ctx.out / "README.md";
-  std::ofstream f(file);
-  if (!f) KVLAB_THROW(Error, fmt::format("cannot write {}", file.string()));
+  std::ostringstream f;
   f << "# " << text.name << " — " << text.title << "\n\n"
     << "- command: `" << ctx.command << "`\n"
     << "- scale: " << (ctx.full ? "paper (--full)" : "smoke (default; --full for paper scale)") << "\n"
@@ -74,6 +73,7 @@ void write_readme(const FigureContext& ctx, const ReadmeText& text, const Table&
     << text.notes << "\n\n"
     << "Files: `data.csv` (the numbers above, first line the command), `" << text.name << ".png` (the plot, drawn by "
     << "`scripts/plot.py figure " << text.name << " DIR`).\n";
+  write_file_atomically(ctx.out / "README.md", f.view());
 }
 
 void plot(const FigureContext& ctx, const std::string& name) {

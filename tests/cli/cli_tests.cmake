@@ -34,3 +34,9 @@ add_test(NAME cli.empty_trace_names COMMAND sh -c
   "\"$0\" replay --trace '' 2>&1 | grep -q -- '--trace names no file' && \"$0\" replay --lengths-from '' 2>&1 | grep -q -- '--lengths-from names no file'"
   $<TARGET_FILE:kvlab>)
 set_tests_properties(cli.empty_trace_names PROPERTIES LABELS cli)
+# Write failures (a full stdout, /dev/full, an injected full disk in --out): non-zero exit, one line,
+# no partial or temporary file (experiments/atomic_file.hpp).
+add_test(NAME cli.disk_full_no_silent_loss
+         COMMAND ${CMAKE_COMMAND} -DBINARY=$<TARGET_FILE:kvlab> -DOUT=${CMAKE_CURRENT_BINARY_DIR}/cli-disk-full
+         -P ${CMAKE_CURRENT_SOURCE_DIR}/cli/check_disk_full.cmake)
+set_tests_properties(cli.disk_full_no_silent_loss PROPERTIES LABELS cli)

@@ -1,0 +1,22 @@
+#pragma once
+// Every file kvlab writes goes through here: the whole content is written to NAME.tmp.<pid> in the
+// same directory, flushed and checked, closed and checked, then renamed over NAME. A reader (or a
+// later run) sees either the old file or the complete new one, never a truncated one; on any
+// failure the temporary file is removed and the error names the file and the reason. A path that
+// names a device or a pipe (/dev/stdout, /dev/full) is written in place, with the same checks;
+// through a symbolic link the linked file is replaced.
+//
+// Fault injection for tests: when the environment variable KVLAB_FAIL_WRITES_AFTER_BYTES=N is set
+// (a whole number), the writes of this process fail once N bytes in all have gone through here, as
+// if the disk had filled up (ENOSPC); the variable is read at every write. It exists so tests can
+// check what a full disk does to `kvlab replay --out DIR` without a small filesystem.
+#include <filesystem>
+#include <string_view>
+
+namespace kvlab {
+
+/// Writes `content` to `file` atomically (see above); creates no directories. Throws kvlab::Error
+/// "cannot write FILE: REASON" (REASON from strerror where the system gave one).
+void write_file_atomically(const std::filesystem::path& file, std::string_view content);
+
+}  // namespace kvlab
