@@ -5,6 +5,8 @@
 
 #include <unistd.h>
 
+#include <fmt/format.h>
+
 #include <cerrno>
 #include <chrono>
 #include <cmath>
@@ -65,6 +67,27 @@ std::vector<std::string> split_list(const std::string& s) {
 
 /// A kvlab error as the user should read it: without the "kvlab error at SOURCE:LINE: " prefix,
 /// which locates kvlab's code, not the user's input (the message itself names the input).
+/// `text` with every control character written as an escape (\n, \t, \xHH): an error quoting
+/// what the user typed or a trace held stays one line and puts no raw escape sequence on a terminal.
+std::string one_line(std::string_view text) {
+  std::string out;
+  for (const char c : text) {
+    const auto u = static_cast<unsigned char>(c);
+    if (c == '\n') out += "\\n";
+    else if (c == '\t') out += "\\t";
+    else if (c == '\r') out += "\\r";
+    else if (u < 0x20 || u == 0x7f) out += fmt::format("\\x{:02x}", u);
+    else out += c;
+  }
+  return out;
+}
+
+/// The one line a failed command prints: "kvlab COMMAND: error: ..." (what the user typed or
+/// gave) or "kvlab COMMAND: failed: ..." (anything else, with its source location).
+void print_error(std::string_view command, std::string_view kind, std::string_view message) {
+  std::cerr << "kvlab " << one_line(command) << ": " << kind << ": " << one_line(message) << "\n";
+}
+
 std::string user_message(const std::exception& e) {
   std::string m = e.what();
   if (m.rfind("kvlab error at ", 0) == 0)
@@ -615,16 +638,16 @@ int run_command(int argc, char** argv) {
     if (command == "figure") return cmd_figure(args, command_line(argc, argv));
     throw UsageError("unknown command '" + command + "' (try 'kvlab help')");
   } catch (const po::error& e) {
-    std::cerr << "kvlab " << command << ": error: " << e.what() << "\n";
+    print_error(command, "error", e.what());
     return 2;
   } catch (const UsageError& e) {
-    std::cerr << "kvlab " << command << ": error: " << e.what() << "\n";
+    print_error(command, "error", e.what());
     return 2;
   } catch (const InvalidArgument& e) {  // bad names, bad values, malformed traces (file:line:field)
-    std::cerr << "kvlab " << command << ": error: " << user_message(e) << "\n";
+    print_error(command, "error", user_message(e));
     return 2;
   } catch (const std::exception& e) {
-    std::cerr << "kvlab " << command << ": failed: " << e.what() << "\n";  // keeps the source location
+    print_error(command, "failed", e.what());  // keeps the source location
     return 1;
   }
 }
@@ -636,7 +659,7 @@ int main(int argc, char** argv) {
   // What went to stdout counts as output too: lost (a full disk, a closed pipe) is a failure.
   if (!stdout_ok() && status == 0) {
     const std::string reason = std::strerror(errno);
-    std::cerr << "kvlab " << (argc >= 2 ? argv[1] : "") << ": failed: cannot write to stdout: " << reason << "\n";
+    print_error(argc >= 2 ? argv[1] : "", "failed", "cannot write to stdout: " + reason);
     return 1;
   }
   return status;
