@@ -275,6 +275,18 @@ struct Common {
     if (!inject_faults.empty()) (void)fault_plan();  // validate now
     if (preemption != "recompute" && preemption != "swap")
       throw UsageError("--preemption must be recompute or swap (got '" + preemption + "')");
+    check_applicable(vm);
+  }
+
+  /// Options that would be silently ignored in this combination are errors instead.
+  void check_applicable(const po::variables_map& vm) const {
+    const auto given = [&](const char* name) { return vm.count(name) != 0 && !vm[name].defaulted(); };
+    if (!execute)
+      for (const char* option : {"kernels", "execute-layers"})
+        if (given(option)) throw UsageError(fmt::format("--{} applies only with --execute", option));
+    if (!trace.empty())
+      for (const char* option : {"requests", "prompt-len", "output-len", "lengths-from", "prefix-groups", "shared-prefix", "turns"})
+        if (given(option)) throw UsageError(fmt::format("--{} describes a synthetic workload; it does not apply with --trace", option));
   }
 
   /// --inject-faults nth:N | random:P[:SEED] as an armed injector.
@@ -384,7 +396,13 @@ int run_backends(const Common& c, const std::vector<std::string>& names, const s
   const ReplayConfig rc = c.replay_config();
   // Execute mode needs real KV bytes: host memory, capped at the capacity (one backend at a time).
   const BackendOptions probe = c.backend_options(nullptr);
-  for (const auto& n : names) (void)make_backend(n, probe);  // fail on a bad name before any long run
+  for (const auto& n : names) {  // fail on a bad name, or a preemption it cannot do, before any long run
+    const auto b = make_backend(n, probe);
+    if (c.preemption == "swap" && !b->supports_swap())
+      throw UsageError(fmt::format("--preemption swap: backend {} cannot swap (choose backends that can, e.g. paged-16, "
+                                   "or --preemption recompute)",
+                                   n));
+  }
   auto [workload, description] = c.workload();
   if (!c.out_dir.empty()) prepare_output_dir(c.out_dir, "--out");  // fail now, not after the replays
   std::cout << "workload: " << description << "\n"
