@@ -187,6 +187,13 @@ int run_sweep(const std::vector<SweepPoint>& points, const fs::path& out, int jo
 }
 
 void write_slurm_script(const std::vector<SweepPoint>& points, const fs::path& out, const fs::path& exe) {
+  // The path goes into #SBATCH lines, which sbatch reads as words on one line: a newline there
+  // would start a line of its own (a command), a space would split the option.
+  const std::string path = out.string();
+  const bool plain = std::none_of(path.begin(), path.end(), [](char c) {
+    return static_cast<unsigned char>(c) <= 0x20 || c == 0x7f || c == '"' || c == '\'';
+  });
+  KVLAB_EXPECTS(plain, "--slurm needs an --out path without spaces, quotes or control characters (it goes into #SBATCH lines)");
   fs::create_directories(out);
   std::ostringstream f;
   f << "#!/bin/bash\n"

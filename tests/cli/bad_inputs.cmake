@@ -557,6 +557,8 @@ bad(SW-23 1 "failed: .*/proc/kvlab-no-such-dir" sweep @D@/ok.sweep --slurm --out
 bad(SW-24 2 "--out names no directory" sweep @D@/ok.sweep --out @EMPTY@)
 bad(SW-25 2 "--out .*vidur_ok.csv: is not a directory" sweep @D@/ok.sweep --out @D@/vidur_ok.csv)
 bad(SW-26 1 "failed: .*cannot write .*/sweep-full/sweep.sbatch: No space left on device" ENV:KVLAB_FAIL_WRITES_AFTER_BYTES=0 sweep @D@/ok.sweep --slurm --out @D@/sweep-full)
+bad(SW-27 2 "--slurm needs an --out path without spaces, quotes or control characters" sweep @D@/ok.sweep --slurm --out "@D@/x\nsrun rm")
+bad(SW-28 2 "--slurm needs an --out path without spaces" sweep @D@/ok.sweep --slurm --out "@D@/two words")
 bad(CO-1 usage2 "Usage: kvlab collect SWEEP_DIR" collect)
 bad(CO-2 2 "'/nonexistent-kvlab' is not a sweep directory" collect /nonexistent-kvlab)
 bad(CO-3 2 "vidur_ok.csv' is not a sweep directory" collect @D@/vidur_ok.csv)
