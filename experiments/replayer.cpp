@@ -75,12 +75,17 @@ SequenceSpec spec_of(const Group& g) {
 /// Token ids a prefix cache can key on: the trace's own, or ids derived from chained block hashes
 /// (Mooncake hash_ids: equal hash at block i means equal first (i + 1) x B tokens, so block i's
 /// tokens are hash * B + offset). Empty when the request carries neither.
-std::vector<std::int32_t> token_ids_of(const Request& r) {
-  if (!r.prompt_token_ids.empty()) return r.prompt_token_ids;
+/// Only the first `n` are made: a truncated request keeps no ids it will never use (a long Mooncake
+/// prompt would otherwise hold millions).
+std::vector<std::int32_t> token_ids_of(const Request& r, std::int64_t n) {
+  if (!r.prompt_token_ids.empty()) {
+    const auto keep = std::min(r.prompt_token_ids.size(), static_cast<std::size_t>(n));
+    return {r.prompt_token_ids.begin(), r.prompt_token_ids.begin() + static_cast<std::ptrdiff_t>(keep)};
+  }
   std::vector<std::int32_t> ids;
   if (r.prefix_hashes.empty() || r.prefix_hash_block <= 0) return ids;
-  ids.reserve(static_cast<std::size_t>(r.prompt_tokens));
-  for (std::int64_t t = 0; t < r.prompt_tokens; ++t) {
+  ids.reserve(static_cast<std::size_t>(n));
+  for (std::int64_t t = 0; t < n; ++t) {
     const auto block = static_cast<std::size_t>(t / r.prefix_hash_block);
     // Unsigned arithmetic: real 64-bit hashes times the block size wrap (signed overflow is UB).
     const std::uint64_t h = block < r.prefix_hashes.size() ? static_cast<std::uint64_t>(r.prefix_hashes[block])
@@ -198,7 +203,6 @@ void Replay::arrivals() {
     g.req = next_arrival_++;
     g.prompt = r.prompt_tokens;
     g.output = std::max<std::int64_t>(r.output_tokens, 1);
-    g.ids = token_ids_of(r);
     if (g.prompt < 1) {
       finish(g, RequestRecord::Status::rejected, "empty prompt");
       continue;
@@ -212,6 +216,7 @@ void Replay::arrivals() {
       g.output = std::max<std::int64_t>(1, max_len - g.prompt + 1);
       rec.status = RequestRecord::Status::truncated_completed;
     }
+    g.ids = token_ids_of(r, g.prompt);
     waiting_.push_back(std::move(g));
   }
 }
