@@ -181,6 +181,7 @@ struct Common {
   double capacity_gib = 0, rate = 0, burstiness = 1, time_scale = 1;
   std::int64_t requests = 0, max_seq_len = 0, max_batched = 0, limit = 0, shared_prefix = 0;
   int max_running = 0, samples = 1, execute_layers = 0, prefix_groups = 0, turns = 1;
+  double beam_reselect = 0;
   std::uint64_t seed = 0;
   std::string seed_text;
   bool chunked = false, execute = false, progress = true, verify_kv = false;
@@ -214,6 +215,9 @@ struct Common {
         "max-batched-tokens", po::value(&max_batched)->default_value(8192), "tokens computed per step")(
         "chunked-prefill", po::bool_switch(&chunked), "split long prompts to fit --max-batched-tokens")(
         "samples", po::value(&samples)->default_value(1), "parallel sampling: sequences per request (shared prompt)")(
+        "beam-reselect", po::value(&beam_reselect)->default_value(0.0),
+        "beam search with --samples N beams: after each decode step a beam continues, with this probability, "
+        "from a fork of another beam (shares generated tokens too); 0: independent samples")(
         "preemption", po::value(&preemption)->default_value("recompute"), "recompute or swap")(
         "long-requests", po::value(&long_policy)->default_value("reject"),
         "requests longer than max-seq-len: reject or truncate")(
@@ -242,6 +246,8 @@ struct Common {
     if (max_batched < 1) throw UsageError("--max-batched-tokens must be at least 1");
     if (max_seq_len < 0) throw UsageError("--max-seq-len must not be negative");
     if (samples < 1 || samples > max_running) throw UsageError("--samples must be between 1 and --max-running");
+    if (!(beam_reselect >= 0 && beam_reselect <= 1)) throw UsageError("--beam-reselect must be a probability in [0, 1]");
+    if (beam_reselect > 0 && samples < 2) throw UsageError("--beam-reselect needs beams: --samples 2 or more");
     if (limit < 0) throw UsageError("--limit must not be negative");
     if (turns < 1) throw UsageError("--turns must be at least 1");
     if (prefix_groups < 0 || shared_prefix < 0) throw UsageError("--prefix-groups and --shared-prefix must not be negative");
@@ -365,6 +371,7 @@ struct Common {
     rc.max_batched_tokens = max_batched;
     rc.chunked_prefill = chunked;
     rc.samples_per_request = samples;
+    rc.beam_reselect_probability = beam_reselect;
     rc.preemption = preemption == "swap" ? PreemptionMode::swap : PreemptionMode::recompute;
     rc.long_requests = long_policy == "truncate" ? LongRequestPolicy::truncate : LongRequestPolicy::reject;
     rc.device = device_model_preset(device_model);

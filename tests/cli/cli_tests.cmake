@@ -10,6 +10,12 @@ set_tests_properties(cli.bad_argument_exit_2 PROPERTIES LABELS cli)
 add_test(NAME cli.replay_synthetic COMMAND $<TARGET_FILE:kvlab> replay --requests 40 --no-progress)
 set_tests_properties(cli.replay_synthetic PROPERTIES LABELS cli
   PASS_REGULAR_EXPRESSION "token_states.*reserved.*internal.*external")
+# Beam search from the command line: beams fork from each other, and every KV byte reads back.
+add_test(NAME cli.beam_search COMMAND $<TARGET_FILE:kvlab> replay --backend paged-16 --requests 12
+         --prompt-len uniform:16:64 --output-len uniform:8:40 --samples 3 --beam-reselect 0.5 --verify-kv
+         --model yi-6b --capacity-gib 0.05 --no-progress)
+set_tests_properties(cli.beam_search PROPERTIES LABELS cli
+  PASS_REGULAR_EXPRESSION "paged-b16: 0 requests failed with a reason, 0 rejected, [1-9][0-9]* token reads verified, 0 KV mismatches")
 add_test(NAME cli.help_has_examples COMMAND $<TARGET_FILE:kvlab> replay --help)
 set_tests_properties(cli.help_has_examples PROPERTIES LABELS cli PASS_REGULAR_EXPRESSION "Examples:")
 add_test(NAME cli.compare_writes_csv_and_chart
