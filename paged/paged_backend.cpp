@@ -190,20 +190,19 @@ std::int64_t PagedBackend::blocks_needed_to_grow(const Sequence& s, std::int64_t
   return need;
 }
 
-bool PagedBackend::do_can_grow(SeqId id, std::int64_t n) const {
-  const Sequence& s = at(id);
-  if (s.length + n > config_.max_seq_len) return false;
-  return blocks_needed_to_grow(s, n) <= available_blocks();
+bool PagedBackend::can_grow_by(const Sequence& s, std::int64_t n) const {
+  return s.length + n <= config_.max_seq_len && blocks_needed_to_grow(s, n) <= available_blocks();
 }
 
+bool PagedBackend::do_can_grow(SeqId id, std::int64_t n) const { return can_grow_by(at(id), n); }
+
 void PagedBackend::do_grow(SeqId id, std::int64_t n) {
-  if (!do_can_grow(id, n)) {
-    const Sequence& s = at(id);
+  Sequence& s = at(id);  // one lookup: grow runs for every running sequence every step
+  if (!can_grow_by(s, n)) {
     KVLAB_THROW(OutOfMemory, "growing sequence " + std::to_string(id) + " by " + std::to_string(n) + " tokens needs " +
                                  std::to_string(blocks_needed_to_grow(s, n)) + " blocks, " +
                                  std::to_string(available_blocks()) + " available (or passes max_seq_len)");
   }
-  Sequence& s = at(id);
   if (n == 0) return;
   make_room(blocks_needed_to_grow(s, n));
   count_sequence(s, -1);

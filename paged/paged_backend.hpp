@@ -119,6 +119,7 @@ class PagedBackend final : public TableBackend<PagedSequence> {
   [[nodiscard]] std::int64_t blocks_for(std::int64_t tokens) const noexcept {
     return (tokens + config_.block_size - 1) / config_.block_size;
   }
+  [[nodiscard]] bool can_grow_by(const Sequence& s, std::int64_t n) const;
   /// Blocks grow(id, n) would take from the pool, copy-on-write included.
   [[nodiscard]] std::int64_t blocks_needed_to_grow(const Sequence& s, std::int64_t n) const;
   [[nodiscard]] std::byte* plane(int layer, int kv) const noexcept;
