@@ -39,6 +39,7 @@ PagedBackend::PagedBackend(PagedConfig config)
       block_bytes_(static_cast<std::size_t>(config_.block_size) * config_.model.kv_bytes_per_token_per_layer() / 2),
       pool_(blocks_in(config_), free_order_for(config_.prefix_cache)),
       holders_(static_cast<std::size_t>(pool_.num_blocks())) {
+  static_assert(sizeof(BlockHolders) == 16);
   cache_ = make_prefix_cache(config_.prefix_cache, pool_, config_.block_size);
   config_.max_seq_len = max_seq_len();
   if (config_.swap_memory == nullptr) config_.swap_memory = &host_memory_resource();
@@ -194,10 +195,18 @@ bool PagedBackend::can_grow_by(const Sequence& s, std::int64_t n) const {
   return s.length + n <= config_.max_seq_len && blocks_needed_to_grow(s, n) <= available_blocks();
 }
 
-bool PagedBackend::do_can_grow(SeqId id, std::int64_t n) const { return can_grow_by(at(id), n); }
+PagedSequence& PagedBackend::seq(SeqId id) const {
+  if (memo_ == nullptr || memo_id_ != id) {
+    memo_ = &const_cast<Sequence&>(at(id));  // the table itself is not const: only this view is
+    memo_id_ = id;
+  }
+  return *memo_;
+}
+
+bool PagedBackend::do_can_grow(SeqId id, std::int64_t n) const { return can_grow_by(seq(id), n); }
 
 void PagedBackend::do_grow(SeqId id, std::int64_t n) {
-  Sequence& s = at(id);  // one lookup: grow runs for every running sequence every step
+  Sequence& s = seq(id);  // one lookup: grow runs for every running sequence every step
   if (!can_grow_by(s, n)) {
     KVLAB_THROW(OutOfMemory, "growing sequence " + std::to_string(id) + " by " + std::to_string(n) + " tokens needs " +
                                  std::to_string(blocks_needed_to_grow(s, n)) + " blocks, " +
@@ -255,6 +264,7 @@ void PagedBackend::do_release(SeqId id) {
   Sequence& s = at(id);
   drop_blocks(id, s);  // tail first: in hash mode the tail is evicted first
   config_.swap_memory->deallocate(s.swap, s.swap_bytes);
+  memo_ = nullptr;
   seqs_.erase(id);
 }
 
@@ -300,7 +310,7 @@ void PagedBackend::copy_blocks(const std::vector<std::pair<BlockId, BlockId>>& p
   }
 }
 
-bool PagedBackend::do_is_swapped(SeqId id) const { return at(id).swapped_blocks > 0; }
+bool PagedBackend::do_is_swapped(SeqId id) const { return seq(id).swapped_blocks > 0; }
 
 void PagedBackend::do_swap_out(SeqId id) {
   Sequence& s = at(id);
@@ -428,12 +438,13 @@ void PagedBackend::recount(SharedBlock& sb) {
 void PagedBackend::hold(BlockId b, SeqId id, std::int32_t index) {
   BlockHolders& h = holders_[static_cast<std::size_t>(b)];
   if (h.count++ == 0) {
-    h.only = {id, index};
+    h.only_id = id;
+    h.only_index = index;
     ++totals_.physical;
     return;
   }
   SharedBlock& sb = shared_[b];
-  if (h.count == 2) sb.holders.push_back(h.only);
+  if (h.count == 2) sb.holders.push_back({h.only_id, h.only_index});
   sb.holders.push_back({id, index});
   recount(sb);
 }
@@ -458,7 +469,8 @@ void PagedBackend::unhold(BlockId b, SeqId id) {
   }
   totals_.filled -= it->second.filled;  // alone again: the closed form covers it
   totals_.eventual -= it->second.eventual;
-  h.only = holders.front();
+  h.only_id = holders.front().id;
+  h.only_index = holders.front().index;
   shared_.erase(it);
 }
 

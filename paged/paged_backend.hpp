@@ -119,6 +119,10 @@ class PagedBackend final : public TableBackend<PagedSequence> {
   [[nodiscard]] std::int64_t blocks_for(std::int64_t tokens) const noexcept {
     return (tokens + config_.block_size - 1) / config_.block_size;
   }
+  /// at(id) with a one-entry memo: the front door and the replayer ask about one sequence several
+  /// times in a row (is_swapped, can_grow, grow). The table's nodes stay where they are until
+  /// that sequence is erased, and do_release forgets the memo first.
+  [[nodiscard]] Sequence& seq(SeqId id) const;
   [[nodiscard]] bool can_grow_by(const Sequence& s, std::int64_t n) const;
   /// Blocks grow(id, n) would take from the pool, copy-on-write included.
   [[nodiscard]] std::int64_t blocks_needed_to_grow(const Sequence& s, std::int64_t n) const;
@@ -138,9 +142,10 @@ class PagedBackend final : public TableBackend<PagedSequence> {
     SeqId id = 0;
     std::int32_t index = 0;  // the block's place in the holder's table
   };
-  struct BlockHolders {  // per pool block
-    Holder only;             // the holder when count == 1
-    std::int32_t count = 0;  // sequences holding the block
+  struct BlockHolders {  // per pool block, 16 bytes
+    SeqId only_id = 0;            // the holder when count == 1
+    std::int32_t only_index = 0;  // and the block's place in its table
+    std::int32_t count = 0;       // sequences holding the block
   };
   struct SharedBlock {  // a block with two or more holders
     std::vector<Holder> holders;
@@ -167,6 +172,8 @@ class PagedBackend final : public TableBackend<PagedSequence> {
   std::unique_ptr<PrefixCache> cache_;  // never null: PrefixCacheMode::none never hits
   PrefixCacheStats stats_;
   double last_prepare_seconds_ = 0;
+  mutable Sequence* memo_ = nullptr;  // seq(): the sequence looked up last, or nullptr
+  mutable SeqId memo_id_ = 0;
   Totals totals_;
   std::vector<BlockHolders> holders_;  // [block]
   std::unordered_map<BlockId, SharedBlock> shared_;
