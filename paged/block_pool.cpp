@@ -9,6 +9,7 @@ namespace kvlab {
 BlockPool::BlockPool(std::int32_t num_blocks, FreeOrder order) : order_(order) {
   KVLAB_EXPECTS(num_blocks >= 1, "a block pool needs at least one block (got " + std::to_string(num_blocks) + ")");
   refs_.assign(static_cast<std::size_t>(num_blocks), 0);
+  cached_.assign(refs_.size(), 0);
   if (order_ == FreeOrder::lifo) {
     free_.reserve(static_cast<std::size_t>(num_blocks));
     for (BlockId b = num_blocks - 1; b >= 0; --b) free_.push_back(b);
@@ -22,6 +23,7 @@ BlockPool::BlockPool(std::int32_t num_blocks, FreeOrder order) : order_(order) {
 
 void BlockPool::push_free(BlockId b) {
   ++num_free_;
+  num_free_cached_ += cached_[static_cast<std::size_t>(b)];
   if (order_ == FreeOrder::lifo) {
     free_.push_back(b);
     return;
@@ -42,6 +44,7 @@ void BlockPool::unlink(BlockId b) {
   else tail_ = prev_[i];
   prev_[i] = next_[i] = -1;
   --num_free_;
+  num_free_cached_ -= cached_[i];
 }
 
 std::optional<BlockId> BlockPool::peek() const noexcept {
@@ -56,6 +59,7 @@ std::optional<BlockId> BlockPool::allocate() {
     b = free_.back();
     free_.pop_back();
     --num_free_;
+    num_free_cached_ -= cached_[static_cast<std::size_t>(b)];
   } else {
     b = head_;
     unlink(b);
@@ -70,6 +74,15 @@ void BlockPool::take(BlockId b) {
   KVLAB_EXPECTS(refs_[static_cast<std::size_t>(b)] == 0, "block " + std::to_string(b) + " is not free");
   unlink(b);
   refs_[static_cast<std::size_t>(b)] = 1;
+}
+
+void BlockPool::set_cached(BlockId b, bool cached) {
+  KVLAB_EXPECTS(b >= 0 && b < num_blocks(), "block " + std::to_string(b) + " is out of range");
+  const auto i = static_cast<std::size_t>(b);
+  const auto mark = static_cast<std::uint8_t>(cached ? 1 : 0);
+  if (cached_[i] == mark) return;
+  if (refs_[i] == 0) num_free_cached_ += cached ? 1 : -1;
+  cached_[i] = mark;
 }
 
 void BlockPool::check(BlockId b) const {

@@ -9,6 +9,9 @@
 //  * lru: vLLM v1's free block queue, a doubly linked list threaded through two index arrays
 //    (prev/next per block id): allocate takes the head, release appends to the tail, and take()
 //    removes any free block in O(1) — how a prefix-cache hit revives a cached free block.
+//
+// A block can be marked cached (hash prefix caching: it has a cache entry); the pool counts the
+// free blocks that are marked, in O(1) per change, so the accounting never scans the pool.
 #include <cstdint>
 #include <optional>
 #include <vector>
@@ -39,6 +42,11 @@ class BlockPool {
   [[nodiscard]] std::int32_t num_blocks() const noexcept { return static_cast<std::int32_t>(refs_.size()); }
   [[nodiscard]] std::int32_t num_free() const noexcept { return num_free_; }
   [[nodiscard]] std::int32_t num_used() const noexcept { return num_blocks() - num_free(); }
+  /// Marks or unmarks `b` as holding cached KV (any state, free or not).
+  void set_cached(BlockId b, bool cached);
+  [[nodiscard]] bool is_cached(BlockId b) const noexcept { return cached_[static_cast<std::size_t>(b)] != 0; }
+  /// Free blocks marked cached. O(1).
+  [[nodiscard]] std::int32_t num_free_cached() const noexcept { return num_free_cached_; }
   /// The free blocks in the order allocate() would hand them out (tests, debugging). O(free).
   [[nodiscard]] std::vector<BlockId> free_list() const;
 
@@ -49,6 +57,8 @@ class BlockPool {
   FreeOrder order_;
   std::vector<std::int32_t> refs_;
   std::int32_t num_free_ = 0;
+  std::vector<std::uint8_t> cached_;  // [block] marked cached
+  std::int32_t num_free_cached_ = 0;
   std::vector<BlockId> free_;  // lifo: stack; low ids handed out first
   std::vector<BlockId> prev_, next_;  // lru: intrusive queue links (-1: none)
   BlockId head_ = -1, tail_ = -1;

@@ -5,7 +5,10 @@
 namespace kvlab {
 
 HashPrefixCache::HashPrefixCache(BlockPool& pool, std::int32_t block_size)
-    : pool_(&pool), index_(pool.num_blocks(), block_size, 1) {}
+    : pool_(&pool), index_(pool.num_blocks(), block_size, 1) {
+  // The pool counts the cached free blocks: it knows which blocks have an entry.
+  index_.set_on_unindex([p = pool_](ChainedPrefixIndex::UnitId u) { p->set_cached(u, false); });
+}
 
 PrefixHit HashPrefixCache::match(std::span<const std::int32_t> tokens, std::span<const std::int64_t> extra,
                                  std::int64_t max_blocks) const {
@@ -34,19 +37,17 @@ std::int64_t HashPrefixCache::enter_prompt(std::span<const std::int32_t> tokens,
                                            std::int32_t&) {
   const ChainedPrefixIndex::EntryId parent = from > 0 ? index_.entry_of(blocks[static_cast<std::size_t>(from - 1)]) : -1;
   KVLAB_ASSERT(from == 0 || parent >= 0);
-  return index_.insert(tokens, extra, parent, from, to, [&](std::int64_t i, std::span<BlockId> out) {
+  const std::int64_t entered = index_.insert(tokens, extra, parent, from, to, [&](std::int64_t i, std::span<BlockId> out) {
     out[0] = blocks[static_cast<std::size_t>(i)];
   });
+  for (std::int64_t i = from; i < from + entered; ++i) pool_->set_cached(blocks[static_cast<std::size_t>(i)], true);
+  return entered;
 }
 
 void HashPrefixCache::forget_block(BlockId block) {
   if (index_.forget_unit(block)) ++evictions_;  // the LRU head loses its cache entry
 }
 
-std::int64_t HashPrefixCache::cached_free_blocks() const {
-  std::int64_t n = 0;
-  for (BlockId b = 0; b < pool_->num_blocks(); ++b) n += pool_->ref_count(b) == 0 && is_cached(b) ? 1 : 0;
-  return n;
-}
+std::int64_t HashPrefixCache::cached_free_blocks() const { return pool_->num_free_cached(); }
 
 }  // namespace kvlab

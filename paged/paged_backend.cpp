@@ -37,7 +37,9 @@ PagedBackend::PagedBackend(PagedConfig config)
     : TableBackend(config.model, config.max_seq_len),
       config_(std::move(config)),
       block_bytes_(static_cast<std::size_t>(config_.block_size) * config_.model.kv_bytes_per_token_per_layer() / 2),
-      pool_(blocks_in(config_), free_order_for(config_.prefix_cache)) {
+      pool_(blocks_in(config_), free_order_for(config_.prefix_cache)),
+      holders_(static_cast<std::size_t>(pool_.num_blocks())) {
+  static_assert(sizeof(BlockHolders) == 16);
   cache_ = make_prefix_cache(config_.prefix_cache, pool_, config_.block_size);
   config_.max_seq_len = max_seq_len();
   if (config_.swap_memory == nullptr) config_.swap_memory = &host_memory_resource();
@@ -121,7 +123,8 @@ BlockId PagedBackend::take_block() {
   return *b;
 }
 
-void PagedBackend::drop_blocks(Sequence& s) {
+void PagedBackend::drop_blocks(SeqId id, Sequence& s) {
+  account_out(id, s);
   for (auto it = s.blocks.rbegin(); it != s.blocks.rend(); ++it) pool_.release(*it);  // tail first
   s.blocks.clear();
   if (s.prefix_hold >= 0) cache_->release_hold(s.prefix_hold);
@@ -178,7 +181,7 @@ void PagedBackend::do_admit(SeqId id, const SequenceSpec& spec, std::int64_t ini
     stats_.hits += s.cached_tokens;
     stats_.lookup_ns += lookup_ns;
   }
-  seqs_.insert(id, std::move(s));
+  account_in(id, seqs_.insert(id, std::move(s)));
 }
 
 std::int64_t PagedBackend::blocks_needed_to_grow(const Sequence& s, std::int64_t n) const {
@@ -188,22 +191,30 @@ std::int64_t PagedBackend::blocks_needed_to_grow(const Sequence& s, std::int64_t
   return need;
 }
 
-bool PagedBackend::do_can_grow(SeqId id, std::int64_t n) const {
-  const Sequence& s = at(id);
-  if (s.length + n > config_.max_seq_len) return false;
-  return blocks_needed_to_grow(s, n) <= available_blocks();
+bool PagedBackend::can_grow_by(const Sequence& s, std::int64_t n) const {
+  return s.length + n <= config_.max_seq_len && blocks_needed_to_grow(s, n) <= available_blocks();
 }
 
+PagedSequence& PagedBackend::seq(SeqId id) const {
+  if (memo_ == nullptr || memo_id_ != id) {
+    memo_ = &const_cast<Sequence&>(at(id));  // the table itself is not const: only this view is
+    memo_id_ = id;
+  }
+  return *memo_;
+}
+
+bool PagedBackend::do_can_grow(SeqId id, std::int64_t n) const { return can_grow_by(seq(id), n); }
+
 void PagedBackend::do_grow(SeqId id, std::int64_t n) {
-  if (!do_can_grow(id, n)) {
-    const Sequence& s = at(id);
+  Sequence& s = seq(id);  // one lookup: grow runs for every running sequence every step
+  if (!can_grow_by(s, n)) {
     KVLAB_THROW(OutOfMemory, "growing sequence " + std::to_string(id) + " by " + std::to_string(n) + " tokens needs " +
                                  std::to_string(blocks_needed_to_grow(s, n)) + " blocks, " +
                                  std::to_string(available_blocks()) + " available (or passes max_seq_len)");
   }
-  Sequence& s = at(id);
   if (n == 0) return;
   make_room(blocks_needed_to_grow(s, n));
+  count_sequence(s, -1);
   if (s.length % config_.block_size != 0 && pool_.ref_count(s.blocks.back()) > 1) {
     const BlockId shared = s.blocks.back();
     const BlockId own = take_block();
@@ -211,15 +222,30 @@ void PagedBackend::do_grow(SeqId id, std::int64_t n) {
       copy_blocks({{shared, own}});
     } catch (...) {  // a failed copy leaves the sequence as it was
       pool_.release(own);
+      count_sequence(s, +1);
       throw;
     }
     pool_.release(shared);
     s.blocks.back() = own;
     ++cow_copies_;
+    unhold(shared, id);
+    hold(own, id, static_cast<std::int32_t>(s.blocks.size() - 1));
   }
-  const std::int64_t need = blocks_for(s.length + n) - static_cast<std::int64_t>(s.blocks.size());
-  for (std::int64_t i = 0; i < need; ++i) s.blocks.push_back(take_block());
+  const std::int64_t old_blocks = static_cast<std::int64_t>(s.blocks.size());
+  const std::int64_t need = blocks_for(s.length + n) - old_blocks;
+  for (std::int64_t i = 0; i < need; ++i) {
+    s.blocks.push_back(take_block());
+    hold(s.blocks.back(), id, static_cast<std::int32_t>(s.blocks.size() - 1));
+  }
+  const std::int64_t old_length = s.length;
   s.length += n;
+  count_sequence(s, +1);
+  // Only blocks from the one the old length ended in can hold more tokens now; new ones are private.
+  if (shared_.empty()) return;
+  for (std::int64_t i = old_length / config_.block_size; i < old_blocks; ++i) {
+    const auto it = shared_.find(s.blocks[static_cast<std::size_t>(i)]);
+    if (it != shared_.end()) recount(it->second);
+  }
 }
 
 void PagedBackend::do_fork(SeqId parent, SeqId child) {
@@ -231,13 +257,14 @@ void PagedBackend::do_fork(SeqId parent, SeqId child) {
   c.prefix_hold = p.prefix_hold;  // the child holds the same cached blocks (radix: locks the same node)
   for (BlockId b : c.blocks) pool_.add_ref(b);
   if (c.prefix_hold >= 0) cache_->share_hold(c.prefix_hold);
-  seqs_.insert(child, std::move(c));
+  account_in(child, seqs_.insert(child, std::move(c)));
 }
 
 void PagedBackend::do_release(SeqId id) {
   Sequence& s = at(id);
-  drop_blocks(s);  // tail first: in hash mode the tail is evicted first
+  drop_blocks(id, s);  // tail first: in hash mode the tail is evicted first
   config_.swap_memory->deallocate(s.swap, s.swap_bytes);
+  memo_ = nullptr;
   seqs_.erase(id);
 }
 
@@ -283,7 +310,7 @@ void PagedBackend::copy_blocks(const std::vector<std::pair<BlockId, BlockId>>& p
   }
 }
 
-bool PagedBackend::do_is_swapped(SeqId id) const { return at(id).swapped_blocks > 0; }
+bool PagedBackend::do_is_swapped(SeqId id) const { return seq(id).swapped_blocks > 0; }
 
 void PagedBackend::do_swap_out(SeqId id) {
   Sequence& s = at(id);
@@ -306,7 +333,7 @@ void PagedBackend::do_swap_out(SeqId id) {
       throw;
     }
   }
-  drop_blocks(s);  // cached blocks keep their entries: their bytes stay valid on the device
+  drop_blocks(id, s);  // cached blocks keep their entries: their bytes stay valid on the device
   s.swapped_blocks = nb;
 }
 
@@ -343,6 +370,7 @@ void PagedBackend::do_swap_in(SeqId id) {
   s.swap = nullptr;
   s.swap_bytes = 0;
   s.swapped_blocks = 0;
+  account_in(id, s);  // a swapped-out sequence counted nothing: it held no blocks
 }
 
 PreparedBatch PagedBackend::do_prepare_batch(std::span<const SeqId> seqs) {
@@ -373,42 +401,103 @@ BackendCounters PagedBackend::do_counters() const {
           {"prefix_evictions", static_cast<double>(st.evictions)}};
 }
 
+// ---- accounting ------------------------------------------------------------------------------
+
+std::int64_t PagedBackend::tokens_in(const Sequence& s, std::int64_t index, bool eventual) const noexcept {
+  const std::int64_t tokens = eventual ? std::max(s.final_tokens, s.length) : s.length;
+  return std::clamp<std::int64_t>(tokens - index * config_.block_size, 0, config_.block_size);
+}
+
+void PagedBackend::count_sequence(const Sequence& s, int sign) noexcept {
+  // Block i of a sequence alone holds clamp(tokens - i * B, 0, B): over n blocks, min(tokens, n * B).
+  const auto n = static_cast<std::int64_t>(s.blocks.size());
+  const std::int64_t room = n * config_.block_size;
+  totals_.logical += sign * n;
+  totals_.filled += sign * std::min(s.length, room);
+  totals_.eventual += sign * std::min(std::max(s.final_tokens, s.length), room);
+}
+
+void PagedBackend::recount(SharedBlock& sb) {
+  totals_.filled -= sb.filled;
+  totals_.eventual -= sb.eventual;
+  std::int64_t max_filled = 0, sum_filled = 0, max_eventual = 0, sum_eventual = 0;
+  for (const Holder& h : sb.holders) {
+    const Sequence& s = at(h.id);
+    const std::int64_t f = tokens_in(s, h.index, false), e = tokens_in(s, h.index, true);
+    max_filled = std::max(max_filled, f);
+    sum_filled += f;
+    max_eventual = std::max(max_eventual, e);
+    sum_eventual += e;
+  }
+  sb.filled = max_filled - sum_filled;
+  sb.eventual = max_eventual - sum_eventual;
+  totals_.filled += sb.filled;
+  totals_.eventual += sb.eventual;
+}
+
+void PagedBackend::hold(BlockId b, SeqId id, std::int32_t index) {
+  BlockHolders& h = holders_[static_cast<std::size_t>(b)];
+  if (h.count++ == 0) {
+    h.only_id = id;
+    h.only_index = index;
+    ++totals_.physical;
+    return;
+  }
+  SharedBlock& sb = shared_[b];
+  if (h.count == 2) sb.holders.push_back({h.only_id, h.only_index});
+  sb.holders.push_back({id, index});
+  recount(sb);
+}
+
+void PagedBackend::unhold(BlockId b, SeqId id) {
+  BlockHolders& h = holders_[static_cast<std::size_t>(b)];
+  KVLAB_ASSERT(h.count > 0);
+  if (--h.count == 0) {
+    --totals_.physical;
+    return;
+  }
+  const auto it = shared_.find(b);
+  KVLAB_ASSERT(it != shared_.end());
+  auto& holders = it->second.holders;
+  const auto pos = std::find_if(holders.begin(), holders.end(), [id](const Holder& x) { return x.id == id; });
+  KVLAB_ASSERT(pos != holders.end());
+  *pos = holders.back();
+  holders.pop_back();
+  if (h.count > 1) {
+    recount(it->second);
+    return;
+  }
+  totals_.filled -= it->second.filled;  // alone again: the closed form covers it
+  totals_.eventual -= it->second.eventual;
+  h.only_id = holders.front().id;
+  h.only_index = holders.front().index;
+  shared_.erase(it);
+}
+
+void PagedBackend::account_in(SeqId id, const Sequence& s) {
+  for (std::size_t i = 0; i < s.blocks.size(); ++i) hold(s.blocks[i], id, static_cast<std::int32_t>(i));
+  count_sequence(s, +1);
+}
+
+void PagedBackend::account_out(SeqId id, const Sequence& s) {
+  count_sequence(s, -1);
+  for (const BlockId b : s.blocks) unhold(b, id);
+}
+
 MemoryBreakdown PagedBackend::do_breakdown(const SequenceSpec*) const {
-  // Per physical block: the most tokens any holder has written into it, and the most any holder
-  // will eventually write. Shared blocks are counted once.
+  // Shared blocks counted once; blocks no sequence holds are free — cached ones (an LRU entry, an
+  // unlocked tree node) too. Every total is kept up to date by the operations (see the header).
   const std::size_t token_bytes = config_.model.kv_bytes_per_token();
-  const std::int64_t bs = config_.block_size;
-  std::vector<std::int32_t> filled(static_cast<std::size_t>(pool_.num_blocks()), 0);
-  std::vector<std::int32_t> eventual(filled.size(), 0);
-  std::vector<std::uint8_t> held(filled.size(), 0);
-  std::int64_t logical_blocks = 0, physical_blocks = 0;
-  for (const auto& [id, s] : seqs_) {
-    logical_blocks += static_cast<std::int64_t>(s.blocks.size());
-    for (const BlockId b : s.blocks) {
-      physical_blocks += held[static_cast<std::size_t>(b)] == 0 ? 1 : 0;
-      held[static_cast<std::size_t>(b)] = 1;
-    }
-    const std::int64_t final_tokens = std::max(s.final_tokens, s.length);
-    for (std::size_t i = 0; i < s.blocks.size(); ++i) {
-      const std::int64_t start = static_cast<std::int64_t>(i) * bs;
-      const auto b = static_cast<std::size_t>(s.blocks[i]);
-      filled[b] = std::max<std::int32_t>(filled[b], static_cast<std::int32_t>(std::clamp<std::int64_t>(s.length - start, 0, bs)));
-      eventual[b] =
-          std::max<std::int32_t>(eventual[b], static_cast<std::int32_t>(std::clamp<std::int64_t>(final_tokens - start, 0, bs)));
-    }
-  }
+  const auto bs = static_cast<std::size_t>(config_.block_size);
+  const auto filled = static_cast<std::size_t>(totals_.filled);
+  const auto eventual = static_cast<std::size_t>(totals_.eventual);
   MemoryBreakdown m;
-  m.capacity = static_cast<std::size_t>(pool_.num_blocks()) * static_cast<std::size_t>(bs) * token_bytes;
-  for (std::size_t b = 0; b < filled.size(); ++b) {
-    // Blocks no sequence holds are free — cached ones (an LRU entry, an unlocked tree node) too.
-    if (held[b] == 0) continue;
-    const std::int64_t ev = std::max(eventual[b], filled[b]);
-    m.token_states += static_cast<std::size_t>(filled[b]) * token_bytes;
-    m.reserved += static_cast<std::size_t>(ev - filled[b]) * token_bytes;
-    m.internal_fragmentation += static_cast<std::size_t>(bs - ev) * token_bytes;
-  }
-  m.shared_savings = static_cast<std::size_t>(logical_blocks - physical_blocks) * static_cast<std::size_t>(bs) * token_bytes;
-  m.cached = static_cast<std::size_t>(num_cached_free_blocks()) * static_cast<std::size_t>(bs) * token_bytes;
+  m.capacity = static_cast<std::size_t>(pool_.num_blocks()) * bs * token_bytes;
+  m.token_states = filled * token_bytes;
+  m.reserved = (eventual - filled) * token_bytes;
+  m.internal_fragmentation = (static_cast<std::size_t>(totals_.physical) * bs - eventual) * token_bytes;
+  m.shared_savings = static_cast<std::size_t>(totals_.logical - totals_.physical) * bs * token_bytes;
+  m.cached = static_cast<std::size_t>(num_cached_free_blocks()) * bs * token_bytes;
   return m;  // no external fragmentation: any free block serves any sequence
 }
 

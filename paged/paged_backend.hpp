@@ -12,7 +12,10 @@
 //  * Layout: [layer][K|V][num_blocks][block_size][kv_heads][head_dim]; the kernels read it
 //    through PagedKv with the block tables built by prepare_batch.
 //  * Accounting: the five fractions, shared blocks counted once; shared_savings holds the bytes
-//    that sharing saved (logical blocks minus physical blocks held by sequences).
+//    that sharing saved (logical blocks minus physical blocks held by sequences). Kept as running
+//    totals that every operation updates for the blocks it touches, so breakdown() is O(1) and
+//    replay cost does not grow with the pool: a block one sequence holds adds its tokens in closed
+//    form (per sequence), a block several hold adds a correction from the per-block maximum.
 //  * Prefix caching (--prefix-cache none|hash|radix, docs/prefix-caching.md): `hash` is vLLM v1's
 //    block-hash cache over an LRU free queue, `radix` SGLang's radix tree. A sequence admitted
 //    with prompt token ids reuses the cached blocks of its longest cached prefix (capped so at
@@ -21,6 +24,7 @@
 #include <chrono>
 #include <memory>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "alloc/memory_resource.hpp"
@@ -110,15 +114,54 @@ class PagedBackend final : public TableBackend<PagedSequence> {
   BlockId take_block();
   /// Makes sure `n` blocks can be taken (evicts cached blocks the cache alone holds). Requires availability.
   void make_room(std::int64_t n);
-  /// Drops the sequence's blocks (tail first) and its prefix-cache hold.
-  void drop_blocks(Sequence& s);
+  /// Drops the sequence's blocks (tail first), their accounting and its prefix-cache hold.
+  void drop_blocks(SeqId id, Sequence& s);
   [[nodiscard]] std::int64_t blocks_for(std::int64_t tokens) const noexcept {
     return (tokens + config_.block_size - 1) / config_.block_size;
   }
+  /// at(id) with a one-entry memo: the front door and the replayer ask about one sequence several
+  /// times in a row (is_swapped, can_grow, grow). The table's nodes stay where they are until
+  /// that sequence is erased, and do_release forgets the memo first.
+  [[nodiscard]] Sequence& seq(SeqId id) const;
+  [[nodiscard]] bool can_grow_by(const Sequence& s, std::int64_t n) const;
   /// Blocks grow(id, n) would take from the pool, copy-on-write included.
   [[nodiscard]] std::int64_t blocks_needed_to_grow(const Sequence& s, std::int64_t n) const;
   [[nodiscard]] std::byte* plane(int layer, int kv) const noexcept;
   void copy_blocks(const std::vector<std::pair<BlockId, BlockId>>& pairs);
+
+  // ---- incremental accounting ----
+  // token_states = filled, reserved = eventual - filled, internal = physical * B - eventual (in
+  // tokens), summed over the physical blocks sequences hold: per block the most tokens any holder
+  // has written into it and the most any holder will eventually write. A sequence adds its blocks
+  // as if it held them alone (closed form from length, final_tokens and block count); each block
+  // with several holders adds a correction: its maximum over holders minus their sum.
+  struct Totals {
+    std::int64_t logical = 0, physical = 0, filled = 0, eventual = 0;
+  };
+  struct Holder {
+    SeqId id = 0;
+    std::int32_t index = 0;  // the block's place in the holder's table
+  };
+  struct BlockHolders {  // per pool block, 16 bytes
+    SeqId only_id = 0;            // the holder when count == 1
+    std::int32_t only_index = 0;  // and the block's place in its table
+    std::int32_t count = 0;       // sequences holding the block
+  };
+  struct SharedBlock {  // a block with two or more holders
+    std::vector<Holder> holders;
+    std::int64_t filled = 0, eventual = 0;  // correction: max over holders minus sum
+  };
+  /// Adds (sign +1) or removes (-1) the sequence's closed-form contribution.
+  void count_sequence(const Sequence& s, int sign) noexcept;
+  /// Tokens written (or eventually written) into block `index` of `s`, 0..block_size.
+  [[nodiscard]] std::int64_t tokens_in(const Sequence& s, std::int64_t index, bool eventual) const noexcept;
+  void hold(BlockId b, SeqId id, std::int32_t index);
+  void unhold(BlockId b, SeqId id);
+  /// Recomputes a shared block's correction from its holders' current lengths.
+  void recount(SharedBlock& sb);
+  /// Accounts sequence `id` (already in seqs_) with every block it holds, or takes it out.
+  void account_in(SeqId id, const Sequence& s);
+  void account_out(SeqId id, const Sequence& s);
 
   PagedConfig config_;
   std::size_t block_bytes_;  // one block of one layer's K (or V)
@@ -129,6 +172,11 @@ class PagedBackend final : public TableBackend<PagedSequence> {
   std::unique_ptr<PrefixCache> cache_;  // never null: PrefixCacheMode::none never hits
   PrefixCacheStats stats_;
   double last_prepare_seconds_ = 0;
+  mutable Sequence* memo_ = nullptr;  // seq(): the sequence looked up last, or nullptr
+  mutable SeqId memo_id_ = 0;
+  Totals totals_;
+  std::vector<BlockHolders> holders_;  // [block]
+  std::unordered_map<BlockId, SharedBlock> shared_;
 };
 
 }  // namespace kvlab

@@ -35,5 +35,31 @@ TEST(BlockPool, ReferenceCountsDecideWhenABlockIsFree) {
   EXPECT_THROW(BlockPool(0), InvalidArgument);
 }
 
+TEST(BlockPool, CountsTheFreeBlocksMarkedCached) {
+  for (const FreeOrder order : {FreeOrder::lifo, FreeOrder::lru}) {
+    BlockPool pool(4, order);
+    const BlockId a = *pool.allocate(), b = *pool.allocate();
+    pool.set_cached(a, true);
+    pool.set_cached(b, true);
+    pool.set_cached(b, true);  // marking twice changes nothing
+    EXPECT_EQ(pool.num_free_cached(), 0);  // held blocks are not free
+    EXPECT_TRUE(pool.release(a));
+    EXPECT_EQ(pool.num_free_cached(), 1);
+    pool.set_cached(3, true);  // a free block gains an entry
+    EXPECT_EQ(pool.num_free_cached(), 2);
+    if (order == FreeOrder::lru) {
+      pool.take(a);  // a prefix hit revives it
+      EXPECT_EQ(pool.num_free_cached(), 1);
+      EXPECT_TRUE(pool.release(a));
+    }
+    pool.set_cached(3, false);  // a free block loses its entry
+    EXPECT_EQ(pool.num_free_cached(), 1);
+    while (pool.allocate().has_value()) {
+    }
+    EXPECT_EQ(pool.num_free_cached(), 0);
+    EXPECT_TRUE(pool.is_cached(a));
+  }
+}
+
 }  // namespace
 }  // namespace kvlab
