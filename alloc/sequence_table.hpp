@@ -21,17 +21,30 @@ struct SequenceState {
   std::int64_t cached_tokens = 0;  ///< prompt tokens that came from the prefix cache at admit
 };
 
+/// A hash map with a one-entry memo: the front door and the scheduler ask about one sequence
+/// several times in a row (contains, is_swapped, can_grow, grow), so the last entry found is
+/// remembered. Entries never move until erased (std::unordered_map keeps node addresses across
+/// rehashing), and erase forgets the memo.
 template <class State>
 class SequenceTable {
  public:
-  [[nodiscard]] bool contains(SeqId id) const { return map_.count(id) != 0; }
+  /// The entry for `id`, or nullptr.
+  [[nodiscard]] State* find(SeqId id) const {
+    if (memo_ != nullptr && memo_id_ == id) return memo_;
+    const auto it = map_.find(id);
+    if (it == map_.end()) return nullptr;
+    memo_id_ = id;
+    memo_ = const_cast<State*>(&it->second);  // the table owns it mutably; constness is the caller's view
+    return memo_;
+  }
+  [[nodiscard]] bool contains(SeqId id) const { return find(id) != nullptr; }
   [[nodiscard]] std::size_t size() const noexcept { return map_.size(); }
   [[nodiscard]] bool empty() const noexcept { return map_.empty(); }
 
   [[nodiscard]] const State& at(SeqId id) const {
-    const auto it = map_.find(id);
-    KVLAB_EXPECTS(it != map_.end(), "unknown sequence " + std::to_string(id));
-    return it->second;
+    const State* s = find(id);
+    KVLAB_EXPECTS(s != nullptr, "unknown sequence " + std::to_string(id));
+    return *s;
   }
   [[nodiscard]] State& at(SeqId id) { return const_cast<State&>(std::as_const(*this).at(id)); }
 
@@ -40,7 +53,10 @@ class SequenceTable {
     KVLAB_EXPECTS(fresh, "sequence " + std::to_string(id) + " already exists");
     return it->second;
   }
-  void erase(SeqId id) { map_.erase(id); }
+  void erase(SeqId id) {
+    if (memo_id_ == id) memo_ = nullptr;
+    map_.erase(id);
+  }
 
   [[nodiscard]] auto begin() const { return map_.begin(); }
   [[nodiscard]] auto end() const { return map_.end(); }
@@ -49,6 +65,8 @@ class SequenceTable {
 
  private:
   std::unordered_map<SeqId, State> map_;
+  mutable State* memo_ = nullptr;  // the entry found last (nullptr: none)
+  mutable SeqId memo_id_ = 0;
 };
 
 }  // namespace kvlab

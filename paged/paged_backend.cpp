@@ -196,11 +196,7 @@ bool PagedBackend::can_grow_by(const Sequence& s, std::int64_t n) const {
 }
 
 PagedSequence& PagedBackend::seq(SeqId id) const {
-  if (memo_ == nullptr || memo_id_ != id) {
-    memo_ = &const_cast<Sequence&>(at(id));  // the table itself is not const: only this view is
-    memo_id_ = id;
-  }
-  return *memo_;
+  return const_cast<Sequence&>(at(id));  // the table itself is not const: only this view is
 }
 
 bool PagedBackend::do_can_grow(SeqId id, std::int64_t n) const { return can_grow_by(seq(id), n); }
@@ -264,7 +260,6 @@ void PagedBackend::do_release(SeqId id) {
   Sequence& s = at(id);
   drop_blocks(id, s);  // tail first: in hash mode the tail is evicted first
   config_.swap_memory->deallocate(s.swap, s.swap_bytes);
-  memo_ = nullptr;
   seqs_.erase(id);
 }
 

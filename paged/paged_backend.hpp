@@ -119,9 +119,7 @@ class PagedBackend final : public TableBackend<PagedSequence> {
   [[nodiscard]] std::int64_t blocks_for(std::int64_t tokens) const noexcept {
     return (tokens + config_.block_size - 1) / config_.block_size;
   }
-  /// at(id) with a one-entry memo: the front door and the replayer ask about one sequence several
-  /// times in a row (is_swapped, can_grow, grow). The table's nodes stay where they are until
-  /// that sequence is erased, and do_release forgets the memo first.
+  /// The sequence, mutable from const hooks (the table's one-entry memo makes repeated asks cheap).
   [[nodiscard]] Sequence& seq(SeqId id) const;
   [[nodiscard]] bool can_grow_by(const Sequence& s, std::int64_t n) const;
   /// Blocks grow(id, n) would take from the pool, copy-on-write included.
@@ -172,8 +170,6 @@ class PagedBackend final : public TableBackend<PagedSequence> {
   std::unique_ptr<PrefixCache> cache_;  // never null: PrefixCacheMode::none never hits
   PrefixCacheStats stats_;
   double last_prepare_seconds_ = 0;
-  mutable Sequence* memo_ = nullptr;  // seq(): the sequence looked up last, or nullptr
-  mutable SeqId memo_id_ = 0;
   Totals totals_;
   std::vector<BlockHolders> holders_;  // [block]
   std::unordered_map<BlockId, SharedBlock> shared_;

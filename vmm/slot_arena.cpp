@@ -85,10 +85,6 @@ std::vector<PageId>& SlotArena::tail(int slot, int tensor) noexcept {
   return pages_[static_cast<std::size_t>(slot) * static_cast<std::size_t>(shape_.tensors) + static_cast<std::size_t>(tensor)];
 }
 
-std::span<const PageId> SlotArena::pages(int slot, int tensor) const noexcept {
-  return pages_[static_cast<std::size_t>(slot) * static_cast<std::size_t>(shape_.tensors) + static_cast<std::size_t>(tensor)];
-}
-
 std::int64_t SlotArena::total_mappings() const noexcept {
   std::int64_t n = 0;
   for (const std::int64_t h : held_) n += h;
@@ -105,13 +101,6 @@ std::int64_t SlotArena::top_rows(int slot) const noexcept {
   std::int64_t rows = 0;
   for (int t = 0; t < shape_.tensors; ++t) rows = std::max<std::int64_t>(rows, static_cast<std::int64_t>(pages(slot, t).size()));
   return rows;
-}
-
-std::int64_t SlotArena::missing_pages(int slot, std::int64_t rows) const noexcept {
-  std::int64_t missing = 0;
-  for (int t = 0; t < shape_.tensors; ++t)
-    missing += std::max<std::int64_t>(0, rows - static_cast<std::int64_t>(pages(slot, t).size()));
-  return missing;
 }
 
 void SlotArena::book_mapped(int slot, std::vector<PageId>& pages, PageId page) noexcept {

@@ -1,6 +1,7 @@
 #pragma once
 // The vmm backend's address space and physical pages: one reservation of slots x tensors, the
 // page pool, and which page is mapped where (docs/vmm.md, "Layout").
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -91,8 +92,11 @@ class SlotArena {
   // --- pages and where they are mapped ---
   [[nodiscard]] PhysicalPagePool& pool() noexcept { return *pool_; }
   [[nodiscard]] const PhysicalPagePool& pool() const noexcept { return *pool_; }
-  /// The pages mapped in (slot, tensor), row 0 first.
-  [[nodiscard]] std::span<const PageId> pages(int slot, int tensor) const noexcept;
+  /// The pages mapped in (slot, tensor), row 0 first. Inline: the accounting asks for every tensor
+  /// of every sequence each step.
+  [[nodiscard]] std::span<const PageId> pages(int slot, int tensor) const noexcept {
+    return pages_[static_cast<std::size_t>(slot) * static_cast<std::size_t>(shape_.tensors) + static_cast<std::size_t>(tensor)];
+  }
   /// Mappings in `slot` over all tensors, and over all slots.
   [[nodiscard]] std::int64_t held(int slot) const noexcept { return held_[static_cast<std::size_t>(slot)]; }
   [[nodiscard]] std::int64_t total_mappings() const noexcept;
@@ -100,7 +104,12 @@ class SlotArena {
   [[nodiscard]] std::int64_t complete_rows(int slot) const noexcept;
   [[nodiscard]] std::int64_t top_rows(int slot) const noexcept;
   /// Pages `slot` lacks for `rows` rows in every tensor.
-  [[nodiscard]] std::int64_t missing_pages(int slot, std::int64_t rows) const noexcept;
+  [[nodiscard]] std::int64_t missing_pages(int slot, std::int64_t rows) const noexcept {
+    std::int64_t missing = 0;
+    for (int t = 0; t < shape_.tensors; ++t)
+      missing += std::max<std::int64_t>(0, rows - static_cast<std::int64_t>(pages(slot, t).size()));
+    return missing;
+  }
   /// Slots mapping `page` now (0: the page is free).
   [[nodiscard]] int mappings(PageId page) const noexcept { return refs_[static_cast<std::size_t>(page)]; }
 
