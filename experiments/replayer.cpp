@@ -10,6 +10,7 @@
 #include "alloc/error.hpp"
 #include "experiments/kv_integrity.hpp"
 #include "kernels/attention.hpp"
+#include "kernels/batch_attention_params.hpp"
 
 namespace kvlab {
 
@@ -463,16 +464,7 @@ double Replay::execute_kernels(double& prepare_s) {
   const auto t0 = Clock::now();
   const PreparedBatch batch = b_.prepare_batch(ids);
   const auto t1 = Clock::now();
-  AttentionParams p;
-  p.batch = batch.batch;
-  p.num_q_heads = m.num_q_heads;
-  p.num_kv_heads = m.num_kv_heads;
-  p.head_dim = m.head_dim;
-  p.scale = 1.f / std::sqrt(static_cast<float>(m.head_dim));
-  p.q = q_.data();
-  p.out = out_.data();
-  p.q_indptr = q_indptr_.data();
-  p.seq_lens = batch.seq_lens;
+  const AttentionParams p = batch_attention_params(m, batch, q_.data(), out_.data(), q_indptr_.data());
   const int layers = c_.execute_layers > 0 ? std::min(c_.execute_layers, m.num_layers) : m.num_layers;
   for (int l = 0; l < layers; ++l) {
     if (c_.attention) {

@@ -27,6 +27,7 @@
 
 #include "experiments/backend_factory.hpp"
 #include "kernels/attention.hpp"
+#include "kernels/batch_attention_params.hpp"
 #include "kernels/kv_view.hpp"
 #include "vmm/page_pool.hpp"
 #include "vmm/posix_vm_driver.hpp"
@@ -143,16 +144,7 @@ AttentionParams decode_params(const ModelGeometry& m, int batch, const PreparedB
                               std::vector<float>& out) {
   q.assign(static_cast<std::size_t>(batch) * m.num_q_heads * m.head_dim, 0.5f);
   out.assign(q.size(), 0.f);
-  AttentionParams p;
-  p.batch = batch;
-  p.num_q_heads = m.num_q_heads;
-  p.num_kv_heads = m.num_kv_heads;
-  p.head_dim = m.head_dim;
-  p.scale = 1.f / std::sqrt(static_cast<float>(m.head_dim));
-  p.q = q.data();
-  p.out = out.data();
-  p.seq_lens = pb.seq_lens;
-  return p;
+  return batch_attention_params(m, pb, q.data(), out.data());
 }
 
 void BM_DecodeAttention(benchmark::State& state) {

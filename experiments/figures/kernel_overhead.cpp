@@ -11,6 +11,7 @@
 #include "experiments/figures/figure_kit.hpp"
 #include "experiments/figures/figure_list.hpp"
 #include "kernels/attention.hpp"
+#include "kernels/batch_attention_params.hpp"
 
 namespace kvlab::fig {
 
@@ -22,16 +23,8 @@ double time_attention(KvBackend& b, const std::vector<SeqId>& ids, const std::ve
   const ModelGeometry& m = b.model();
   const PreparedBatch pb = b.prepare_batch(ids);
   std::vector<float> q(static_cast<std::size_t>(q_indptr.back()) * m.num_q_heads * m.head_dim, 0.5f), out(q.size());
-  AttentionParams p;
-  p.batch = pb.batch;
-  p.num_q_heads = m.num_q_heads;
-  p.num_kv_heads = m.num_kv_heads;
-  p.head_dim = m.head_dim;
-  p.scale = 1.f / std::sqrt(static_cast<float>(m.head_dim));
-  p.q = q.data();
-  p.out = out.data();
-  p.q_indptr = q_indptr.back() == pb.batch ? nullptr : q_indptr.data();
-  p.seq_lens = pb.seq_lens;
+  const AttentionParams p =
+      batch_attention_params(m, pb, q.data(), out.data(), q_indptr.back() == pb.batch ? nullptr : q_indptr.data());
   const KvView view = b.layer_view(0);
   host_attention(p, view);  // warm up
   std::vector<double> times;
