@@ -67,7 +67,6 @@ struct StepCosts {
     mapping_s -= o.mapping_s;
     return *this;
   }
-  [[nodiscard]] double total_s() const noexcept { return mapping_s; }
 };
 
 /// A backend's own counters, by name ("cow_copies", "critical_maps", ...): whatever it wants a
