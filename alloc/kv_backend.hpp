@@ -34,9 +34,11 @@ struct SequenceSpec {
   /// Tokens the sequence will hold when it finishes (prompt + output). Reservation policies that
   /// need foresight (oracle, pow2) and the reserved/internal split of the accounting use it.
   std::int64_t final_tokens = 0;
-  /// Prefix caching (docs/prefix-caching.md). The prompt's token ids, non-owning and read only
-  /// during admit/can_admit; empty: unknown, the sequence neither hits nor fills the cache. When
-  /// given it must hold at least `prompt_tokens` ids (only the first `prompt_tokens` are used).
+  /// Prefix caching (docs/prefix-caching.md). The sequence's token ids, non-owning and read only
+  /// during admit/can_admit (a backend copies what it keeps); empty: unknown, the sequence neither
+  /// hits nor fills the cache. When given it must hold at least `prompt_tokens` ids: the prompt's
+  /// are looked up, and ids past the prompt are the tokens the sequence will generate, where the
+  /// caller knows them. A backend enters every block whose ids are known as soon as it is full.
   std::span<const std::int32_t> prompt_token_ids = {};
   /// Extra keys mixed into the key of the sequence's first block (a per-tenant salt, a LoRA id):
   /// sequences with different extra keys never share cached blocks. Non-owning, like the ids.
@@ -45,11 +47,13 @@ struct SequenceSpec {
 
 /// Prefix-cache counters of a backend (all zero for backends without a prefix cache).
 struct PrefixCacheStats {
+  std::int64_t lookups = 0;          ///< admits that looked their prompt up (admits with token ids)
+  std::int64_t hit_blocks = 0;       ///< cache blocks those admits reused
   std::int64_t hits = 0;             ///< prompt tokens whose KV came from the cache at admit
   std::int64_t queries = 0;          ///< prompt tokens looked up (admits with token ids)
   std::int64_t evictions = 0;        ///< cached blocks whose entry was dropped to reuse the block
   std::int64_t lookup_ns = 0;        ///< total wall time of the lookups of successful admits
-  std::int64_t inserted_blocks = 0;  ///< blocks entered into the cache
+  std::int64_t inserted_blocks = 0;  ///< blocks entered into the cache (prompt and generated)
 };
 
 /// Per-batch arrays prepared by prepare_batch, in memory the kernels can read.

@@ -32,7 +32,7 @@ std::int32_t HashPrefixCache::acquire_hit(const PrefixHit& hit, std::span<const 
   return -1;
 }
 
-std::int64_t HashPrefixCache::enter_prompt(std::span<const std::int32_t> tokens, std::span<const std::int64_t> extra,
+std::int64_t HashPrefixCache::enter_blocks(std::span<const std::int32_t> tokens, std::span<const std::int64_t> extra,
                                            std::span<const BlockId> blocks, std::int64_t from, std::int64_t to,
                                            std::int32_t&) {
   const ChainedPrefixIndex::EntryId parent = from > 0 ? index_.entry_of(blocks[static_cast<std::size_t>(from - 1)]) : -1;

@@ -27,7 +27,7 @@ class HashPrefixCache final : public PrefixCache {
   std::int32_t acquire_hit(const PrefixHit& hit, std::span<const std::int64_t> extra) override;
   /// blocks[from - 1] (when from > 0) must be cached: it is their parent. Stops at the first block
   /// whose content is already cached under another block (that block stays private).
-  std::int64_t enter_prompt(std::span<const std::int32_t> tokens, std::span<const std::int64_t> extra,
+  std::int64_t enter_blocks(std::span<const std::int32_t> tokens, std::span<const std::int64_t> extra,
                             std::span<const BlockId> blocks, std::int64_t from, std::int64_t to,
                             std::int32_t& hold) override;
   void share_hold(std::int32_t) override {}

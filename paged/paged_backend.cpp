@@ -176,12 +176,30 @@ void PagedBackend::do_admit(SeqId id, const SequenceSpec& spec, std::int64_t ini
   make_room(need);
   for (std::int64_t i = 0; i < need; ++i) s.blocks.push_back(take_block());
   if (!ids.empty()) {
-    stats_.inserted_blocks += cache_->enter_prompt(ids, spec.extra_keys, s.blocks, hit, l.full_blocks, s.prefix_hold);
+    // Every id the spec gives (the prompt's, and the generated tokens' where known) is kept: a
+    // block is entered as soon as it is full, now or when the sequence grows.
+    s.ids.assign(spec.prompt_token_ids.begin(), spec.prompt_token_ids.end());
+    s.extra.assign(spec.extra_keys.begin(), spec.extra_keys.end());
+    s.entered = hit;
+    s.caching = true;
+    enter_full_blocks(s);
+    ++stats_.lookups;
     stats_.queries += static_cast<std::int64_t>(ids.size());
     stats_.hits += s.cached_tokens;
+    stats_.hit_blocks += hit;
     stats_.lookup_ns += lookup_ns;
   }
   account_in(id, seqs_.insert(id, std::move(s)));
+}
+
+void PagedBackend::enter_full_blocks(Sequence& s) {
+  if (!s.caching) return;
+  const std::int64_t to = std::min(s.length, static_cast<std::int64_t>(s.ids.size())) / config_.block_size;
+  if (to <= s.entered) return;
+  const std::int64_t got = cache_->enter_blocks(s.ids, s.extra, s.blocks, s.entered, to, s.prefix_hold);
+  stats_.inserted_blocks += got;
+  s.entered += got;
+  if (s.entered < to) s.caching = false;  // already cached under another block: the rest stays private
 }
 
 std::int64_t PagedBackend::blocks_needed_to_grow(const Sequence& s, std::int64_t n) const {
@@ -236,6 +254,7 @@ void PagedBackend::do_grow(SeqId id, std::int64_t n) {
   const std::int64_t old_length = s.length;
   s.length += n;
   count_sequence(s, +1);
+  enter_full_blocks(s);  // blocks this growth filled (a prefill chunk, a decode token)
   // Only blocks from the one the old length ended in can hold more tokens now; new ones are private.
   if (shared_.empty()) return;
   for (std::int64_t i = old_length / config_.block_size; i < old_blocks; ++i) {
@@ -251,6 +270,7 @@ void PagedBackend::do_fork(SeqId parent, SeqId child) {
   c.length = p.length;
   c.final_tokens = p.final_tokens;
   c.prefix_hold = p.prefix_hold;  // the child holds the same cached blocks (radix: locks the same node)
+  // The child's own tokens are unknown: it enters nothing (c.caching stays false).
   for (BlockId b : c.blocks) pool_.add_ref(b);
   if (c.prefix_hold >= 0) cache_->share_hold(c.prefix_hold);
   account_in(child, seqs_.insert(child, std::move(c)));
@@ -330,6 +350,7 @@ void PagedBackend::do_swap_out(SeqId id) {
   }
   drop_blocks(id, s);  // cached blocks keep their entries: their bytes stay valid on the device
   s.swapped_blocks = nb;
+  s.caching = false;  // swap_in brings private copies back: nothing after them is entered
 }
 
 bool PagedBackend::do_can_swap_in(SeqId id) const {
@@ -392,6 +413,9 @@ BackendCounters PagedBackend::do_counters() const {
   return {{"cow_copies", static_cast<double>(cow_copies_)},
           {"free_blocks", static_cast<double>(pool_.num_free())},
           {"cached_free_blocks", static_cast<double>(num_cached_free_blocks())},
+          {"prefix_lookups", static_cast<double>(st.lookups)},
+          {"prefix_hit_blocks", static_cast<double>(st.hit_blocks)},
+          {"prefix_hit_tokens", static_cast<double>(st.hits)},
           {"prefix_inserted_blocks", static_cast<double>(st.inserted_blocks)},
           {"prefix_evictions", static_cast<double>(st.evictions)}};
 }

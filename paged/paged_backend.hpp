@@ -19,7 +19,9 @@
 //  * Prefix caching (--prefix-cache none|hash|radix, docs/prefix-caching.md): `hash` is vLLM v1's
 //    block-hash cache over an LRU free queue, `radix` SGLang's radix tree. A sequence admitted
 //    with prompt token ids reuses the cached blocks of its longest cached prefix (capped so at
-//    least one prompt token is computed) and enters its own full prompt blocks into the cache.
+//    least one prompt token is computed) and enters every block into the cache as soon as it is
+//    full and its token ids are known: prompt blocks at admit and during chunked prefill, and
+//    decode blocks when the spec's ids cover the generated tokens (vLLM v1, SGLang).
 //    Cached blocks no sequence holds count as `free` in the five fractions and as `cached`.
 #include <chrono>
 #include <memory>
@@ -55,6 +57,15 @@ struct PagedSequence : SequenceState {
   std::size_t swap_bytes = 0;
   std::int64_t swapped_blocks = 0;
   std::int32_t prefix_hold = -1;  // the prefix cache's hold (radix mode: the locked tree node; -1: none)
+  // Prefix caching: the token ids known for this sequence (its prompt, then the tokens it will
+  // generate where the spec gave them) and its extra keys, copied at admit; blocks [0, entered)
+  // are cached (its hit, then the blocks it entered). `caching`: full blocks after them can still
+  // be entered (false without ids, for forks, after a swap, and once a block was already cached
+  // under another block).
+  std::vector<std::int32_t> ids;
+  std::vector<std::int64_t> extra;
+  std::int64_t entered = 0;
+  bool caching = false;
 };
 
 class PagedBackend final : public TableBackend<PagedSequence> {
@@ -114,6 +125,8 @@ class PagedBackend final : public TableBackend<PagedSequence> {
   BlockId take_block();
   /// Makes sure `n` blocks can be taken (evicts cached blocks the cache alone holds). Requires availability.
   void make_room(std::int64_t n);
+  /// Enters the sequence's full blocks whose ids are known into the prefix cache (from `entered` on).
+  void enter_full_blocks(Sequence& s);
   /// Drops the sequence's blocks (tail first), their accounting and its prefix-cache hold.
   void drop_blocks(SeqId id, Sequence& s);
   [[nodiscard]] std::int64_t blocks_for(std::int64_t tokens) const noexcept {

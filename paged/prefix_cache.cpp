@@ -16,7 +16,7 @@ class NoPrefixCache final : public PrefixCache {
     return {};
   }
   std::int32_t acquire_hit(const PrefixHit&, std::span<const std::int64_t>) override { return -1; }
-  std::int64_t enter_prompt(std::span<const std::int32_t>, std::span<const std::int64_t>, std::span<const BlockId>,
+  std::int64_t enter_blocks(std::span<const std::int32_t>, std::span<const std::int64_t>, std::span<const BlockId>,
                             std::int64_t, std::int64_t, std::int32_t&) override {
     return 0;
   }

@@ -30,8 +30,9 @@ struct PrefixHit {
 // Rationale. The two caches hold blocks differently (hash: cached blocks sit in the pool's LRU
 // free queue and lose their entry when handed out; radix: the tree holds a pool reference and
 // evicts least recently used unlocked leaves), but the backend asks the same questions at the
-// same points: what does a prompt hit, take the hit, enter the new full blocks, a block was
-// handed out, a sequence forks or finishes, what can be evicted. One interface keeps the backend
+// same points: what does a prompt hit, take the hit, enter the new full blocks (at admit and
+// whenever growth fills one), a block was handed out, a sequence forks or finishes, what can be
+// evicted. One interface keeps the backend
 // free of per-mode branches; `none` is a cache that never hits.
 //
 // Approach. A sequence that uses the cache gets a *hold* (an int, -1 for none): radix mode's
@@ -54,9 +55,13 @@ class PrefixCache {
   /// A new sequence takes `hit`: a pool reference on every hit block (reviving a cached free one)
   /// and whatever keeps them cached while it runs. Returns the sequence's hold (-1: none).
   virtual std::int32_t acquire_hit(const PrefixHit& hit, std::span<const std::int64_t> extra) = 0;
-  /// Enters the sequence's full prompt blocks [from, to) after its hit (blocks[i] holds tokens
-  /// [i * block_size, (i + 1) * block_size)); may move `hold`. Returns the blocks entered.
-  virtual std::int64_t enter_prompt(std::span<const std::int32_t> tokens, std::span<const std::int64_t> extra,
+  /// Enters the sequence's full blocks [from, to) (blocks[i] holds tokens [i * block_size,
+  /// (i + 1) * block_size), whose ids are in `tokens`): its prompt blocks after the hit at admit,
+  /// and every later block as soon as it is full, during chunked prefill and decode. Blocks
+  /// [0, from) are the sequence's hit or were entered by it. May move `hold`. Returns the blocks
+  /// entered: fewer than to - from when a block's content is already cached under another block
+  /// (that block stays private, and the sequence enters nothing after it).
+  virtual std::int64_t enter_blocks(std::span<const std::int32_t> tokens, std::span<const std::int64_t> extra,
                                     std::span<const BlockId> blocks, std::int64_t from, std::int64_t to,
                                     std::int32_t& hold) = 0;
   /// A forked child holds what its parent holds.

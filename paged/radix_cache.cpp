@@ -162,7 +162,7 @@ std::int32_t RadixCache::acquire_hit(const PrefixHit& hit, std::span<const std::
   return node;
 }
 
-std::int64_t RadixCache::enter_prompt(std::span<const std::int32_t> tokens, std::span<const std::int64_t>,
+std::int64_t RadixCache::enter_blocks(std::span<const std::int32_t> tokens, std::span<const std::int64_t>,
                                       std::span<const BlockId> blocks, std::int64_t from, std::int64_t to,
                                       std::int32_t& hold) {
   const auto bs = static_cast<std::size_t>(block_size_);

@@ -40,7 +40,7 @@ class RadixCache final : public PrefixCache {
   /// Commits the match, locks its node and takes a pool reference on every hit block.
   std::int32_t acquire_hit(const PrefixHit& hit, std::span<const std::int64_t> extra) override;
   /// Inserts the blocks as a leaf under `hold`; when it was new, the sequence's lock moves to it.
-  std::int64_t enter_prompt(std::span<const std::int32_t> tokens, std::span<const std::int64_t> extra,
+  std::int64_t enter_blocks(std::span<const std::int32_t> tokens, std::span<const std::int64_t> extra,
                             std::span<const BlockId> blocks, std::int64_t from, std::int64_t to,
                             std::int32_t& hold) override;
   void share_hold(std::int32_t hold) override { lock(hold); }

@@ -13,6 +13,7 @@ PageSharing::PageSharing(SlotArena& arena, bool prefix_cache, std::size_t token_
   block_rows_ = static_cast<std::int64_t>(unit / arena.page_bytes());
   block_tokens_ = static_cast<std::int64_t>(unit / token_bytes);
   index_ = std::make_unique<ChainedPrefixIndex>(num_pages, block_tokens_, block_rows_ * arena.num_tensors());
+  slot_cache_.resize(static_cast<std::size_t>(arena.num_slots()));
   index_->set_on_unindex([this](PageId p) {
     if (arena_->mappings(p) == 0) --free_indexed_;  // a free (or just allocated) page lost its entry
   });
@@ -76,24 +77,56 @@ std::vector<PageId> PageSharing::pages_of(std::span<const EntryId> hit) const {
 
 void PageSharing::enter_prompt(const SequenceSpec& spec, std::int64_t initial_tokens, std::span<const EntryId> hit,
                                int slot, std::int64_t lookup_ns) {
-  if (!index_ || spec.prompt_token_ids.empty()) return;
+  if (!index_) return;
+  SlotCache& c = slot_cache_[static_cast<std::size_t>(slot)];
+  c = SlotCache{};
+  if (spec.prompt_token_ids.empty()) return;
+  c.ids.assign(spec.prompt_token_ids.begin(), spec.prompt_token_ids.end());
+  c.extra.assign(spec.extra_keys.begin(), spec.extra_keys.end());
+  c.entered = static_cast<std::int64_t>(hit.size());
+  c.caching = true;
+  enter_complete(slot, initial_tokens);
   const std::int64_t n = std::min(spec.prompt_tokens, initial_tokens);
-  const std::int64_t complete = n / block_tokens_;
   const auto hit_blocks = static_cast<std::int64_t>(hit.size());
-  const int tensors = arena_->num_tensors();
-  if (complete > hit_blocks) {
-    stats_.inserted_blocks += index_->insert(
-        spec.prompt_token_ids.first(static_cast<std::size_t>(n)), spec.extra_keys, hit.empty() ? -1 : hit.back(),
-        hit_blocks, complete, [&](std::int64_t block, std::span<PageId> out) {
-          for (std::int64_t g = 0; g < block_rows_; ++g)
-            for (int t = 0; t < tensors; ++t)
-              out[static_cast<std::size_t>(g * tensors + t)] =
-                  arena_->pages(slot, t)[static_cast<std::size_t>(block * block_rows_ + g)];
-        });
-  }
+  ++stats_.lookups;
   stats_.queries += n;
+  stats_.hit_blocks += hit_blocks;
   stats_.hits += hit_blocks * block_tokens_;
   stats_.lookup_ns += lookup_ns;
+}
+
+void PageSharing::grew(int slot, std::int64_t length) {
+  if (index_) enter_complete(slot, length);
+}
+
+void PageSharing::end_sequence(int slot) {
+  if (index_) slot_cache_[static_cast<std::size_t>(slot)] = SlotCache{};
+}
+
+void PageSharing::enter_complete(int slot, std::int64_t length) {
+  SlotCache& c = slot_cache_[static_cast<std::size_t>(slot)];
+  if (!c.caching) return;
+  const std::int64_t complete = std::min(length, static_cast<std::int64_t>(c.ids.size())) / block_tokens_;
+  if (complete <= c.entered) return;
+  const int tensors = arena_->num_tensors();
+  // Block entered - 1 is the parent: its first page names the entry (a hit maps the entry's pages).
+  const EntryId parent = c.entered > 0 ? index_->entry_of(arena_->pages(slot, 0)[static_cast<std::size_t>(
+                                             (c.entered - 1) * block_rows_)])
+                                       : -1;
+  if (c.entered > 0 && parent < 0) {
+    c.caching = false;
+    return;
+  }
+  const std::int64_t got = index_->insert(c.ids, c.extra, parent, c.entered, complete,
+                                          [&](std::int64_t block, std::span<PageId> out) {
+                                            for (std::int64_t g = 0; g < block_rows_; ++g)
+                                              for (int t = 0; t < tensors; ++t)
+                                                out[static_cast<std::size_t>(g * tensors + t)] =
+                                                    arena_->pages(slot, t)[static_cast<std::size_t>(block * block_rows_ + g)];
+                                          });
+  stats_.inserted_blocks += got;
+  c.entered += got;
+  if (c.entered < complete) c.caching = false;  // already cached elsewhere: the rest stays private
 }
 
 std::optional<PageId> PageSharing::allocate_fresh() {

@@ -29,16 +29,21 @@ namespace kvlab {
 //    the prefix cache no page is ever in two slots and a row of T pages is simply counted.
 //  * The index: a block is the fewest whole rows that hold whole tokens (lcm(page, token bytes)
 //    bytes: G rows, 1 whenever a token divides the page); the chained prefix index
-//    (alloc/chained_prefix_index.hpp) names the G x T pages holding each cached block. Only
-//    whole rows below every holder's length are entered, and nobody writes into them again, so
-//    sharing needs no copy-on-write.
+//    (alloc/chained_prefix_index.hpp) names the G x T pages holding each cached block. A block is
+//    entered as soon as it is complete and its token ids are known (vLLM v1's rule): the prompt's
+//    at admit, then whatever growth completes (later prefill chunks; decode when the spec's ids
+//    cover the generated tokens). Only whole rows below every holder's length are entered, and
+//    nobody writes into them again, so sharing needs no copy-on-write. Each slot keeps a copy of
+//    its sequence's ids and how many leading blocks are cached.
 //  * A free page keeps its entry until the pool (LRU order) hands it out again (allocate_fresh
 //    drops it: an eviction); a hit on a free page takes it back out of the pool (take_for_mapping).
 //    free_indexed counts free pages that still hold an entry, kept exact through the arena's
 //    page-freed hook and the index's unindex hook.
 //
-// Limitations. Not thread-safe (the backend's mutex guards it). Shares whole blocks of the
-// prompt only; a partial last block is always recomputed. Must not outlive the arena.
+// Limitations. Not thread-safe (the backend's mutex guards it). Shares whole blocks only; a
+// partial last block is always recomputed. A forked child enters nothing (its own tokens are
+// unknown), and a sequence stops entering at a block whose content another entry already holds.
+// Must not outlive the arena.
 class PageSharing {
  public:
   using EntryId = ChainedPrefixIndex::EntryId;
@@ -77,10 +82,15 @@ class PageSharing {
   [[nodiscard]] std::vector<PageId> pages_of(std::span<const EntryId> hit) const;
   /// Whether `page` holds an index entry.
   [[nodiscard]] bool indexed(PageId page) const noexcept { return index_ && index_->entry_of(page) >= 0; }
-  /// After an admission of `spec` into `slot` that hit `hit`: enters the prompt's complete blocks
-  /// after the hit (their KV is written by this step) and counts the lookup.
+  /// After an admission of `spec` into `slot` that hit `hit`: keeps the spec's token ids for the
+  /// slot, enters the complete blocks of the first `initial_tokens` after the hit (their KV is
+  /// written by this step) and counts the lookup.
   void enter_prompt(const SequenceSpec& spec, std::int64_t initial_tokens, std::span<const EntryId> hit, int slot,
                     std::int64_t lookup_ns);
+  /// The sequence in `slot` now holds `length` tokens: enters the blocks that became complete.
+  void grew(int slot, std::int64_t length);
+  /// The sequence in `slot` ended (or the slot starts a fork): it enters nothing more.
+  void end_sequence(int slot);
   /// A page from the pool for new KV (whatever prefix it cached is gone: an eviction); nullopt
   /// when none is free.
   [[nodiscard]] std::optional<PageId> allocate_fresh();
@@ -93,6 +103,15 @@ class PageSharing {
  private:
   void pin(PageId page) noexcept;
   void unpin(PageId page) noexcept;
+  /// Enters the complete blocks of the first `length` tokens of `slot` from its frontier on.
+  void enter_complete(int slot, std::int64_t length);
+
+  struct SlotCache {  // what a running sequence can still enter
+    std::vector<std::int32_t> ids;    // its known token ids (prompt, then generated where given)
+    std::vector<std::int64_t> extra;  // its extra keys
+    std::int64_t entered = 0;         // leading blocks cached (hit or entered)
+    bool caching = false;
+  };
 
   SlotArena* arena_;
   std::vector<std::int32_t> pins_;  // [page] running sequences needing it (prefix cache only)
@@ -101,6 +120,7 @@ class PageSharing {
   std::int64_t free_indexed_ = 0;
   std::int64_t block_tokens_ = 0, block_rows_ = 0;
   std::unique_ptr<ChainedPrefixIndex> index_;
+  std::vector<SlotCache> slot_cache_;  // [slot], prefix cache only
   PrefixCacheStats stats_;
 };
 

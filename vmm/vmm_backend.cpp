@@ -479,6 +479,7 @@ void VmmBackend::do_grow(SeqId id, std::int64_t n) {
   txn.commit();
   set_needed_rows(s.slot, rows);
   s.length += n;
+  sharing_.grew(s.slot, s.length);  // prefix cache: blocks this growth completed
 }
 
 void VmmBackend::do_fork(SeqId parent, SeqId child) {
@@ -533,6 +534,7 @@ void VmmBackend::do_release(SeqId id) {
   ++slot.generation;
   slot.released = ++tick_;
   set_needed_rows(s.slot, 0);
+  sharing_.end_sequence(s.slot);
   if (!config_.deferred_reclamation) arena_.unmap_slot(s.slot, MapOrigin::critical);
 }
 

@@ -261,6 +261,100 @@ TEST_P(PrefixCache, ExtraKeysSeparateTenants) {
   check(b);
 }
 
+// Issue 17. vLLM's "129 tokens make sure the first 128 are cached" case, prefilled in two chunks
+// (32, then 97): every block is entered as soon as it is full, whatever chunk filled it, so the
+// next identical prompt hits the 8 full blocks (cap (129 - 1) / 16 = 8), not the 2 of the first
+// chunk.
+TEST_P(PrefixCache, ChunkedPrefillCachesTheBlocksOfEveryChunk) {
+  PagedBackend b(config(GetParam(), 32));
+  const Tokens p = seq(101, 129);
+  b.admit(1, spec_of(p, 1), 32);
+  EXPECT_EQ(b.prefix_cache_stats().inserted_blocks, 2);
+  EXPECT_EQ(peek(b, p), 32);
+  b.grow(1, 97);  // tokens [32, 129): blocks 2..7 fill, block 8 holds one token
+  EXPECT_EQ(b.prefix_cache_stats().inserted_blocks, 8);
+  EXPECT_EQ(peek(b, p), 128);
+  admit(b, 2, p);  // while 1 still runs
+  EXPECT_EQ(b.cached_tokens(2), 128);
+  for (std::size_t i = 0; i < 8; ++i) EXPECT_EQ(b.block_table(2)[i], b.block_table(1)[i]) << i;
+  b.release(1);
+  b.release(2);
+  admit(b, 3, p);  // and after both finished: the blocks wait in the cache
+  EXPECT_EQ(b.cached_tokens(3), 128);
+  const PrefixCacheStats st = b.prefix_cache_stats();
+  EXPECT_EQ(st.lookups, 3);
+  EXPECT_EQ(st.hit_blocks, 16);
+  EXPECT_EQ(st.hits, 256);
+  EXPECT_EQ(st.inserted_blocks, 8);  // the identical prompts enter nothing new
+  check(b);
+}
+
+// vLLM v1's decode scenario (tests/v1/core/test_prefix_caching.py, test_decode): block size 16, a
+// 55-token prompt (3 full blocks and 7 tokens); 4 generated tokens fill no block; 19 more fill
+// block 3 (tokens 48..63, the first 9 of them generated) and start block 4, which stays uncached.
+// A new request whose prompt is the first sequence's prompt and output hits block 3 too.
+TEST_P(PrefixCache, DecodeBlocksAreCachedAsSoonAsTheyAreFull) {
+  PagedBackend b(config(GetParam(), 11));
+  Tokens common;
+  for (std::int32_t i = 0; i < 3; ++i) common.insert(common.end(), 16, i);
+  const Tokens prompt = cat(common, Tokens(7, 3));
+  const Tokens all = cat(cat(prompt, Tokens(4, 8)), Tokens(19, 7));  // 78 ids: prompt and output
+  SequenceSpec s = spec_of(prompt, 23);
+  s.prompt_token_ids = all;  // the ids of the tokens it will generate are known
+  b.admit(1, s, 55);
+  ASSERT_EQ(b.block_table(1).size(), 4u);
+  EXPECT_EQ(b.prefix_cache_stats().inserted_blocks, 3);  // the partial block 3 has no hash
+  b.grow(1, 4);  // 59 tokens: no new block, block 3 still partial
+  EXPECT_EQ(b.block_table(1).size(), 4u);
+  EXPECT_EQ(b.prefix_cache_stats().inserted_blocks, 3);
+  b.grow(1, 19);  // 78 tokens: block 3 full (cached), one new block 4 (partial, not cached)
+  ASSERT_EQ(b.block_table(1).size(), 5u);
+  EXPECT_EQ(b.prefix_cache_stats().inserted_blocks, 4);
+  if (const HashPrefixCache* h = b.hash_cache()) {
+    EXPECT_TRUE(h->is_cached(b.block_table(1)[3]));
+    EXPECT_FALSE(h->is_cached(b.block_table(1)[4]));
+  } else {
+    EXPECT_EQ(b.radix_cache()->cached_blocks(), 4);
+  }
+  // prompt + output as the next prompt (a chat's next turn): cap (78 - 1) / 16 = 4 blocks.
+  admit(b, 2, all);
+  EXPECT_EQ(b.cached_tokens(2), 64);
+  for (std::size_t i = 0; i < 4; ++i) EXPECT_EQ(b.block_table(2)[i], b.block_table(1)[i]) << i;
+  check(b);
+}
+
+TEST_P(PrefixCache, GeneratedTokensWithoutIdsAreNeverCached) {
+  PagedBackend b(config(GetParam(), 11));
+  const Tokens prompt = seq(0, 55);
+  b.admit(1, spec_of(prompt, 23), 55);  // ids for the prompt only
+  b.grow(1, 23);
+  EXPECT_EQ(b.prefix_cache_stats().inserted_blocks, 3);
+  Tokens next = prompt;
+  for (std::int32_t i = 0; i < 23; ++i) next.push_back(9000 + i);
+  EXPECT_EQ(peek(b, next), 48);
+  // A fork's own tokens are unknown: it enters nothing either.
+  b.fork(1, 2);
+  b.grow(2, 16);
+  EXPECT_EQ(b.prefix_cache_stats().inserted_blocks, 3);
+  check(b);
+}
+
+TEST_P(PrefixCache, ASequenceStopsEnteringAtABlockCachedElsewhere) {
+  PagedBackend b(config(GetParam(), 16));
+  const Tokens p = seq(0, 32);
+  admit(b, 1, p);
+  SequenceSpec s = spec_of(p, 32);
+  const Tokens longer = cat(p, seq(500, 32));
+  s.prompt_token_ids = longer;
+  b.admit(2, s, 32);  // hits block 0; block 1 is its own copy of 1's block 1: private
+  EXPECT_EQ(b.cached_tokens(2), 16);
+  EXPECT_EQ(b.prefix_cache_stats().inserted_blocks, 2);
+  b.grow(2, 32);  // blocks 2 and 3 fill, but their parent block is not in the cache
+  EXPECT_EQ(b.prefix_cache_stats().inserted_blocks, 2);
+  EXPECT_EQ(peek(b, cat(longer, seq(900, 1))), 32);
+  check(b);
+}
+
 INSTANTIATE_TEST_SUITE_P(Modes, PrefixCache, ::testing::Values(PrefixCacheMode::hash, PrefixCacheMode::radix),
                          [](const auto& info) { return std::string(to_string(info.param)); });
 

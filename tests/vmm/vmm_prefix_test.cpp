@@ -206,6 +206,42 @@ TEST_P(VmmPrefixLayouts, ForkSharesFullRowsAndCopiesThePartialRow) {
   EXPECT_EQ(driver->usage().mappings, static_cast<std::size_t>(b.stats().mappings));
 }
 
+// Issue 17: a 129-token prompt prefilled as 32 + 97 enters the blocks of both chunks, so the next
+// identical prompt hits 128 tokens (4 blocks of 32 per layer, 8 of 16 with the megacache), and
+// decode blocks are entered as soon as they are complete when the spec gives their ids.
+TEST_P(VmmPrefixLayouts, EveryCompleteBlockIsEnteredAcrossChunksAndDecode) {
+  VmmBackend b(prefix_vmm(512 * kKiB, posix(512 * kKiB), GetParam()));
+  const std::int64_t R = b.block_tokens();
+  const auto p = ids(129, 1);
+  b.admit(1, spec(p, 130), 32);
+  EXPECT_EQ(b.prefix_cache_stats().inserted_blocks, 32 / R);
+  EXPECT_EQ(b.cached_prefix_tokens(spec(p, 130)), 32);
+  b.grow(1, 97);
+  EXPECT_EQ(b.prefix_cache_stats().inserted_blocks, 128 / R);
+  EXPECT_EQ(b.cached_prefix_tokens(spec(p, 130)), 128);
+  b.admit(2, spec(p, 130), 129);
+  EXPECT_EQ(b.cached_tokens(2), 128);
+  b.release(2);
+  // Decode: ids for 2R generated tokens after a 129-token prompt (different from p's).
+  auto with_output = ids(129 + 2 * R, 2);
+  SequenceSpec s = spec(std::vector<std::int32_t>(with_output.begin(), with_output.begin() + 129), 129 + 2 * R);
+  s.prompt_token_ids = with_output;
+  b.admit(3, s, 129);
+  const std::int64_t before = b.prefix_cache_stats().inserted_blocks;
+  b.grow(3, 2 * R);  // 129 + 2R tokens: blocks up to (129 + 2R) / R complete
+  EXPECT_EQ(b.prefix_cache_stats().inserted_blocks - before, 2);
+  auto next_turn = with_output;
+  next_turn.push_back(7);
+  b.admit(4, spec(next_turn, 200), static_cast<std::int64_t>(next_turn.size()));
+  EXPECT_EQ(b.cached_tokens(4), (129 + 2 * R) / R * R);
+  // Without ids for the generated tokens nothing past the prompt is entered.
+  b.admit(5, spec(ids(129, 3), 129 + 2 * R), 129);
+  const std::int64_t at = b.prefix_cache_stats().inserted_blocks;
+  b.grow(5, 2 * R);
+  EXPECT_EQ(b.prefix_cache_stats().inserted_blocks, at);
+  for (SeqId id : {1, 3, 4, 5}) b.release(id);
+}
+
 INSTANTIATE_TEST_SUITE_P(BothLayouts, VmmPrefixLayouts, ::testing::Values(VmmLayout::per_layer, VmmLayout::megacache),
                          [](const auto& info) { return info.param == VmmLayout::per_layer ? "per_layer" : "megacache"; });
 
@@ -484,6 +520,7 @@ struct RandomRun {
   bool write_bytes;
   std::mt19937_64 rng;
   std::map<SeqId, std::vector<std::int64_t>> tags;  // expected tag of every written token
+  std::map<SeqId, std::vector<std::int64_t>> prompt;  // tags of the whole prompt (its ids are in the spec)
   std::map<SeqId, std::int64_t> final_len;
   SeqId next = 1;
   std::int64_t hits = 0, ooms = 0;
@@ -512,6 +549,7 @@ struct RandomRun {
     hits += b.cached_tokens(next);
     EXPECT_LE(b.cached_tokens(next), chunk - 1);
     tags[next] = prompt_tags(prompt);
+    this->prompt[next] = tags[next];
     tags[next].resize(static_cast<std::size_t>(chunk));
     final_len[next] = n + 30;
     if (write_bytes) write(b, next, tags[next], b.cached_tokens(next), chunk);
@@ -527,7 +565,12 @@ struct RandomRun {
       return;
     }
     b.grow(id, g);
-    for (std::int64_t t = len; t < len + g; ++t) it->second.push_back(static_cast<std::int64_t>(id * 1000 + t));
+    // The rest of the prompt first (a later prefill chunk: the spec gave its ids, so the backend
+    // may enter its blocks), then generated tokens.
+    const auto& p = prompt[id];
+    for (std::int64_t t = len; t < len + g; ++t)
+      it->second.push_back(t < static_cast<std::int64_t>(p.size()) ? p[static_cast<std::size_t>(t)]
+                                                                   : static_cast<std::int64_t>(id * 1000 + t));
     if (write_bytes) write(b, id, it->second, len, len + g);
   }
   void fork() {
@@ -538,6 +581,7 @@ struct RandomRun {
       return;
     }
     tags[next] = it->second;
+    prompt[next] = prompt[it->first];
     final_len[next] = final_len[it->first];
     ++next;
   }
@@ -545,6 +589,7 @@ struct RandomRun {
     const auto it = any_live();
     b.release(it->first);
     final_len.erase(it->first);
+    prompt.erase(it->first);
     tags.erase(it);
   }
 };
