@@ -9,6 +9,7 @@
 
 #include "alloc/error.hpp"
 #include "experiments/kv_integrity.hpp"
+#include "experiments/token_ids.hpp"
 #include "kernels/attention.hpp"
 #include "kernels/batch_attention_params.hpp"
 
@@ -61,7 +62,10 @@ struct Group {
   std::vector<Seq> seqs;       // empty while waiting
   std::int64_t chunk = 0;      // prefill tokens scheduled this step
   bool in_step = false;        // did work this step
-  std::vector<std::int32_t> ids;  // prompt token ids for prefix caching (empty: unknown)
+  // Token ids for prefix caching (empty: unknown): the prompt's, then (one sequence per request)
+  // the answer's, from the trace where it says them (a next turn's prompt), else fresh ids.
+  std::vector<std::int32_t> ids;
+  std::int64_t first_hit = -1;  // prompt tokens the first admission found cached (-1: not admitted yet)
   std::int64_t admitted_from = 0;  // prompt tokens already in the cache at admission (not computed)
   mutable std::vector<std::uint64_t> tags;  // integrity tags of the prompt tokens (verify_kv)
   [[nodiscard]] bool prefilling() const noexcept { return prefilled < prompt; }
@@ -73,35 +77,11 @@ SequenceSpec spec_of(const Group& g) {
   return s;
 }
 
-/// Token ids a prefix cache can key on: the trace's own, or ids derived from chained block hashes
-/// (Mooncake hash_ids: equal hash at block i means equal first (i + 1) x B tokens, so block i's
-/// tokens are hash * B + offset). Empty when the request carries neither.
-/// Only the first `n` are made: a truncated request keeps no ids it will never use (a long Mooncake
-/// prompt would otherwise hold millions).
-std::vector<std::int32_t> token_ids_of(const Request& r, std::int64_t n) {
-  if (!r.prompt_token_ids.empty()) {
-    const auto keep = std::min(r.prompt_token_ids.size(), static_cast<std::size_t>(n));
-    return {r.prompt_token_ids.begin(), r.prompt_token_ids.begin() + static_cast<std::ptrdiff_t>(keep)};
-  }
-  std::vector<std::int32_t> ids;
-  if (r.prefix_hashes.empty() || r.prefix_hash_block <= 0) return ids;
-  ids.reserve(static_cast<std::size_t>(n));
-  for (std::int64_t t = 0; t < n; ++t) {
-    const auto block = static_cast<std::size_t>(t / r.prefix_hash_block);
-    // Unsigned arithmetic: real 64-bit hashes times the block size wrap (signed overflow is UB).
-    const std::uint64_t h = block < r.prefix_hashes.size() ? static_cast<std::uint64_t>(r.prefix_hashes[block])
-                                                           : ~static_cast<std::uint64_t>(block);  // -1 - block
-    const auto b = static_cast<std::uint64_t>(r.prefix_hash_block);
-    ids.push_back(static_cast<std::int32_t>((h * b + static_cast<std::uint64_t>(t) % b) & 0x7fffffff));
-  }
-  return ids;
-}
-
 class Replay {
  public:
   Replay(KvBackend& backend, const std::vector<Request>& workload, const ReplayConfig& config,
          const ProgressCallback& progress)
-      : b_(backend), w_(workload), c_(config), progress_(progress) {}
+      : b_(backend), w_(workload), c_(config), progress_(progress), token_ids_(workload) {}
 
   ReplayResult run();
 
@@ -156,6 +136,7 @@ class Replay {
   std::optional<SequenceSpec> blocked_;
   double shared_savings_time_ = 0;  // integral of shared_savings over busy time
   std::int32_t fresh_token_id_ = 0x7fffffff;
+  TraceTokenIds token_ids_;  // prompt ids, and answers' ids where the trace implies them
   std::unique_ptr<KvIntegrity> integrity_;
   // Execute mode buffers.
   std::vector<float> q_, out_;
@@ -217,7 +198,13 @@ void Replay::arrivals() {
       g.output = std::max<std::int64_t>(1, max_len - g.prompt + 1);
       rec.status = RequestRecord::Status::truncated_completed;
     }
-    g.ids = token_ids_of(r, g.prompt);
+    // The answer's ids let the cache enter decode blocks (a recompute re-hits them; a next turn
+    // whose prompt holds the answer hits them). Parallel samples have no one answer.
+    const bool answer = c_.samples_per_request == 1;
+    const bool whole = g.prompt == r.prompt_tokens && g.output == r.output_tokens;  // not truncated
+    g.ids = token_ids_.ids(g.req, answer && whole ? g.prompt + g.output - 1 : g.prompt);
+    if (answer && static_cast<std::int64_t>(g.ids.size()) >= g.prompt)
+      while (static_cast<std::int64_t>(g.ids.size()) < g.prompt + g.output - 1) g.ids.push_back(fresh_token_id_--);
     waiting_.push_back(std::move(g));
   }
 }
@@ -267,10 +254,8 @@ void Replay::preempt(std::size_t pos) {
     g.carried += g.seqs[0].produced;
     g.prompt += g.seqs[0].produced;
     g.output -= g.seqs[0].produced;
-    if (!g.ids.empty()) {  // generated tokens' ids are unknown: fresh ids that match nothing cached
-      g.ids.resize(static_cast<std::size_t>(g.prompt - g.seqs[0].produced));
-      while (static_cast<std::int64_t>(g.ids.size()) < g.prompt) g.ids.push_back(fresh_token_id_--);
-    }
+    // The generated tokens' ids were given since arrival (the answer's, or fresh ones).
+    KVLAB_ASSERT(g.ids.empty() || static_cast<std::int64_t>(g.ids.size()) >= g.prompt);
   }  // parallel samples (or a partial prefill) restart from their prompt
   g.seqs.clear();
   g.prefilled = 0;
@@ -425,6 +410,11 @@ void Replay::admit_waiting() {
     g.chunk = chunk - cached;
     if (integrity_ && cached > 0) integrity_->expect(id, 0, std::span(prompt_tags(g)).first(static_cast<std::size_t>(cached)));
     result_.summary.prefix_hit_tokens += cached;
+    if (g.first_hit < 0) {
+      g.first_hit = cached;
+    } else {  // admitted again after a preemption: what it finds beyond its first hit, it computed itself
+      result_.summary.prefix_rehit_tokens += std::max<std::int64_t>(0, cached - g.first_hit);
+    }
     g.in_step = true;
     budget_ -= g.chunk;
     ++seqs_in_step_;
@@ -478,16 +468,18 @@ double Replay::execute_kernels(double& prepare_s) {
   return std::chrono::duration<double>(t2 - t1).count() * m.num_layers / layers;
 }
 
-/// Integrity tags of a group's prompt tokens: chained over token ids when known (so cached prefixes
-/// carry the same tags as the KV another request wrote), else by request and position.
+/// Integrity tags of a group's tokens: chained over token ids when known (so cached blocks carry
+/// the same tags as the KV another request, or this one before a preemption, wrote), else by
+/// request and position. Covers the prompt, and the answer when its ids are known.
 const std::vector<std::uint64_t>& Replay::prompt_tags(Group& g) const {
-  if (static_cast<std::int64_t>(g.tags.size()) == g.prompt) return g.tags;
-  g.tags.resize(static_cast<std::size_t>(g.prompt));
+  const bool known = static_cast<std::int64_t>(g.ids.size()) >= g.prompt;
+  const std::int64_t n = known ? static_cast<std::int64_t>(g.ids.size()) : g.prompt;
+  if (static_cast<std::int64_t>(g.tags.size()) == n) return g.tags;
+  g.tags.resize(static_cast<std::size_t>(n));
   std::uint64_t prev = 0;
-  for (std::int64_t t = 0; t < g.prompt; ++t) {
-    g.tags[t] = static_cast<std::int64_t>(g.ids.size()) >= g.prompt
-                    ? (prev = KvIntegrity::chain(prev, g.ids[static_cast<std::size_t>(t)]))
-                    : KvIntegrity::positional((1ull << 40) + g.req, t);
+  for (std::int64_t t = 0; t < n; ++t) {
+    g.tags[t] = known ? (prev = KvIntegrity::chain(prev, g.ids[static_cast<std::size_t>(t)]))
+                      : KvIntegrity::positional((1ull << 40) + g.req, t);
   }
   return g.tags;
 }
@@ -504,7 +496,12 @@ void Replay::check_integrity() {
       for (const Seq& q : g.seqs) {
         if (!q.has_slot) continue;
         const std::int64_t pos = b_.length(q.id) - 1;  // the slot claimed for this step's token
-        const std::uint64_t tag = KvIntegrity::positional(static_cast<std::uint64_t>(q.id), pos);
+        // A group's only sequence generates the answer whose ids are known: its chained tag.
+        const auto& tags = prompt_tags(g);
+        const std::uint64_t tag = g.seqs.size() == 1 && c_.samples_per_request == 1 && pos < static_cast<std::int64_t>(tags.size()) &&
+                                          static_cast<std::int64_t>(g.ids.size()) >= g.prompt
+                                      ? tags[static_cast<std::size_t>(pos)]
+                                      : KvIntegrity::positional(static_cast<std::uint64_t>(q.id), pos);
         integrity_->write(q.id, pos, {&tag, 1});
       }
     }
