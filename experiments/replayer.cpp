@@ -65,7 +65,7 @@ struct Group {
   // Token ids for prefix caching (empty: unknown): the prompt's, then (one sequence per request)
   // the answer's, from the trace where it says them (a next turn's prompt), else fresh ids.
   std::vector<std::int32_t> ids;
-  std::int64_t first_hit = -1;  // prompt tokens the first admission found cached (-1: not admitted yet)
+  bool readmitted = false;  // admitted before (the next admission follows a preemption)
   std::int64_t admitted_from = 0;  // prompt tokens already in the cache at admission (not computed)
   mutable std::vector<std::uint64_t> tags;  // integrity tags of the prompt tokens (verify_kv)
   [[nodiscard]] bool prefilling() const noexcept { return prefilled < prompt; }
@@ -410,11 +410,11 @@ void Replay::admit_waiting() {
     g.chunk = chunk - cached;
     if (integrity_ && cached > 0) integrity_->expect(id, 0, std::span(prompt_tags(g)).first(static_cast<std::size_t>(cached)));
     result_.summary.prefix_hit_tokens += cached;
-    if (g.first_hit < 0) {
-      g.first_hit = cached;
-    } else {  // admitted again after a preemption: what it finds beyond its first hit, it computed itself
-      result_.summary.prefix_rehit_tokens += std::max<std::int64_t>(0, cached - g.first_hit);
+    if (g.readmitted && !spec.prompt_token_ids.empty()) {  // counted apart (vLLM v1's preempted_*)
+      result_.summary.prefix_preempted_hit_tokens += cached;
+      result_.summary.prefix_preempted_lookup_tokens += std::min(g.prompt, chunk);
     }
+    g.readmitted = true;
     g.in_step = true;
     budget_ -= g.chunk;
     ++seqs_in_step_;

@@ -120,9 +120,11 @@ struct ReplaySummary {
   double mapping_s = 0;                ///< the backend's critical-path mapping time (StepCosts), summed
   std::int64_t prefix_hit_tokens = 0;     ///< prompt tokens served from the prefix cache (prefill skipped)
   std::int64_t prefix_lookup_tokens = 0;  ///< prompt tokens looked up in the prefix cache
-  /// Of prefix_hit_tokens: hits of requests admitted again after a preemption beyond what their
-  /// first admission hit (KV they had computed themselves, found again), apart from cross-request hits.
-  std::int64_t prefix_rehit_tokens = 0;
+  /// Of the two above: admissions of requests preempted before (recomputed), counted apart as vLLM
+  /// v1 does (PrefixCacheStats.preempted_*): what they find is mostly their own KV from before the
+  /// preemption. Hit rate across requests = (hit - preempted_hit) / (lookup - preempted_lookup).
+  std::int64_t prefix_preempted_hit_tokens = 0;
+  std::int64_t prefix_preempted_lookup_tokens = 0;
   std::int64_t kv_mismatches = 0;         ///< verify_kv: KV elements that did not read back as written
   std::int64_t kv_tokens_checked = 0;     ///< verify_kv: token reads (summed over steps)
   double wall_s = 0;                   ///< wall-clock seconds the replay itself took

@@ -62,7 +62,8 @@ void add_results(Json& j, const ReplaySummary& s) {
   j["mean_batch"] = number(s.mean_batch), j["max_batch"] = s.max_batch;
   j["peak_allocated_bytes"] = s.peak_allocated_bytes;
   j["prefix_hit_tokens"] = s.prefix_hit_tokens, j["prefix_lookup_tokens"] = s.prefix_lookup_tokens;
-  j["prefix_rehit_tokens"] = s.prefix_rehit_tokens;
+  j["prefix_preempted_hit_tokens"] = s.prefix_preempted_hit_tokens;
+  j["prefix_preempted_lookup_tokens"] = s.prefix_preempted_lookup_tokens;
   j["kv_mismatches"] = s.kv_mismatches, j["kv_tokens_checked"] = s.kv_tokens_checked;
   j["kernel_s"] = number(s.kernel_s), j["prepare_s"] = number(s.prepare_s), j["mapping_s"] = number(s.mapping_s);
   j["replay_wall_s"] = number(s.wall_s);
@@ -76,7 +77,7 @@ void add_results(Json& j, const ReplaySummary& s) {
 }
 
 /// How many keys each line of the file holds, in order.
-constexpr int kKeysPerLine[] = {1, 1, 1, 1, 1, 1, 1, 5, 3, 2, 1, 1, 1, 2, 1, 5, 4, 3, 1, 1};
+constexpr int kKeysPerLine[] = {1, 1, 1, 1, 1, 1, 1, 5, 3, 2, 1, 1, 1, 2, 1, 6, 4, 3, 1, 1};
 
 /// A value on one line: nested objects as {"key": value, ...}, the rest as nlohmann prints them
 /// (invalid UTF-8 in a string replaced rather than thrown on: the command line is user text).

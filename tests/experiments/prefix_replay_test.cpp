@@ -66,7 +66,8 @@ TEST_P(PrefixReplay, TheNextTurnReusesThePreviousAnswer) {
   // 32 tokens). Before issue 17 only a's two full hash blocks (1024 tokens) could hit.
   const std::int64_t block = std::string(GetParam()).starts_with("vmm") ? 32 : 16;
   EXPECT_EQ(r.summary.prefix_hit_tokens, 512 + 1299 / block * block);
-  EXPECT_EQ(r.summary.prefix_rehit_tokens, 0);
+  EXPECT_EQ(r.summary.prefix_preempted_hit_tokens, 0);
+  EXPECT_EQ(r.summary.prefix_preempted_lookup_tokens, 0);
 }
 
 TEST_P(PrefixReplay, APreemptedRequestFindsItsOwnTokensAgain) {
@@ -84,8 +85,9 @@ TEST_P(PrefixReplay, APreemptedRequestFindsItsOwnTokensAgain) {
   EXPECT_EQ(r.summary.completed, 2);
   EXPECT_EQ(r.summary.kv_mismatches, 0);
   ASSERT_GE(r.summary.preemptions, 1);
-  EXPECT_GT(r.summary.prefix_rehit_tokens, 0) << "the victim's full blocks wait in the cache";
-  EXPECT_EQ(r.summary.prefix_rehit_tokens, r.summary.prefix_hit_tokens) << "the prompts share nothing";
+  EXPECT_GT(r.summary.prefix_preempted_hit_tokens, 0) << "the victim's full blocks wait in the cache";
+  EXPECT_EQ(r.summary.prefix_preempted_hit_tokens, r.summary.prefix_hit_tokens) << "the prompts share nothing";
+  EXPECT_GT(r.summary.prefix_preempted_lookup_tokens, 20) << "its prompt and what it had generated";
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, PrefixReplay, ::testing::Values("paged-16-hash", "paged-16-radix", "vmm-4k-prefix"),
