@@ -167,21 +167,42 @@ def fig_sharing(d, rows):
 
 
 def fig_prefix_cache(d, rows):
-    fig, (a1, a2) = plt.subplots(1, 2, figsize=(12, 4.5))
+    fig, (a1, a2, a3) = plt.subplots(1, 3, figsize=(16, 4.5))
+    home = max(int(r["capacity_gib"]) for r in rows if r["backend"] == "paged-16-radix" and
+               sum(1 for x in rows if x["trace"] == r["trace"] and x["backend"] == r["backend"] and
+                   x["capacity_gib"] == r["capacity_gib"]) > 1)
+    top = max(int(r["max_batch"]) for r in rows)
     for trace in dict.fromkeys(r["trace"] for r in rows):
-        sub = [r for r in rows if r["trace"] == trace and r["backend"] == "paged-16-radix"]
+        sub = [r for r in rows if r["trace"] == trace and r["backend"] == "paged-16-radix" and
+               int(r["capacity_gib"]) == home]
         mb = [int(r["max_batch"]) for r in sub]
         line = a1.plot(mb, [float(r["hit_rate_pct"]) for r in sub], marker="o", label=trace)[0]
+        a1.plot(mb, [float(r["all_hits_pct"]) for r in sub], marker=".", linestyle="--", color=line.get_color())
         a1.axhline(float(sub[0]["anchor_pct"]), color=line.get_color(), linestyle=":", linewidth=1)
-        a2.plot(mb, [float(r["tokens_per_s"]) for r in sub], marker="o", label=trace)
-    for a in (a1, a2):
-        a.set_xscale("log", base=2)
-        a.set_xlabel("max batch size (sequences)")
-        a.legend(fontsize=8)
+        for backend, style in (("paged-16-radix", "-"), ("paged-16-hash", "--"), ("paged-16", ":")):
+            cap = sorted((r for r in rows if r["trace"] == trace and r["backend"] == backend and
+                          int(r["max_batch"]) == top), key=lambda r: int(r["capacity_gib"]))
+            gib = [int(r["capacity_gib"]) for r in cap]
+            if backend != "paged-16":
+                a2.plot(gib, [float(r["hit_rate_pct"]) for r in cap], marker="o", linestyle=style,
+                        color=line.get_color(), label=f"{trace}, {backend.split('-')[-1]}")
+            a3.plot(gib, [float(r["tokens_per_s"]) for r in cap], marker="o", linestyle=style,
+                    color=line.get_color(), label=f"{trace}, {backend}")
+    a1.set_xscale("log", base=2)
+    a1.set_xlabel(f"max batch size (sequences), radix, {home} GiB")
     a1.set_ylabel("prefix-cache hit rate (% of prompt tokens)")
-    a1.set_title("Radix prefix cache hit rate (dotted: trace owners' numbers)", fontsize=10)
-    a2.set_ylabel("generated tokens / s (modelled)")
-    a2.set_title("Throughput", fontsize=10)
+    a1.set_title("Hit rate across requests (dashed: with preempted re-hits;\ndotted: trace owners' numbers)",
+                 fontsize=9)
+    for a in (a2, a3):
+        a.set_xscale("log", base=2)
+        a.set_xlabel(f"KV capacity (GiB), max batch {top}")
+    a2.set_ylabel("hit rate across requests (%)")
+    a2.set_title("Capacity and policy (solid: radix, dashed: hash)", fontsize=9)
+    a3.set_yscale("log")
+    a3.set_ylabel("generated tokens / s (modelled)")
+    a3.set_title("Throughput (solid: radix, dashed: hash, dotted: no prefix cache)", fontsize=9)
+    for a in (a1, a2, a3):
+        a.legend(fontsize=6)
     return fig
 
 

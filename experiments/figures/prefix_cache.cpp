@@ -1,5 +1,5 @@
-// SGLang (Fig. 8 style): prefix-cache hit rate against batch size, and throughput, on traces that
-// carry prompt token ids or block hashes.
+// SGLang (Fig. 8 style): prefix-cache hit rate against batch size, KV capacity and cache policy, and
+// throughput, on traces that carry prompt token ids or block hashes.
 #include <fmt/format.h>
 
 #include "experiments/figures/figure_kit.hpp"
@@ -25,58 +25,122 @@ const std::vector<Source>& sources() {
   return all;
 }
 
-/// One row: the replay of `w` through `backend` with at most `max_batch` running sequences.
-std::vector<std::string> measure(const FigureContext& ctx, const Source& src, const std::vector<Request>& w,
-                                 const BackendOptions& o, const std::string& backend, int max_batch) {
+double counter(const ReplaySummary& s, const std::string& name) {
+  for (const auto& [n, v] : s.backend_counters)
+    if (n == name) return v;
+  return 0;
+}
+
+/// One replay's numbers, for the table and for the notes written from them.
+struct Point {
+  std::string trace, backend;
+  int capacity_gib = 0, max_batch = 0;
+  double cross = 0, all = 0;  // hit rates across requests, and with preempted re-admissions
+  std::int64_t preempted_hits = 0, hits = 0, preemptions = 0;
+};
+
+/// The replay of `w` through `backend` with `capacity_gib` of KV and at most `max_batch` running
+/// sequences: a table row and its numbers.
+Point measure(const FigureContext& ctx, const Source& src, const std::vector<Request>& w, BackendOptions o,
+              const std::string& backend, int capacity_gib, int max_batch, Table& t) {
+  o.capacity_bytes = static_cast<std::size_t>(capacity_gib) << 30;
   ReplayConfig c;
   c.max_running = max_batch;
   c.max_batched_tokens = 32768;
   c.chunked_prefill = true;
   const ReplaySummary s = run(ctx, backend, o, w, c).summary;
-  const double queried = static_cast<double>(s.prefix_lookup_tokens);
-  const double rate = queried > 0 ? static_cast<double>(s.prefix_hit_tokens) / queried : 0;
-  return {src.label, backend, std::to_string(max_batch), pct(rate), std::to_string(s.prefix_hit_tokens),
-          fixed(s.mean_batch), fixed(s.makespan_s > 0 ? static_cast<double>(s.generated_tokens) / s.makespan_s : 0, 0),
-          fixed(s.mean_ttft_s, 3), fixed(src.anchor_pct, 2), src.anchor};
+  const auto ratio = [](std::int64_t a, std::int64_t b) { return b > 0 ? static_cast<double>(a) / static_cast<double>(b) : 0; };
+  // Across requests: admissions after a preemption (mostly re-hitting their own KV) left out, as
+  // vLLM v1 leaves its preempted_* stats out of the hit rate.
+  const Point p{src.label, backend, capacity_gib, max_batch,
+                ratio(s.prefix_hit_tokens - s.prefix_preempted_hit_tokens,
+                      s.prefix_lookup_tokens - s.prefix_preempted_lookup_tokens),
+                ratio(s.prefix_hit_tokens, s.prefix_lookup_tokens), s.prefix_preempted_hit_tokens,
+                s.prefix_hit_tokens, s.preemptions};
+  t.add({src.label, backend, std::to_string(capacity_gib), std::to_string(max_batch), pct(p.cross), pct(p.all),
+         std::to_string(p.preempted_hits), std::to_string(p.hits), std::to_string(p.preemptions),
+         fixed(counter(s, "prefix_inserted_blocks"), 0), fixed(counter(s, "prefix_evictions"), 0), fixed(s.mean_batch),
+         fixed(s.makespan_s > 0 ? static_cast<double>(s.generated_tokens) / s.makespan_s : 0, 0),
+         fixed(s.mean_ttft_s, 3), fixed(src.anchor_pct, 2), src.anchor});
+  return p;
+}
+
+const char* const kNotes =
+    "hit_rate_pct = prompt tokens served from the cache / prompt tokens looked up, across requests: "
+    "admissions of requests preempted before (recompute) are left out, as vLLM v1 leaves its preempted_* "
+    "counters out of its hit rate; all_hits_pct counts them too (the only rate this figure had before issue 17) "
+    "and preempted_hit_tokens is what they found, mostly their own prompt and generated tokens from before the "
+    "preemption. Every full block is cached as soon as it is full, prefill chunks and decode alike (vLLM v1, "
+    "SGLang); generated tokens have ids where the trace implies them (a Mooncake conversation's next turn holds "
+    "the previous prompt and answer) and fresh unique ids otherwise, so only the request itself can re-hit "
+    "them. inserted_blocks and evicted_blocks are the device cache's entries made and dropped (no host tier). "
+    "The anchors are what the trace owners report: Mooncake's cache ratios assume a large distributed cache "
+    "over the whole trace; LLMServingSim's 7.59 % is for the same ShareGPT file at 16-token blocks.";
+
+/// What the table says, trace by trace, in numbers taken from it.
+std::string findings(const std::vector<Point>& pts, int home, int top, int small, int large) {
+  const auto at = [&](const std::string& trace, const std::string& backend, int gib) -> const Point* {
+    for (const Point& p : pts)
+      if (p.trace == trace && p.backend == backend && p.capacity_gib == gib && p.max_batch == top) return &p;
+    return nullptr;
+  };
+  std::string out;
+  for (const Source& src : sources()) {
+    const Point* r = at(src.label, "paged-16-radix", home);
+    const Point *rs = at(src.label, "paged-16-radix", small), *rl = at(src.label, "paged-16-radix", large);
+    const Point *hs = at(src.label, "paged-16-hash", small), *hl = at(src.label, "paged-16-hash", large);
+    if (!r || !rs || !rl || !hs || !hl) continue;
+    out += fmt::format(
+        " {}: at {} GiB and batch {} radix serves {} % of prompt tokens across requests ({} % counting "
+        "re-admissions after its {} preemptions, whose hits are {} of the {} hit tokens); from {} to {} GiB the "
+        "rate across requests goes {} -> {} % with radix and {} -> {} % with hash.",
+        src.label, home, top, pct(r->cross), pct(r->all), r->preemptions, r->preempted_hits, r->hits, small, large,
+        pct(rs->cross), pct(rl->cross), pct(hs->cross), pct(hl->cross));
+  }
+  return out;
 }
 
 void prefix_cache(const FigureContext& ctx) {
   const std::vector<int> batches = ctx.full ? std::vector<int>{8, 32, 128, 512} : std::vector<int>{8, 64, 256};
+  const std::vector<int> capacities = ctx.full ? std::vector<int>{8, 16, 64, 128} : std::vector<int>{8, 16, 64};
+  const int home = 64;  // GiB of the batch sweep
   BackendOptions o;
   o.model = model_preset("llama-3-8b");
   o.max_seq_len = 200'000;  // Mooncake prompts reach 191k tokens
-  o.capacity_bytes = std::size_t{ctx.full ? 128ull : 64ull} << 30;
-  Table t{{"trace", "backend", "max_batch", "hit_rate_pct", "prefill_tokens_saved", "mean_batch", "tokens_per_s",
+  Table t{{"trace", "backend", "capacity_gib", "max_batch", "hit_rate_pct", "all_hits_pct", "preempted_hit_tokens",
+           "prefill_tokens_saved", "preemptions", "inserted_blocks", "evicted_blocks", "mean_batch", "tokens_per_s",
            "mean_ttft_s", "anchor_pct", "anchor"}};
+  std::vector<Point> pts;
   for (const Source& src : sources()) {
     TraceOptions topt;
     topt.max_requests = ctx.full ? 0 : 300;
     const auto w = read_trace(resolve_trace(src.file, ctx.trace_dir), topt).requests;
-    for (const std::string backend : {"paged-16-radix", "paged-16-hash", "paged-16"})
-      for (int mb : batches) {
-        if (backend != "paged-16-radix" && mb != batches.back()) continue;  // one point each
-        t.add(measure(ctx, src, w, o, backend, mb));
+    for (int mb : batches) pts.push_back(measure(ctx, src, w, o, "paged-16-radix", home, mb, t));  // SGLang Fig. 8
+    for (const std::string backend : {"paged-16-radix", "paged-16-hash", "paged-16"})  // capacity and policy
+      for (int gib : capacities) {
+        if (backend == "paged-16-radix" && gib == home) continue;  // in the batch sweep
+        pts.push_back(measure(ctx, src, w, o, backend, gib, batches.back(), t));
       }
   }
   publish(ctx,
-          {"prefix-cache", "SGLang (Fig. 8 style): prefix-cache hit rate against batch size, and throughput",
-           fmt::format("Llama-3-8B geometry with max_seq_len 200k, {} GiB of KV, paged backend (block 16) with the "
-                       "radix (SGLang) and hash (vLLM v1) prefix caches and without; Mooncake traces (hash_ids per "
-                       "512-token block, turned into token ids) and the LLMServingSim ShareGPT file (real token ids); "
-                       "trace arrival times; chunked prefill, 32k tokens per step{}",
-                       o.capacity_bytes >> 30, ctx.full ? "" : "; first 300 requests of each trace"),
+          {"prefix-cache",
+           "SGLang (Fig. 8 style): prefix-cache hit rate against batch size, KV capacity and cache policy, and "
+           "throughput",
+           fmt::format("Llama-3-8B geometry with max_seq_len 200k, paged backend (block 16) with the radix (SGLang) "
+                       "and hash (vLLM v1) prefix caches and without; batch sweep at {} GiB of KV, capacity sweep at "
+                       "batch {}; Mooncake traces (hash_ids per 512-token block, turned into token ids) and the "
+                       "LLMServingSim ShareGPT file (real token ids); trace arrival times; chunked prefill, 32k "
+                       "tokens per step{}",
+                       home, batches.back(), ctx.full ? "" : "; first 300 requests of each trace"),
            "modelled: declared A100-80GB roofline; prefill skipped for hit tokens; no GPU was used",
-           "Hit rate = prompt tokens served from the cache / prompt tokens looked up. The anchors are what the "
-           "trace owners report: Mooncake's cache ratios assume a large distributed cache over the whole trace, "
-           "so a smoke-scale prefix of the trace and a single node's KV capacity see less; LLMServingSim's 7.59 % "
-           "is for the same ShareGPT file at 16-token blocks. Larger batches keep more sequences (and their "
-           "prefixes) resident, which raises the hit rate until capacity, not batch size, limits it."},
+           kNotes + findings(pts, home, batches.back(), capacities.front(), capacities.back()) +
+               " docs/prefix-caching.md explains the numbers and compares them with the code before issue 17."},
           t);
 }
 }  // namespace
 
 Figure prefix_cache_figure() {
-  return {"prefix-cache", "SGLang Fig. 8 style: prefix-cache hit rate vs batch size, throughput", prefix_cache};
+  return {"prefix-cache", "SGLang Fig. 8 style: prefix-cache hit rate vs batch size, capacity, policy", prefix_cache};
 }
 
 }  // namespace kvlab::fig
