@@ -38,6 +38,11 @@ namespace kvlab {
 
 enum class LongRequestPolicy { reject, truncate };
 enum class PreemptionMode { recompute, swap };
+/// Which waiting request is admitted next. fcfs: arrival order. lpm: SGLang's longest prefix
+/// match, the waiting request whose prompt has the most tokens in the prefix cache first, among
+/// the first `lpm_window` waiting requests, with a fairness bound: a request that later arrivals
+/// overtook in `lpm_max_bypass` steps goes before any prefix.
+enum class SchedulePolicy { fcfs, lpm };
 /// Runs attention for one layer of a prepared batch.
 using AttentionFn = std::function<void(const AttentionParams&, const KvView&)>;
 
@@ -46,6 +51,9 @@ struct ReplayConfig {
   std::int64_t max_batched_tokens = 8192;  ///< tokens computed per step (decodes + prefill chunks)
   bool chunked_prefill = false;            ///< split prompts to fit max_batched_tokens
   PreemptionMode preemption = PreemptionMode::recompute;
+  SchedulePolicy schedule = SchedulePolicy::fcfs;
+  int lpm_window = 128;     ///< lpm: waiting requests ranked each step (SGLang uses FCFS past 128)
+  int lpm_max_bypass = 8;   ///< lpm: steps in which later arrivals may overtake a request
   LongRequestPolicy long_requests = LongRequestPolicy::reject;
   int samples_per_request = 1;  ///< parallel sampling n (or beam width): the prompt is shared by n sequences
   /// Beam search: after every decode step each beam, with this probability, is replaced by a fork

@@ -167,6 +167,8 @@ def fig_sharing(d, rows):
 
 
 def fig_prefix_cache(d, rows):
+    lpm = [r for r in rows if r["schedule"] == "lpm"]
+    rows = [r for r in rows if r["schedule"] == "fcfs"]
     fig, (a1, a2, a3) = plt.subplots(1, 3, figsize=(16, 4.5))
     home = max(int(r["capacity_gib"]) for r in rows if r["backend"] == "paged-16-radix" and
                sum(1 for x in rows if x["trace"] == r["trace"] and x["backend"] == r["backend"] and
@@ -188,6 +190,10 @@ def fig_prefix_cache(d, rows):
                         color=line.get_color(), label=f"{trace}, {backend.split('-')[-1]}")
             a3.plot(gib, [float(r["tokens_per_s"]) for r in cap], marker="o", linestyle=style,
                     color=line.get_color(), label=f"{trace}, {backend}")
+        cap = sorted((r for r in lpm if r["trace"] == trace), key=lambda r: int(r["capacity_gib"]))
+        if cap:
+            a2.plot([int(r["capacity_gib"]) for r in cap], [float(r["hit_rate_pct"]) for r in cap], marker="x",
+                    linestyle="-.", color=line.get_color(), label=f"{trace}, radix + lpm")
     a1.set_xscale("log", base=2)
     a1.set_xlabel(f"max batch size (sequences), radix, {home} GiB")
     a1.set_ylabel("prefix-cache hit rate (% of prompt tokens)")
@@ -197,7 +203,7 @@ def fig_prefix_cache(d, rows):
         a.set_xscale("log", base=2)
         a.set_xlabel(f"KV capacity (GiB), max batch {top}")
     a2.set_ylabel("hit rate across requests (%)")
-    a2.set_title("Capacity and policy (solid: radix, dashed: hash)", fontsize=9)
+    a2.set_title("Capacity and policy (solid: radix, dashed: hash, dash-dot: radix + LPM scheduling)", fontsize=9)
     a3.set_yscale("log")
     a3.set_ylabel("generated tokens / s (modelled)")
     a3.set_title("Throughput (solid: radix, dashed: hash, dotted: no prefix cache)", fontsize=9)

@@ -33,7 +33,7 @@ double counter(const ReplaySummary& s, const std::string& name) {
 
 /// One replay's numbers, for the table and for the notes written from them.
 struct Point {
-  std::string trace, backend;
+  std::string trace, backend, schedule;
   int capacity_gib = 0, max_batch = 0;
   double cross = 0, all = 0;  // hit rates across requests, and with preempted re-admissions
   std::int64_t preempted_hits = 0, hits = 0, preemptions = 0;
@@ -42,9 +42,10 @@ struct Point {
 /// The replay of `w` through `backend` with `capacity_gib` of KV and at most `max_batch` running
 /// sequences: a table row and its numbers.
 Point measure(const FigureContext& ctx, const Source& src, const std::vector<Request>& w, BackendOptions o,
-              const std::string& backend, int capacity_gib, int max_batch, Table& t) {
+              const std::string& backend, int capacity_gib, int max_batch, Table& t, bool lpm = false) {
   o.capacity_bytes = static_cast<std::size_t>(capacity_gib) << 30;
   ReplayConfig c;
+  c.schedule = lpm ? SchedulePolicy::lpm : SchedulePolicy::fcfs;
   c.max_running = max_batch;
   c.max_batched_tokens = 32768;
   c.chunked_prefill = true;
@@ -52,12 +53,12 @@ Point measure(const FigureContext& ctx, const Source& src, const std::vector<Req
   const auto ratio = [](std::int64_t a, std::int64_t b) { return b > 0 ? static_cast<double>(a) / static_cast<double>(b) : 0; };
   // Across requests: admissions after a preemption (mostly re-hitting their own KV) left out, as
   // vLLM v1 leaves its preempted_* stats out of the hit rate.
-  const Point p{src.label, backend, capacity_gib, max_batch,
+  const Point p{src.label, backend, lpm ? "lpm" : "fcfs", capacity_gib, max_batch,
                 ratio(s.prefix_hit_tokens - s.prefix_preempted_hit_tokens,
                       s.prefix_lookup_tokens - s.prefix_preempted_lookup_tokens),
                 ratio(s.prefix_hit_tokens, s.prefix_lookup_tokens), s.prefix_preempted_hit_tokens,
                 s.prefix_hit_tokens, s.preemptions};
-  t.add({src.label, backend, std::to_string(capacity_gib), std::to_string(max_batch), pct(p.cross), pct(p.all),
+  t.add({src.label, backend, p.schedule, std::to_string(capacity_gib), std::to_string(max_batch), pct(p.cross), pct(p.all),
          std::to_string(p.preempted_hits), std::to_string(p.hits), std::to_string(p.preemptions),
          fixed(counter(s, "prefix_inserted_blocks"), 0), fixed(counter(s, "prefix_evictions"), 0), fixed(s.mean_batch),
          fixed(s.makespan_s > 0 ? static_cast<double>(s.generated_tokens) / s.makespan_s : 0, 0),
@@ -73,15 +74,20 @@ const char* const kNotes =
     "preemption. Every full block is cached as soon as it is full, prefill chunks and decode alike (vLLM v1, "
     "SGLang); generated tokens have ids where the trace implies them (a Mooncake conversation's next turn holds "
     "the previous prompt and answer) and fresh unique ids otherwise, so only the request itself can re-hit "
-    "them. inserted_blocks and evicted_blocks are the device cache's entries made and dropped (no host tier). "
+    "them. schedule: fcfs admits in arrival order; lpm is SGLang's longest prefix match (the waiting request "
+    "with the most cached prompt tokens first, among the first 128, none overtaken in more than 8 steps). "
+    "inserted_blocks and evicted_blocks are the device cache's entries made and dropped (no host tier). "
     "The anchors are what the trace owners report: Mooncake's cache ratios assume a large distributed cache "
     "over the whole trace; LLMServingSim's 7.59 % is for the same ShareGPT file at 16-token blocks.";
 
 /// What the table says, trace by trace, in numbers taken from it.
 std::string findings(const std::vector<Point>& pts, int home, int top, int small, int large) {
-  const auto at = [&](const std::string& trace, const std::string& backend, int gib) -> const Point* {
+  const auto at = [&](const std::string& trace, const std::string& backend, int gib,
+                      const std::string& schedule = "fcfs") -> const Point* {
     for (const Point& p : pts)
-      if (p.trace == trace && p.backend == backend && p.capacity_gib == gib && p.max_batch == top) return &p;
+      if (p.trace == trace && p.backend == backend && p.capacity_gib == gib && p.max_batch == top &&
+          p.schedule == schedule)
+        return &p;
     return nullptr;
   };
   std::string out;
@@ -89,13 +95,16 @@ std::string findings(const std::vector<Point>& pts, int home, int top, int small
     const Point* r = at(src.label, "paged-16-radix", home);
     const Point *rs = at(src.label, "paged-16-radix", small), *rl = at(src.label, "paged-16-radix", large);
     const Point *hs = at(src.label, "paged-16-hash", small), *hl = at(src.label, "paged-16-hash", large);
-    if (!r || !rs || !rl || !hs || !hl) continue;
+    const Point *ls = at(src.label, "paged-16-radix", small, "lpm"), *ll = at(src.label, "paged-16-radix", large, "lpm");
+    if (!r || !rs || !rl || !hs || !hl || !ls || !ll) continue;
     out += fmt::format(
         " {}: at {} GiB and batch {} radix serves {} % of prompt tokens across requests ({} % counting "
         "re-admissions after its {} preemptions, whose hits are {} of the {} hit tokens); from {} to {} GiB the "
-        "rate across requests goes {} -> {} % with radix and {} -> {} % with hash.",
+        "rate across requests goes {} -> {} % with radix and {} -> {} % with hash, and {} -> {} % with radix "
+        "under longest-prefix-match scheduling ({} and {} preemptions).",
         src.label, home, top, pct(r->cross), pct(r->all), r->preemptions, r->preempted_hits, r->hits, small, large,
-        pct(rs->cross), pct(rl->cross), pct(hs->cross), pct(hl->cross));
+        pct(rs->cross), pct(rl->cross), pct(hs->cross), pct(hl->cross), pct(ls->cross), pct(ll->cross), ls->preemptions,
+        ll->preemptions);
   }
   return out;
 }
@@ -107,7 +116,7 @@ void prefix_cache(const FigureContext& ctx) {
   BackendOptions o;
   o.model = model_preset("llama-3-8b");
   o.max_seq_len = 200'000;  // Mooncake prompts reach 191k tokens
-  Table t{{"trace", "backend", "capacity_gib", "max_batch", "hit_rate_pct", "all_hits_pct", "preempted_hit_tokens",
+  Table t{{"trace", "backend", "schedule", "capacity_gib", "max_batch", "hit_rate_pct", "all_hits_pct", "preempted_hit_tokens",
            "prefill_tokens_saved", "preemptions", "inserted_blocks", "evicted_blocks", "mean_batch", "tokens_per_s",
            "mean_ttft_s", "anchor_pct", "anchor"}};
   std::vector<Point> pts;
@@ -121,6 +130,8 @@ void prefix_cache(const FigureContext& ctx) {
         if (backend == "paged-16-radix" && gib == home) continue;  // in the batch sweep
         pts.push_back(measure(ctx, src, w, o, backend, gib, batches.back(), t));
       }
+    for (int gib : capacities)  // cache-aware scheduling: SGLang's longest prefix match
+      pts.push_back(measure(ctx, src, w, o, "paged-16-radix", gib, batches.back(), t, true));
   }
   publish(ctx,
           {"prefix-cache",
