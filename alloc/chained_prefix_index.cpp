@@ -116,6 +116,17 @@ void ChainedPrefixIndex::forget(EntryId e) {
   free_entries_.push_back(e);
 }
 
+bool ChainedPrefixIndex::move_unit(UnitId from, UnitId to) {
+  const EntryId e = unit_entry_[static_cast<std::size_t>(from)];
+  if (e < 0) return false;
+  KVLAB_ASSERT(unit_entry_[static_cast<std::size_t>(to)] < 0);
+  const auto first = entry_units_.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(e) * static_cast<std::size_t>(units_per_entry_));
+  std::replace(first, first + units_per_entry_, from, to);
+  unit_entry_[static_cast<std::size_t>(from)] = -1;
+  unit_entry_[static_cast<std::size_t>(to)] = e;
+  return true;
+}
+
 bool ChainedPrefixIndex::forget_unit(UnitId unit) {
   const EntryId e = unit_entry_[static_cast<std::size_t>(unit)];
   if (e < 0) return false;

@@ -52,6 +52,10 @@ class ChainedPrefixIndex {
                       std::int64_t from, std::int64_t to, const UnitsOfBlock& units);
   /// Drops the entry holding `unit`, if any (its bytes are about to change). True when it had one.
   bool forget_unit(UnitId unit);
+  /// The entry holding `from` now names `to` instead (its bytes were copied there: a move between
+  /// memory tiers). Key, parent and generation stay, so its cached children stay reachable. `to`
+  /// must hold no entry. False when `from` held none.
+  bool move_unit(UnitId from, UnitId to);
 
   [[nodiscard]] EntryId entry_of(UnitId unit) const noexcept { return unit_entry_[static_cast<std::size_t>(unit)]; }
   [[nodiscard]] std::span<const UnitId> units(EntryId entry) const noexcept;

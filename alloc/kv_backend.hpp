@@ -66,9 +66,13 @@ struct PreparedBatch {
 /// the last begin_step(). Kinds, not backends: any backend that maps memory reports mapping time.
 struct StepCosts {
   double mapping_s = 0;  ///< mapping/unmapping physical memory inside admit/grow/fork/release
+  /// KV bytes copied between the device and a host cache tier (prefix caching), which a modelled
+  /// clock charges at the host link's bandwidth.
+  double host_transfer_bytes = 0;
 
   StepCosts& operator-=(const StepCosts& o) noexcept {
     mapping_s -= o.mapping_s;
+    host_transfer_bytes -= o.host_transfer_bytes;
     return *this;
   }
 };

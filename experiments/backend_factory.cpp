@@ -105,9 +105,17 @@ std::unique_ptr<KvBackend> make_contiguous_backend(std::string_view name, const 
   return std::make_unique<ContiguousBackend>(std::move(c));
 }
 
-/// paged-B or paged-B-hash / paged-B-radix (prefix caching, docs/prefix-caching.md).
+/// paged-B or paged-B-hash / paged-B-radix (prefix caching, docs/prefix-caching.md);
+/// paged-B-hash-hostG adds a host tier of G GiB to the hash cache.
 std::unique_ptr<KvBackend> make_paged_backend(std::string_view name, const BackendOptions& options) {
   std::string_view rest = name.substr(std::string_view("paged-").size());
+  std::size_t host_gib = 0;
+  if (const auto host = rest.find("-host"); host != std::string_view::npos) {
+    const long long g = suffix_number(rest.substr(host + 1), "host");
+    if (g < 1 || g > (1 << 20)) KVLAB_THROW(InvalidArgument, fmt::format("backend '{}': host tier must be 1..1048576 GiB", name));
+    host_gib = static_cast<std::size_t>(g);
+    rest = rest.substr(0, host);
+  }
   PrefixCacheMode cache = PrefixCacheMode::none;
   if (const auto dash = rest.find('-'); dash != std::string_view::npos) {
     cache = parse_prefix_cache_mode(rest.substr(dash + 1));
@@ -123,6 +131,9 @@ std::unique_ptr<KvBackend> make_paged_backend(std::string_view name, const Backe
   c.memory = options.memory;
   c.block_size = static_cast<std::int32_t>(bs);
   c.prefix_cache = cache;
+  c.host_cache_bytes = host_gib << 30;
+  if (host_gib > 0 && cache != PrefixCacheMode::hash)
+    KVLAB_THROW(InvalidArgument, fmt::format("backend '{}': a host tier needs the hash prefix cache", name));
   return std::make_unique<PagedBackend>(std::move(c));
 }
 
@@ -137,7 +148,7 @@ Registry& registry() {
   static Registry r{{},
                     {{"contiguous-", "contiguous-max|pow2|oracle",
                       {"contiguous-max", "contiguous-pow2", "contiguous-oracle"}, make_contiguous_backend},
-                     {"paged-", "paged-B[-hash|-radix] (B = 1..1024 tokens)",
+                     {"paged-", "paged-B[-hash[-hostG]|-radix] (B = 1..1024 tokens, G GiB of host tier)",
                       {"paged-1", "paged-7", "paged-16", "paged-256", "paged-16-hash", "paged-16-radix"},
                       make_paged_backend},
                      // vmm forms whose pages fit the conformance suite's tiny model (300-2000 token

@@ -8,12 +8,13 @@
 namespace kvlab {
 
 namespace {
-// Datasheet HBM bandwidth and dense FP16/BF16 tensor throughput (no sparsity).
+// Datasheet HBM bandwidth and dense FP16/BF16 tensor throughput (no sparsity); host links at
+// about 80 % of PCIe 4.0 x16 (A100) and 5.0 x16 (H100, H200) per direction.
 const std::array<DeviceModel, 4> kDevices = {{
-    {"a100-40gb", 1.555e12, 312e12},
-    {"a100-80gb", 2.039e12, 312e12},
-    {"h100-sxm", 3.35e12, 989e12},
-    {"h200", 4.8e12, 989e12},
+    {"a100-40gb", 1.555e12, 312e12, 25e9},
+    {"a100-80gb", 2.039e12, 312e12, 25e9},
+    {"h100-sxm", 3.35e12, 989e12, 50e9},
+    {"h200", 4.8e12, 989e12, 50e9},
 }};
 }  // namespace
 

@@ -15,6 +15,7 @@ struct DeviceModel {
   std::string name;
   double memory_bandwidth = 0;  ///< bytes/s
   double peak_flops = 0;        ///< dense fp16 FLOP/s
+  double host_bandwidth = 25e9;  ///< bytes/s between host and device memory (PCIe), one direction
 };
 
 /// a100-40gb, a100-80gb, h100-sxm, h200. Throws InvalidArgument listing them on an unknown name.

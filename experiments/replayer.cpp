@@ -703,16 +703,19 @@ void Replay::account() {
   // the kernels. Modelled clock: after retire() (run_step), so the background thread never races
   // this step's releases and the replay does not depend on thread timing.
   if (c_.execute) b_.prefetch(next_decoders_);
-  rec.mapping_s = b_.step_costs().mapping_s;
+  const StepCosts costs = b_.step_costs();
+  rec.mapping_s = costs.mapping_s;
   sum.mapping_s += rec.mapping_s;
-  double dt = 0;
+  // KV moved between the device and a host cache tier: modelled at the host link's bandwidth in
+  // both clocks (execute mode copies host memory, which is not what a GPU would wait for).
+  double dt = c_.device.host_bandwidth > 0 ? costs.host_transfer_bytes / c_.device.host_bandwidth : 0;
   if (c_.execute) {
     rec.kernel_s = execute_kernels(rec.prepare_s);
-    dt = rec.kernel_s + rec.mapping_s;  // mapping on the critical path delays the step
+    dt += rec.kernel_s + rec.mapping_s;  // mapping on the critical path delays the step
     sum.kernel_s += rec.kernel_s;
     sum.prepare_s += rec.prepare_s;
   } else {
-    dt = step_seconds(b_.model(), c_.device, work);
+    dt += step_seconds(b_.model(), c_.device, work);
   }
   const MemoryBreakdown mem = b_.breakdown(blocked_ ? &*blocked_ : nullptr);
   now_ += dt;

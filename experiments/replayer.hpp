@@ -61,7 +61,7 @@ struct ReplayConfig {
   /// the generated tokens too, not only the prompt. 0: independent samples.
   double beam_reselect_probability = 0;
   std::uint64_t seed = 0;  ///< for beam reselection
-  DeviceModel device = {"a100-80gb", 2.039e12, 312e12};
+  DeviceModel device = {"a100-80gb", 2.039e12, 312e12, 25e9};
   /// Execute mode: run the host attention kernels over the backend's memory every step and
   /// advance the clock by their measured time. Needs a backend with storage.
   bool execute = false;

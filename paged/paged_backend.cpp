@@ -40,18 +40,58 @@ PagedBackend::PagedBackend(PagedConfig config)
       pool_(blocks_in(config_), free_order_for(config_.prefix_cache)),
       holders_(static_cast<std::size_t>(pool_.num_blocks())) {
   static_assert(sizeof(BlockHolders) == 16);
-  cache_ = make_prefix_cache(config_.prefix_cache, pool_, config_.block_size);
+  cache_ = make_prefix_cache(config_.prefix_cache, pool_, config_.block_size, host_blocks());
   config_.max_seq_len = max_seq_len();
   if (config_.swap_memory == nullptr) config_.swap_memory = &host_memory_resource();
   if (config_.memory != nullptr) {
     region_bytes_ = block_bytes_ * static_cast<std::size_t>(pool_.num_blocks()) * 2 * config_.model.num_layers;
     region_ = static_cast<std::byte*>(config_.memory->allocate(region_bytes_));
+    if (host_blocks() > 0) {
+      host_region_bytes_ = block_bytes_ * static_cast<std::size_t>(host_blocks()) * 2 * config_.model.num_layers;
+      try {
+        host_region_ = static_cast<std::byte*>(config_.swap_memory->allocate(host_region_bytes_));
+      } catch (...) {
+        config_.memory->deallocate(region_, region_bytes_);
+        throw;
+      }
+      static_cast<HashPrefixCache&>(*cache_).set_copy(
+          [this](BlockId b, std::int32_t slot, bool to_host) { copy_host(b, slot, to_host); });
+    }
   }
+}
+
+std::int32_t PagedBackend::host_blocks() const {
+  const std::size_t per_block = static_cast<std::size_t>(config_.block_size) * config_.model.kv_bytes_per_token();
+  const std::size_t n = config_.host_cache_bytes / per_block;
+  KVLAB_EXPECTS(n <= static_cast<std::size_t>(INT32_MAX) - static_cast<std::size_t>(pool_.num_blocks()),
+                "too many host tier blocks for 32-bit ids");
+  return static_cast<std::int32_t>(n);
+}
+
+void PagedBackend::copy_host(BlockId b, std::int32_t slot, bool to_host) {
+  const int planes = 2 * config_.model.num_layers;
+  for (int p = 0; p < planes; ++p) {
+    std::byte* dev = plane(p / 2, p % 2) + static_cast<std::size_t>(b) * block_bytes_;
+    std::byte* host = host_region_ + (static_cast<std::size_t>(slot) * planes + p) * block_bytes_;
+    if (to_host) {
+      copy_bytes(device(), host, dev, block_bytes_);
+    } else {
+      copy_bytes(device(), dev, host, block_bytes_);
+    }
+  }
+}
+
+StepCosts PagedBackend::do_total_costs() const {
+  StepCosts c;
+  c.host_transfer_bytes = static_cast<double>(cache_->transferred_blocks()) *
+                          static_cast<double>(static_cast<std::size_t>(config_.block_size) * config_.model.kv_bytes_per_token());
+  return c;
 }
 
 PagedBackend::~PagedBackend() {
   try {  // a device error at teardown cannot be reported; the resources' statistics show it
     for (auto& [id, s] : seqs_) config_.swap_memory->deallocate(s.swap, s.swap_bytes);
+    config_.swap_memory->deallocate(host_region_, host_region_bytes_);
     if (config_.memory != nullptr) config_.memory->deallocate(region_, region_bytes_);
   } catch (...) {
   }
@@ -63,6 +103,7 @@ std::string PagedBackend::do_name() const {
     n += '-';
     n += to_string(config_.prefix_cache);
   }
+  if (config_.host_cache_bytes > 0) n += "-host" + std::to_string(config_.host_cache_bytes >> 30);
   return n;
 }
 
@@ -147,7 +188,8 @@ PrefixCacheStats PagedBackend::do_prefix_cache_stats() const {
 bool PagedBackend::do_can_admit(const SequenceSpec& spec, std::int64_t initial_tokens) const {
   if (config_.prefix_cache == PrefixCacheMode::none) return blocks_for(initial_tokens) <= pool_.num_free();
   const Lookup l = lookup(spec, initial_tokens);
-  return blocks_for(initial_tokens) - static_cast<std::int64_t>(l.hit.blocks.size()) <= available_blocks() - l.hit.revived;
+  const auto on_device = static_cast<std::int64_t>(l.hit.blocks.size()) - l.hit.promoted;  // host hits need blocks
+  return blocks_for(initial_tokens) - on_device <= available_blocks() - l.hit.revived;
 }
 
 void PagedBackend::do_admit(SeqId id, const SequenceSpec& spec, std::int64_t initial_tokens) {
@@ -155,7 +197,7 @@ void PagedBackend::do_admit(SeqId id, const SequenceSpec& spec, std::int64_t ini
   const Lookup l = lookup(spec, initial_tokens);
   const auto lookup_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
   const auto hit = static_cast<std::int64_t>(l.hit.blocks.size());
-  const std::int64_t need = blocks_for(initial_tokens) - hit;
+  const std::int64_t need = blocks_for(initial_tokens) - hit + l.hit.promoted;  // host hits come back into fresh blocks
   const std::int64_t available = available_blocks() - l.hit.revived;
   if (need > available) {
     KVLAB_THROW(OutOfMemory, "admitting " + std::to_string(initial_tokens) + " tokens needs " + std::to_string(need) +
@@ -171,10 +213,18 @@ void PagedBackend::do_admit(SeqId id, const SequenceSpec& spec, std::int64_t ini
   const auto ids = prompt_ids(spec, initial_tokens);
   if (!ids.empty()) {
     s.prefix_hold = cache_->acquire_hit(l.hit, spec.extra_keys);
-    s.blocks.insert(s.blocks.end(), l.hit.blocks.begin(), l.hit.blocks.end());
   }
   make_room(need);
-  for (std::int64_t i = 0; i < need; ++i) s.blocks.push_back(take_block());
+  for (const BlockId b : l.hit.blocks) {
+    if (b < pool_.num_blocks()) {
+      s.blocks.push_back(b);
+      continue;
+    }
+    const BlockId into = take_block();  // a host hit: its KV comes back into a fresh block
+    cache_->promote(b, into);
+    s.blocks.push_back(into);
+  }
+  for (std::int64_t i = l.hit.promoted; i < need; ++i) s.blocks.push_back(take_block());
   if (!ids.empty()) {
     // Every id the spec gives (the prompt's, and the generated tokens' where known) is kept: a
     // block is entered as soon as it is full, now or when the sequence grows.
@@ -410,14 +460,16 @@ PreparedBatch PagedBackend::do_prepare_batch(std::span<const SeqId> seqs) {
 
 BackendCounters PagedBackend::do_counters() const {
   const PrefixCacheStats st = do_prefix_cache_stats();
-  return {{"cow_copies", static_cast<double>(cow_copies_)},
-          {"free_blocks", static_cast<double>(pool_.num_free())},
-          {"cached_free_blocks", static_cast<double>(num_cached_free_blocks())},
-          {"prefix_lookups", static_cast<double>(st.lookups)},
-          {"prefix_hit_blocks", static_cast<double>(st.hit_blocks)},
-          {"prefix_hit_tokens", static_cast<double>(st.hits)},
-          {"prefix_inserted_blocks", static_cast<double>(st.inserted_blocks)},
-          {"prefix_evictions", static_cast<double>(st.evictions)}};
+  BackendCounters c = {{"cow_copies", static_cast<double>(cow_copies_)},
+                       {"free_blocks", static_cast<double>(pool_.num_free())},
+                       {"cached_free_blocks", static_cast<double>(num_cached_free_blocks())},
+                       {"prefix_lookups", static_cast<double>(st.lookups)},
+                       {"prefix_hit_blocks", static_cast<double>(st.hit_blocks)},
+                       {"prefix_hit_tokens", static_cast<double>(st.hits)},
+                       {"prefix_inserted_blocks", static_cast<double>(st.inserted_blocks)},
+                       {"prefix_evictions", static_cast<double>(st.evictions)}};
+  for (auto& tier : cache_->tier_counters()) c.push_back(std::move(tier));  // host tier, when there is one
+  return c;
 }
 
 // ---- accounting ------------------------------------------------------------------------------

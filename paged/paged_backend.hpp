@@ -47,6 +47,9 @@ struct PagedConfig {
   MemoryResource* memory = nullptr;       ///< KV pool; nullptr: accounting only
   MemoryResource* swap_memory = nullptr;  ///< swap space; nullptr: the host resource
   PrefixCacheMode prefix_cache = PrefixCacheMode::none;
+  /// Host tier of the hash prefix cache (docs/prefix-caching.md): bytes of host memory cached
+  /// blocks move to when their device block is reused, and come back from on a hit. 0: none.
+  std::size_t host_cache_bytes = 0;
 };
 
 /// A sequence's block table, or (swapped out) where its bytes wait.
@@ -113,6 +116,10 @@ class PagedBackend final : public TableBackend<PagedSequence> {
   PreparedBatch do_prepare_batch(std::span<const SeqId> seqs) override;
   [[nodiscard]] MemoryBreakdown do_breakdown(const SequenceSpec* blocked) const override;
   [[nodiscard]] BackendCounters do_counters() const override;
+  [[nodiscard]] StepCosts do_total_costs() const override;
+  /// The host tier's slots (0 without one), and its bytes' copies (storage only).
+  [[nodiscard]] std::int32_t host_blocks() const;
+  void copy_host(BlockId b, std::int32_t slot, bool to_host);
 
   /// What a prefix-cache lookup found, before anything is committed.
   struct Lookup {
@@ -179,6 +186,8 @@ class PagedBackend final : public TableBackend<PagedSequence> {
   BlockPool pool_;
   std::byte* region_ = nullptr;
   std::size_t region_bytes_ = 0;
+  std::byte* host_region_ = nullptr;  // host tier bytes: [slot][plane] blocks
+  std::size_t host_region_bytes_ = 0;
   std::int64_t cow_copies_ = 0;
   std::unique_ptr<PrefixCache> cache_;  // never null: PrefixCacheMode::none never hits
   PrefixCacheStats stats_;

@@ -45,10 +45,13 @@ std::string_view to_string(PrefixCacheMode mode) noexcept {
   }
 }
 
-std::unique_ptr<PrefixCache> make_prefix_cache(PrefixCacheMode mode, BlockPool& pool, std::int32_t block_size) {
+std::unique_ptr<PrefixCache> make_prefix_cache(PrefixCacheMode mode, BlockPool& pool, std::int32_t block_size,
+                                               std::int32_t host_blocks) {
+  KVLAB_EXPECTS(host_blocks >= 0, "host tier blocks must not be negative");
+  KVLAB_EXPECTS(host_blocks == 0 || mode == PrefixCacheMode::hash, "a host tier needs the hash prefix cache");
   switch (mode) {
     case PrefixCacheMode::none: return std::make_unique<NoPrefixCache>();
-    case PrefixCacheMode::hash: return std::make_unique<HashPrefixCache>(pool, block_size);
+    case PrefixCacheMode::hash: return std::make_unique<HashPrefixCache>(pool, block_size, host_blocks);
     case PrefixCacheMode::radix: return std::make_unique<RadixCache>(block_size, pool);
   }
   KVLAB_THROW(InvalidArgument, "unknown prefix cache mode");

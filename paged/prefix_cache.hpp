@@ -8,6 +8,7 @@
 #include <string_view>
 #include <vector>
 
+#include "alloc/kv_backend.hpp"
 #include "paged/block_pool.hpp"
 
 namespace kvlab {
@@ -19,8 +20,11 @@ enum class PrefixCacheMode { none, hash, radix };
 
 /// What a lookup found, before anything is committed.
 struct PrefixHit {
-  std::vector<BlockId> blocks;    ///< the cached blocks of the longest cached prefix, in order
+  /// The cached blocks of the longest cached prefix, in order. With a host tier, an id at or past
+  /// the pool's block count is host slot (id - blocks) whose KV a fresh block takes back (promote).
+  std::vector<BlockId> blocks;
   std::int64_t revived = 0;       ///< hit blocks that stop being available once taken (free or evictable now)
+  std::int64_t promoted = 0;      ///< hit blocks on the host tier (each needs a fresh device block)
   std::int32_t node = -1;         ///< radix: the node the match ends in (-1: no root for these extra keys yet)
   std::int64_t node_blocks = 0;   ///< radix: blocks of `node` matched (less than its size: a split is due)
 };
@@ -78,10 +82,18 @@ class PrefixCache {
   [[nodiscard]] virtual std::int64_t cached_free_blocks() const = 0;
   /// Cached blocks dropped so far.
   [[nodiscard]] virtual std::int64_t evictions() const = 0;
+  /// Host tier: the KV of hit unit `host_unit` (see PrefixHit::blocks) is copied into the fresh
+  /// block `into`, which takes over its cache entry. Only for units acquire_hit was given.
+  virtual void promote(BlockId /*host_unit*/, BlockId /*into*/) {}
+  /// Per-tier counters (host tier: inserts, hits, evictions, blocks moved), by name.
+  [[nodiscard]] virtual BackendCounters tier_counters() const { return {}; }
+  /// Blocks copied between tiers so far (both ways).
+  [[nodiscard]] virtual std::int64_t transferred_blocks() const { return 0; }
 };
 
-/// The cache for `mode` over `pool` (which must outlive it).
+/// The cache for `mode` over `pool` (which must outlive it); `host_blocks` > 0 adds a host tier
+/// (hash mode only).
 [[nodiscard]] std::unique_ptr<PrefixCache> make_prefix_cache(PrefixCacheMode mode, BlockPool& pool,
-                                                             std::int32_t block_size);
+                                                             std::int32_t block_size, std::int32_t host_blocks = 0);
 
 }  // namespace kvlab

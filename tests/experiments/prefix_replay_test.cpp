@@ -9,6 +9,7 @@
 #include "experiments/backend_factory.hpp"
 #include "experiments/replayer.hpp"
 #include "experiments/token_ids.hpp"
+#include "paged/paged_backend.hpp"
 #include "tests/support/tiny_model.hpp"
 
 namespace kvlab {
@@ -97,6 +98,39 @@ INSTANTIATE_TEST_SUITE_P(Backends, PrefixReplay, ::testing::Values("paged-16-has
                              if (ch == '-') ch = '_';
                            return n;
                          });
+
+// The host tier through a replay: a's blocks that b's admission pushes off the device come back
+// from the host for c, byte for byte (verify_kv), and c hits what it hit with a device big enough.
+TEST(PrefixReplayHost, ANextTurnFindsThePreviousAnswerOnTheHost) {
+  auto w = chat();
+  w[1].arrival_s = 50.0;  // a alone, then b, then c: b's blocks push a's tail off the device
+  w[1].prefix_hashes = {77, 78};  // b shares nothing: it needs 45 fresh blocks, 18 are unused
+  const auto paged = [](std::size_t host_blocks) {
+    PagedConfig c;
+    c.model = testing::tiny_model();
+    c.capacity_bytes = 100 * 16 * c.model.kv_bytes_per_token();  // 100 blocks
+    c.max_seq_len = 4096;
+    c.memory = &host_memory_resource();
+    c.prefix_cache = PrefixCacheMode::hash;
+    c.host_cache_bytes = host_blocks * 16 * c.model.kv_bytes_per_token();
+    return std::make_unique<PagedBackend>(c);
+  };
+  ReplayConfig cfg;
+  cfg.verify_kv = true;
+  auto with_host = paged(64);
+  const ReplayResult r = replay(*with_host, w, cfg);
+  auto without = paged(0);
+  const ReplayResult r0 = replay(*without, w, cfg);
+  EXPECT_EQ(r.summary.completed, 3);
+  EXPECT_EQ(r.summary.kv_mismatches, 0);
+  EXPECT_EQ(r.summary.prefix_hit_tokens, 1296);  // as with room for everything
+  EXPECT_LT(r0.summary.prefix_hit_tokens, r.summary.prefix_hit_tokens);
+  std::int64_t host_hits = 0;
+  for (const auto& [n, v] : r.summary.backend_counters)
+    if (n == "prefix_host_hit_blocks") host_hits = static_cast<std::int64_t>(v);
+  EXPECT_EQ(r.summary.prefix_hit_tokens - r0.summary.prefix_hit_tokens, host_hits * 16);
+  EXPECT_GT(r.summary.makespan_s, r0.summary.makespan_s - 1e-9) << "transfers cost time (and save prefill)";
+}
 
 /// Requests arriving together, one running at a time: 0 and 2.. share a 64-token prefix, 1 does not.
 std::vector<Request> queue(int sharing) {

@@ -6,6 +6,7 @@
 #include <numeric>
 #include <random>
 #include <set>
+#include <string>
 #include <vector>
 
 #include "alloc/block_hash.hpp"
@@ -485,6 +486,70 @@ TEST(PrefixCacheRadix, LeastRecentlyUsedLeafGoesFirst) {
   EXPECT_EQ(tree.dump(), "(0..16 [0] L0)");
   EXPECT_EQ(b.prefix_cache_stats().evictions, 4);
   tree.check_invariants();
+}
+
+// Host tier (hash mode): a cached block whose device block is handed out again moves to a host
+// slot with its entry, and a hit on it copies it back into a fresh device block.
+std::int64_t counter(const PagedBackend& b, const std::string& name) {
+  for (const auto& [n, v] : b.counters())
+    if (n == name) return static_cast<std::int64_t>(v);
+  return -1;
+}
+
+TEST(PrefixCacheHost, EvictedBlocksWaitOnTheHostAndComeBackOnAHit) {
+  PagedConfig c = config(PrefixCacheMode::hash, 4);
+  c.host_cache_bytes = 8 * 16 * kToken;  // 8 host slots
+  PagedBackend b(c);
+  PagedBackend plain(config(PrefixCacheMode::hash, 4));
+  for (PagedBackend* x : {&b, &plain}) {
+    admit(*x, 1, seq(0, 48));  // blocks 0, 1, 2 cached; LRU queue then 3, 2, 1, 0
+    x->release(1);
+    admit(*x, 2, seq(1000, 64));  // takes all four: the three cached ones leave the device
+    x->release(2);
+  }
+  EXPECT_EQ(counter(b, "prefix_host_inserted_blocks"), 3);
+  EXPECT_EQ(counter(b, "prefix_evictions"), 0) << "nothing dropped: they are on the host";
+  EXPECT_EQ(counter(plain, "prefix_evictions"), 3);
+  EXPECT_EQ(peek(plain, seq(0, 49)), 0);
+  EXPECT_EQ(peek(b, seq(0, 49)), 48);
+  // Promoting 3 blocks takes 3 fresh device blocks, the 49th token a fourth: B's 4 cached blocks
+  // move to the host in turn.
+  admit(b, 3, seq(0, 49));
+  EXPECT_EQ(b.cached_tokens(3), 48);
+  EXPECT_EQ(counter(b, "prefix_host_hit_blocks"), 3);
+  EXPECT_EQ(counter(b, "prefix_host_inserted_blocks"), 7);
+  EXPECT_EQ(counter(b, "prefix_host_cached_blocks"), 4);
+  EXPECT_TRUE(b.hash_cache()->is_cached(b.block_table(3)[0]));
+  EXPECT_EQ(b.step_costs().host_transfer_bytes, 10.0 * 16 * kToken);  // 7 out, 3 back
+  // No room for B's two host blocks while 3 holds every device block: all or nothing.
+  const Tokens b2 = seq(1000, 33);
+  EXPECT_FALSE(b.can_admit(spec_of(b2), 33));
+  EXPECT_THROW(admit(b, 4, b2), OutOfMemory);
+  EXPECT_EQ(counter(b, "prefix_host_hit_blocks"), 3);
+  b.release(3);
+  admit(b, 4, b2);
+  EXPECT_EQ(b.cached_tokens(4), 32);
+  EXPECT_EQ(counter(b, "prefix_host_hit_blocks"), 5);
+  check(b);
+}
+
+TEST(PrefixCacheHost, AFullHostDropsItsOldestAndRadixHasNoHostTier) {
+  PagedConfig c = config(PrefixCacheMode::hash, 2);
+  c.host_cache_bytes = 2 * 16 * kToken;  // 2 host slots
+  PagedBackend b(c);
+  for (std::int32_t k = 0; k < 3; ++k) {  // each round pushes the previous round's 2 blocks out
+    admit(b, k, seq(1000 * k, 32));
+    b.release(k);
+  }
+  // Round 0's blocks went to the host, then round 1's took their slots (dropping round 0's).
+  EXPECT_EQ(counter(b, "prefix_host_inserted_blocks"), 4);
+  EXPECT_EQ(counter(b, "prefix_host_evictions"), 2);
+  EXPECT_EQ(counter(b, "prefix_evictions"), 2);
+  EXPECT_EQ(peek(b, cat(seq(0, 32), seq(7, 1))), 0);
+  EXPECT_EQ(peek(b, cat(seq(1000, 32), seq(7, 1))), 32);
+  PagedConfig r = config(PrefixCacheMode::radix, 2);
+  r.host_cache_bytes = 2 * 16 * kToken;
+  EXPECT_THROW(PagedBackend{r}, InvalidArgument);
 }
 
 TEST(PrefixCacheNone, BehavesAsBeforeAndIgnoresTokenIds) {

@@ -600,7 +600,7 @@ TEST_P(VmmPrefixRandom, BytesAndBooksHold) {
   auto driver = rc.accounting_only ? nullptr : posix(capacity);
   {
     VmmBackend b(prefix_vmm(capacity, driver, rc.layout, rc.defer, 256, 6));
-    RandomRun run{b, !rc.accounting_only, std::mt19937_64(rc.defer * 2 + (rc.layout == VmmLayout::megacache)), {}, {}};
+    RandomRun run{b, !rc.accounting_only, std::mt19937_64(rc.defer * 2 + (rc.layout == VmmLayout::megacache)), {}, {}, {}};
     for (int op = 0; op < 600; ++op) {
       const int what = static_cast<int>(run.rng() % 10);
       if (what < 4) {
