@@ -169,7 +169,7 @@ def fig_sharing(d, rows):
 def fig_prefix_cache(d, rows):
     lpm = [r for r in rows if r["schedule"] == "lpm"]
     rows = [r for r in rows if r["schedule"] == "fcfs"]
-    fig, (a1, a2, a3) = plt.subplots(1, 3, figsize=(16, 4.5))
+    fig, (a1, a2, a3) = plt.subplots(1, 3, figsize=(16, 7))
     home = max(int(r["capacity_gib"]) for r in rows if r["backend"] == "paged-16-radix" and
                sum(1 for x in rows if x["trace"] == r["trace"] and x["backend"] == r["backend"] and
                    x["capacity_gib"] == r["capacity_gib"]) > 1)
@@ -181,13 +181,14 @@ def fig_prefix_cache(d, rows):
         line = a1.plot(mb, [float(r["hit_rate_pct"]) for r in sub], marker="o", label=trace)[0]
         a1.plot(mb, [float(r["all_hits_pct"]) for r in sub], marker=".", linestyle="--", color=line.get_color())
         a1.axhline(float(sub[0]["anchor_pct"]), color=line.get_color(), linestyle=":", linewidth=1)
-        for backend, style in (("paged-16-radix", "-"), ("paged-16-hash", "--"), ("paged-16", ":")):
+        for backend, style in (("paged-16-radix", "-"), ("paged-16-hash", "--"), ("paged-16-hash-host512", (0, (1, 1))),
+                               ("paged-16", ":")):
             cap = sorted((r for r in rows if r["trace"] == trace and r["backend"] == backend and
                           int(r["max_batch"]) == top), key=lambda r: int(r["capacity_gib"]))
             gib = [int(r["capacity_gib"]) for r in cap]
             if backend != "paged-16":
                 a2.plot(gib, [float(r["hit_rate_pct"]) for r in cap], marker="o", linestyle=style,
-                        color=line.get_color(), label=f"{trace}, {backend.split('-')[-1]}")
+                        color=line.get_color(), label=f"{trace}, {backend[len('paged-16-'):]}")
             a3.plot(gib, [float(r["tokens_per_s"]) for r in cap], marker="o", linestyle=style,
                     color=line.get_color(), label=f"{trace}, {backend}")
         cap = sorted((r for r in lpm if r["trace"] == trace), key=lambda r: int(r["capacity_gib"]))
@@ -203,12 +204,14 @@ def fig_prefix_cache(d, rows):
         a.set_xscale("log", base=2)
         a.set_xlabel(f"KV capacity (GiB), max batch {top}")
     a2.set_ylabel("hit rate across requests (%)")
-    a2.set_title("Capacity and policy (solid: radix, dashed: hash, dash-dot: radix + LPM scheduling)", fontsize=9)
+    a2.set_title("Capacity and policy (solid: radix, dashed: hash, dense dots: hash + 512 GiB host tier,\n"
+                 "dash-dot: radix + LPM scheduling)", fontsize=9)
     a3.set_yscale("log")
     a3.set_ylabel("generated tokens / s (modelled)")
     a3.set_title("Throughput (solid: radix, dashed: hash, dotted: no prefix cache)", fontsize=9)
     for a in (a1, a2, a3):
-        a.legend(fontsize=6)
+        a.legend(fontsize=6, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2)
+    fig.tight_layout()
     return fig
 
 

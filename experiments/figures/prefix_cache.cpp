@@ -66,6 +66,9 @@ Point measure(const FigureContext& ctx, const Source& src, const std::vector<Req
   return p;
 }
 
+/// The hash cache with a host-memory tier of 512 GiB (accounting only: no host bytes are allocated).
+const char* const kHostBackend = "paged-16-hash-host512";
+
 const char* const kNotes =
     "hit_rate_pct = prompt tokens served from the cache / prompt tokens looked up, across requests: "
     "admissions of requests preempted before (recompute) are left out, as vLLM v1 leaves its preempted_* "
@@ -76,7 +79,10 @@ const char* const kNotes =
     "the previous prompt and answer) and fresh unique ids otherwise, so only the request itself can re-hit "
     "them. schedule: fcfs admits in arrival order; lpm is SGLang's longest prefix match (the waiting request "
     "with the most cached prompt tokens first, among the first 128, none overtaken in more than 8 steps). "
-    "inserted_blocks and evicted_blocks are the device cache's entries made and dropped (no host tier). "
+    "paged-16-hash-host512 adds a 512 GiB host tier to the hash cache: evicted cached blocks move there and "
+    "come back on a hit, each transfer charged at the device model's host link bandwidth (25 GB/s for the "
+    "A100). inserted_blocks are entries made, evicted_blocks entries dropped altogether; summary.json's "
+    "counters have the host tier's own (prefix_host_*). "
     "The anchors are what the trace owners report: Mooncake's cache ratios assume a large distributed cache "
     "over the whole trace; LLMServingSim's 7.59 % is for the same ShareGPT file at 16-token blocks.";
 
@@ -96,15 +102,16 @@ std::string findings(const std::vector<Point>& pts, int home, int top, int small
     const Point *rs = at(src.label, "paged-16-radix", small), *rl = at(src.label, "paged-16-radix", large);
     const Point *hs = at(src.label, "paged-16-hash", small), *hl = at(src.label, "paged-16-hash", large);
     const Point *ls = at(src.label, "paged-16-radix", small, "lpm"), *ll = at(src.label, "paged-16-radix", large, "lpm");
-    if (!r || !rs || !rl || !hs || !hl || !ls || !ll) continue;
+    const Point *os = at(src.label, kHostBackend, small), *ol = at(src.label, kHostBackend, large);
+    if (!r || !rs || !rl || !hs || !hl || !ls || !ll || !os || !ol) continue;
     out += fmt::format(
         " {}: at {} GiB and batch {} radix serves {} % of prompt tokens across requests ({} % counting "
         "re-admissions after its {} preemptions, whose hits are {} of the {} hit tokens); from {} to {} GiB the "
-        "rate across requests goes {} -> {} % with radix and {} -> {} % with hash, and {} -> {} % with radix "
-        "under longest-prefix-match scheduling ({} and {} preemptions).",
+        "rate across requests goes {} -> {} % with radix, {} -> {} % with hash, {} -> {} % with hash and the "
+        "host tier, and {} -> {} % with radix under longest-prefix-match scheduling ({} and {} preemptions).",
         src.label, home, top, pct(r->cross), pct(r->all), r->preemptions, r->preempted_hits, r->hits, small, large,
-        pct(rs->cross), pct(rl->cross), pct(hs->cross), pct(hl->cross), pct(ls->cross), pct(ll->cross), ls->preemptions,
-        ll->preemptions);
+        pct(rs->cross), pct(rl->cross), pct(hs->cross), pct(hl->cross), pct(os->cross), pct(ol->cross),
+        pct(ls->cross), pct(ll->cross), ls->preemptions, ll->preemptions);
   }
   return out;
 }
@@ -132,13 +139,15 @@ void prefix_cache(const FigureContext& ctx) {
       }
     for (int gib : capacities)  // cache-aware scheduling: SGLang's longest prefix match
       pts.push_back(measure(ctx, src, w, o, "paged-16-radix", gib, batches.back(), t, true));
+    for (int gib : capacities)  // a host tier under the device cache
+      pts.push_back(measure(ctx, src, w, o, kHostBackend, gib, batches.back(), t));
   }
   publish(ctx,
           {"prefix-cache",
            "SGLang (Fig. 8 style): prefix-cache hit rate against batch size, KV capacity and cache policy, and "
            "throughput",
            fmt::format("Llama-3-8B geometry with max_seq_len 200k, paged backend (block 16) with the radix (SGLang) "
-                       "and hash (vLLM v1) prefix caches and without; batch sweep at {} GiB of KV, capacity sweep at "
+                       "and hash (vLLM v1) prefix caches, the hash cache with a 512 GiB host tier, and without; batch sweep at {} GiB of KV, capacity sweep at "
                        "batch {}; Mooncake traces (hash_ids per 512-token block, turned into token ids) and the "
                        "LLMServingSim ShareGPT file (real token ids); trace arrival times; chunked prefill, 32k "
                        "tokens per step{}",
