@@ -202,6 +202,18 @@ void stop_children(const std::map<pid_t, const SweepPoint*>& running) {
   }
 }
 
+/// Waits for a point to end: its pid (status set), -1 when none runs, 0 when a signal arrived.
+/// Polls (every 20 ms) rather than blocking in wait(), so a signal that lands just before the
+/// wait cannot leave the sweep waiting for a long point.
+pid_t wait_for_point(int& status) {
+  for (;;) {
+    const pid_t pid = ::waitpid(-1, &status, WNOHANG);
+    if (pid < 0 && errno == EINTR) continue;
+    if (pid != 0 || interrupt_signal() != 0) return pid;
+    ::usleep(20000);
+  }
+}
+
 }  // namespace
 
 int run_sweep(const std::vector<SweepPoint>& points, const fs::path& out, int jobs, const fs::path& exe,
@@ -219,15 +231,13 @@ int run_sweep(const std::vector<SweepPoint>& points, const fs::path& out, int jo
       running.emplace(spawn_point(p, out, exe), &p);
     }
     int status = 0;
-    const pid_t pid = interrupt_signal() != 0 ? -1 : wait(&status);
+    const pid_t pid = interrupt_signal() != 0 ? 0 : wait_for_point(status);
     if (interrupt_signal() != 0) {  // SIGINT/SIGTERM: stop the points, leave them unmarked, resume later
+      if (pid > 0) running.erase(pid);
       stop_children(running);
       throw_if_interrupted();
     }
-    if (pid < 0) {
-      if (errno == EINTR) continue;
-      break;
-    }
+    if (pid <= 0) break;  // no child left to wait for (cannot happen while `running` is not empty)
     const auto it = running.find(pid);
     if (it == running.end()) continue;
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || !is_complete(out / it->second->name)) ++failed;
