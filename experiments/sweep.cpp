@@ -284,7 +284,10 @@ std::size_t write_slurm_script(const std::vector<SweepPoint>& points, const fs::
   std::vector<std::size_t> todo;  // 1-based task ids of the points still to run
   for (std::size_t i = 0; i < points.size(); ++i)
     if (!point_complete(points[i], out, exe)) todo.push_back(i + 1);
-  if (todo.empty()) return 0;
+  if (todo.empty()) {  // a script left from an earlier call would rerun finished points
+    fs::remove(out / "sweep.sbatch");
+    return 0;
+  }
   std::ostringstream f;
   f << "#!/bin/bash\n#SBATCH --job-name=kvlab-sweep\n#SBATCH --array=";
   for (std::size_t k = 0; k < todo.size(); ++k) f << (k ? "," : "") << todo[k];
