@@ -802,6 +802,7 @@ ReplayResult Replay::run() {
   while (done_ < sum.requests) {
     arrivals();
     if (running_.empty() && waiting_.empty() && swapped_.empty()) continue;
+    if (c_.at_step_boundary) c_.at_step_boundary();
     const std::int64_t before = done_;
     run_step();
     // A step that ran nothing and finished nothing, with no arrival left to wait for, cannot

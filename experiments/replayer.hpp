@@ -69,6 +69,9 @@ struct ReplayConfig {
   /// device's native kernels (kvlab::attention: host kernels on the host, CUDA kernels on a GPU).
   /// `kvlab replay --kernels emulated` passes the CUDA kernels under the host SIMT emulator.
   AttentionFn attention;
+  /// Called before every step; it may throw to stop the replay there (kvlab's SIGINT/SIGTERM
+  /// handling: experiments/run_control.hpp). Empty: nothing.
+  std::function<void()> at_step_boundary;
 };
 
 struct StepRecord {
