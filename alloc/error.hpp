@@ -26,6 +26,14 @@ class InvalidArgument : public Error {
   using Error::Error;
 };
 
+/// A limit of the operating system, not of the KV capacity, stopped the backend (the kernel's
+/// vm.max_map_count for host vmm mappings). Deliberately not a kvlab::Error: no caller treats it
+/// as out of memory or as one failed request; the run stops with the message.
+class SystemLimit : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
 /// A CUDA runtime or driver call failed; the message names the call and the error (e.g. cudaErrorInvalidValue).
 class CudaError : public Error {
  public:

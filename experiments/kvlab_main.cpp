@@ -30,8 +30,10 @@
 #include "experiments/backend_factory.hpp"
 #include "experiments/cost_model.hpp"
 #include "experiments/figures.hpp"
+#include "experiments/atomic_file.hpp"
 #include "experiments/progress.hpp"
 #include "experiments/replayer.hpp"
+#include "experiments/run_control.hpp"
 #include "kernels/simt/emulated_attention.hpp"
 #include "experiments/report.hpp"
 #include "experiments/sweep.hpp"
@@ -177,7 +179,8 @@ int cmd_models() {
 /// Options shared by replay and compare: the workload, the model and capacity, the scheduler.
 struct Common {
   std::string trace, trace_dir, trace_format, prompt_len, output_len, model_name, device_model, out_dir;
-  std::string long_policy, preemption, lengths_from, inject_faults, kernels;
+  std::string long_policy, preemption, lengths_from, inject_faults, kernels, schedule;
+  double lpm_max_wait = 5.0;
   double capacity_gib = 0, rate = 0, burstiness = 1, time_scale = 1;
   std::int64_t requests = 0, max_seq_len = 0, max_batched = 0, limit = 0, shared_prefix = 0;
   int max_running = 0, samples = 1, execute_layers = 0, prefix_groups = 0, turns = 1;
@@ -219,6 +222,10 @@ struct Common {
         "beam search with --samples N beams: after each decode step a beam continues, with this probability, "
         "from a fork of another beam (shares generated tokens too); 0: independent samples")(
         "preemption", po::value(&preemption)->default_value("recompute"), "recompute or swap")(
+        "schedule", po::value(&schedule)->default_value("fcfs"),
+        "admission order: fcfs, or lpm (longest prefix match first, SGLang's; needs prefix caching to matter)")(
+        "lpm-max-wait", po::value(&lpm_max_wait)->default_value(5.0),
+        "lpm fairness bound: a request waiting this many seconds goes ahead of all that have not")(
         "long-requests", po::value(&long_policy)->default_value("reject"),
         "requests longer than max-seq-len: reject or truncate")(
         "device-model", po::value(&device_model)->default_value("a100-80gb"),
@@ -281,12 +288,17 @@ struct Common {
     if (!inject_faults.empty()) (void)fault_plan();  // validate now
     if (preemption != "recompute" && preemption != "swap")
       throw UsageError("--preemption must be recompute or swap (got '" + preemption + "')");
+    if (schedule != "fcfs" && schedule != "lpm")
+      throw UsageError("--schedule must be fcfs or lpm (got '" + schedule + "')");
+    if (!(lpm_max_wait >= 0) || !std::isfinite(lpm_max_wait))
+      throw UsageError("--lpm-max-wait must be a number of seconds >= 0");
     check_applicable(vm);
   }
 
   /// Options that would be silently ignored in this combination are errors instead.
   void check_applicable(const po::variables_map& vm) const {
     const auto given = [&](const char* name) { return vm.count(name) != 0 && !vm[name].defaulted(); };
+    if (schedule != "lpm" && given("lpm-max-wait")) throw UsageError("--lpm-max-wait applies only with --schedule lpm");
     if (!execute)
       for (const char* option : {"kernels", "execute-layers"})
         if (given(option)) throw UsageError(fmt::format("--{} applies only with --execute", option));
@@ -373,6 +385,8 @@ struct Common {
     rc.samples_per_request = samples;
     rc.beam_reselect_probability = beam_reselect;
     rc.preemption = preemption == "swap" ? PreemptionMode::swap : PreemptionMode::recompute;
+    rc.schedule.policy = parse_schedule_policy(schedule);
+    rc.schedule.max_wait_s = lpm_max_wait;
     rc.long_requests = long_policy == "truncate" ? LongRequestPolicy::truncate : LongRequestPolicy::reject;
     rc.device = device_model_preset(device_model);
     rc.execute = execute;
@@ -395,12 +409,31 @@ struct Common {
   }
 };
 
+/// compare.csv, the chart, and last the completion marker naming every file of the run.
+void finish_output_dir(const fs::path& dir, const std::string& invocation, const std::string& description,
+                       const std::vector<ReplaySummary>& rows, bool chart) {
+  throw_if_interrupted();
+  write_compare_csv(dir / "compare.csv", invocation, description, rows);
+  std::cout << "files written under " << dir.string() << "/\n";
+  std::vector<std::string> files = {"compare.csv"};
+  for (const ReplaySummary& s : rows)
+    for (const char* f : {"steps.csv", "requests.csv", "summary.json"}) files.push_back(s.backend + "/" + f);
+  if (chart) {
+    const std::string png = plot_compare(dir);
+    std::cout << (png.empty() ? "no chart: python3 with matplotlib not found (scripts/setup.sh installs it)"
+                              : "chart: " + png)
+              << "\n";
+    if (!png.empty()) files.push_back(fs::path(png).filename().string());
+  }
+  throw_if_interrupted();
+  write_completion_marker(dir, invocation, files);
+}
+
 /// Replays one workload through each named backend; prints the table; writes files.
 int run_backends(const Common& c, const std::vector<std::string>& names, const std::string& invocation,
                  bool chart) {
   if (names.empty()) throw UsageError("no backend named");
   const ModelGeometry model = model_preset(c.model_name);
-  const ReplayConfig rc = c.replay_config();
   // Execute mode needs real KV bytes: host memory, capped at the capacity (one backend at a time).
   const BackendOptions probe = c.backend_options(nullptr);
   for (const auto& n : names) {  // fail on a bad name, or a preemption it cannot do, before any long run
@@ -411,7 +444,14 @@ int run_backends(const Common& c, const std::vector<std::string>& names, const s
                                    n));
   }
   auto [workload, description] = c.workload();
-  if (!c.out_dir.empty()) prepare_output_dir(c.out_dir, "--out");  // fail now, not after the replays
+  std::optional<OutputLock> lock;  // one run per --out at a time (experiments/run_control.hpp)
+  if (!c.out_dir.empty()) {
+    prepare_output_dir(c.out_dir, "--out");  // fail now, not after the replays
+    lock.emplace(c.out_dir, invocation);
+    remove_completion_marker(c.out_dir);  // an interrupted re-run must not look complete
+  }
+  ReplayConfig rc = c.replay_config();
+  rc.at_step_boundary = throw_if_interrupted;  // SIGINT/SIGTERM stop the replay between steps
   std::cout << "workload: " << description << "\n"
             << "model: " << model.name << " (" << model.kv_bytes_per_token() << " KV bytes/token), capacity "
             << c.capacity_gib << " GiB, clock "
@@ -444,16 +484,7 @@ int run_backends(const Common& c, const std::vector<std::string>& names, const s
     std::cerr << "kvlab: KV integrity check failed: some KV did not read back as written\n";
     return 1;
   }
-  if (!c.out_dir.empty()) {
-    write_compare_csv(fs::path(c.out_dir) / "compare.csv", invocation, description, rows);
-    std::cout << "files written under " << c.out_dir << "/\n";
-    if (chart) {
-      const std::string png = plot_compare(c.out_dir);
-      std::cout << (png.empty() ? "no chart: python3 with matplotlib not found (scripts/setup.sh installs it)"
-                                : "chart: " + png)
-                << "\n";
-    }
-  }
+  if (!c.out_dir.empty()) finish_output_dir(c.out_dir, invocation, description, rows, chart);
   return 0;
 }
 
@@ -521,54 +552,85 @@ fs::path self_exe() {
   return p;
 }
 
-int cmd_sweep(const std::vector<std::string>& args) {
+/// kvlab sweep's options, and its --help text.
+struct SweepArgs {
   std::string config, out;
   int jobs = 0;
-  bool slurm = false, dry = false;
-  po::options_description opts("kvlab sweep options");
-  opts.add_options()("help,h", "show this help")("config", po::value(&config), "the sweep file (also positional)")(
-      "out", po::value(&out)->default_value("results/sweep"), "one point-NNNN/ directory per grid point under here")(
-      "jobs,j", po::value(&jobs)->default_value(0), "concurrent replays (0: one per hardware thread)")(
-      "slurm", po::bool_switch(&slurm), "write OUT/sweep.sbatch (a Slurm array) instead of running")(
-      "dry-run", po::bool_switch(&dry), "list the points and their commands, run nothing")("no-progress", "no progress line");
-  po::positional_options_description pos;
-  pos.add("config", 1);
-  po::variables_map vm;
-  po::store(po::command_line_parser(args).options(opts).positional(pos).run(), vm);
-  if (vm.count("help")) {
-    std::cout << "Usage: kvlab sweep CONFIG [OPTIONS]\n\n"
-                 "Runs every combination of the axes in CONFIG as a `kvlab replay`, in parallel local processes;\n"
-                 "each point's directory holds command.txt (its exact command) and its results; points already\n"
-                 "done are skipped, so an interrupted sweep resumes. Sweep file format: experiments/sweep.hpp\n"
-                 "and docs/experiments.md.\n\n"
-              << opts
-              << "\nExamples:\n"
-                 "  kvlab sweep experiments/sweeps/block-size.sweep -j 2 --out results/sweep-block-size\n"
-                 "  kvlab sweep my.sweep --slurm --out /scratch/sweep && sbatch /scratch/sweep/sweep.sbatch\n"
-                 "  kvlab collect results/sweep-block-size\n";
-    return 0;
+  bool slurm = false, dry = false, progress = true;
+  SlurmOptions resources;
+
+  /// Parses `args`; false when --help was printed.
+  bool parse(const std::vector<std::string>& args) {
+    po::options_description opts("kvlab sweep options");
+    opts.add_options()("help,h", "show this help")("config", po::value(&config), "the sweep file (also positional)")(
+        "out", po::value(&out)->default_value("results/sweep"), "one point-NNNN/ directory per grid point under here")(
+        "jobs,j", po::value(&jobs)->default_value(0), "concurrent replays (0: one per hardware thread)")(
+        "slurm", po::bool_switch(&slurm), "write OUT/sweep.sbatch (a Slurm array of the unfinished points) instead of running")(
+        "time", po::value(&resources.time), "--slurm: #SBATCH --time (e.g. 01:00:00)")(
+        "mem", po::value(&resources.mem), "--slurm: #SBATCH --mem (e.g. 16G)")(
+        "gres", po::value(&resources.gres), "--slurm: #SBATCH --gres (e.g. gpu:1)")(
+        "partition", po::value(&resources.partition), "--slurm: #SBATCH --partition")(
+        "account", po::value(&resources.account), "--slurm: #SBATCH --account")(
+        "dry-run", po::bool_switch(&dry), "list the points and their commands, run nothing")("no-progress", "no progress line");
+    po::positional_options_description pos;
+    pos.add("config", 1);
+    po::variables_map vm;
+    po::store(po::command_line_parser(args).options(opts).positional(pos).run(), vm);
+    if (vm.count("help")) {
+      std::cout << "Usage: kvlab sweep CONFIG [OPTIONS]\n\n"
+                   "Runs every combination of the axes in CONFIG as a `kvlab replay`, in parallel local processes;\n"
+                   "each point's directory holds command.txt (its exact command) and its results; points already\n"
+                   "complete (complete.json) are skipped, so an interrupted sweep resumes. Sweep file format:\n"
+                   "experiments/sweep.hpp and docs/experiments.md.\n\n"
+                << opts
+                << "\nExamples:\n"
+                   "  kvlab sweep experiments/sweeps/block-size.sweep -j 2 --out results/sweep-block-size\n"
+                   "  kvlab sweep my.sweep --slurm --time 02:00:00 --mem 32G --out /scratch/sweep && sbatch /scratch/sweep/sweep.sbatch\n"
+                   "  kvlab collect results/sweep-block-size\n";
+      return false;
+    }
+    po::notify(vm);
+    progress = vm.count("no-progress") == 0;
+    check(vm);
+    return true;
   }
-  po::notify(vm);
-  if (config.empty()) throw UsageError("no sweep file given (kvlab sweep CONFIG)");
-  if (jobs < 0) throw UsageError("-j must not be negative");
-  if (jobs == 0) jobs = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  check_output_dir_name(out, "--out");
-  const auto points = expand_sweep(read_sweep_file(config));
+
+  void check(const po::variables_map& vm) {
+    if (config.empty()) throw UsageError("no sweep file given (kvlab sweep CONFIG)");
+    if (jobs < 0) throw UsageError("-j must not be negative");
+    if (jobs == 0) jobs = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    if (!slurm)
+      for (const char* o : {"time", "mem", "gres", "partition", "account"})
+        if (vm.count(o)) throw UsageError(fmt::format("--{} applies only with --slurm", o));
+    validate_slurm_options(resources);
+    check_output_dir_name(out, "--out");
+  }
+};
+
+int cmd_sweep(const std::vector<std::string>& args, const std::string& invocation) {
+  SweepArgs a;
+  if (!a.parse(args)) return 0;
+  const auto points = expand_sweep(read_sweep_file(a.config));
   const fs::path exe = self_exe();
-  if (!dry) prepare_output_dir(out, "--out");
-  if (dry) {
-    for (const auto& p : points) std::cout << p.name << ": " << point_command(p, out, exe) << "\n";
+  if (a.dry) {
+    for (const auto& p : points) std::cout << p.name << ": " << point_command(p, a.out, exe) << "\n";
     return 0;
   }
-  if (slurm) {
-    write_slurm_script(points, out, exe);
-    std::cout << points.size() << " points: sbatch " << (fs::path(out) / "sweep.sbatch").string() << "\n";
+  prepare_output_dir(a.out, "--out");
+  const OutputLock lock(a.out, invocation);  // one sweep per directory (each point is locked by its replay)
+  if (a.slurm) {
+    const std::size_t tasks = write_slurm_script(points, a.out, exe, a.resources);
+    write_sweep_grid(points, a.out);
+    if (tasks == 0) std::cout << "all " << points.size() << " points are complete; nothing to submit\n";
+    else std::cout << tasks << " of " << points.size() << " points: sbatch " << (fs::path(a.out) / "sweep.sbatch").string() << "\n";
     return 0;
   }
-  std::cout << points.size() << " points under " << out << "/ with " << jobs << " jobs\n";
-  const int failed = run_sweep(points, out, jobs, exe, vm.count("no-progress") == 0);
-  const int rows = collect_sweep(out, fs::path(out) / "collected.csv");
-  std::cout << rows << " rows in " << (fs::path(out) / "collected.csv").string();
+  write_sweep_grid(points, a.out);
+  std::cout << points.size() << " points under " << a.out << "/ with " << a.jobs << " jobs\n";
+  const int failed = run_sweep(points, a.out, a.jobs, exe, a.progress);
+  const Collected c = collect_sweep(a.out);
+  write_file_atomically(fs::path(a.out) / "collected.csv", c.csv);
+  std::cout << c.rows << " rows in " << (fs::path(a.out) / "collected.csv").string();
   if (failed) std::cout << "; " << failed << " points failed (see their stderr.txt)";
   std::cout << "\n";
   return failed ? 1 : 0;
@@ -576,8 +638,10 @@ int cmd_sweep(const std::vector<std::string>& args) {
 
 int cmd_collect(const std::vector<std::string>& args) {
   if (args.empty() || args[0] == "--help" || args[0] == "-h") {
-    std::cout << "Usage: kvlab collect SWEEP_DIR [CSV]\n\nMerges SWEEP_DIR/point-*/compare.csv into one CSV "
-                 "(default SWEEP_DIR/collected.csv), each row with its point and command.\n\nExample:\n"
+    std::cout << "Usage: kvlab collect SWEEP_DIR [CSV]\n\nMerges the finished points (a valid complete.json) of the\n"
+                 "sweep's current grid (sweep-grid.json), SWEEP_DIR/point-*/compare.csv, into one CSV (default\n"
+                 "SWEEP_DIR/collected.csv): each row with its point, one column per sweep axis, and its command.\n"
+                 "Points left out (unfinished, failed, or not in the current grid) are listed.\n\nExample:\n"
                  "  kvlab collect results/sweep-block-size\n";
     return args.empty() ? 2 : 0;
   }
@@ -585,9 +649,13 @@ int cmd_collect(const std::vector<std::string>& args) {
   if (args.size() > 2) throw UsageError("collect takes a sweep directory and optionally a CSV path");
   const fs::path csv = args.size() > 1 ? fs::path(args[1]) : fs::path(args[0]) / "collected.csv";
   check_output_file(csv);
-  const int rows = collect_sweep(args[0], csv);
-  if (rows == 0) throw UsageError("'" + args[0] + "' holds no finished sweep point (point-*/compare.csv)");
-  std::cout << rows << " rows in " << csv.string() << "\n";
+  check_collect_output(args[0], csv);
+  const Collected c = collect_sweep(args[0]);  // read everything first: nothing found, nothing written
+  for (const std::string& s : c.skipped) std::cout << "skipped " << s << "\n";
+  if (c.rows == 0)
+    throw UsageError("'" + args[0] + "' holds no finished sweep point (point-*/ with a valid complete.json)");
+  write_file_atomically(csv, c.csv);
+  std::cout << c.rows << " rows in " << csv.string() << "\n";
   return 0;
 }
 
@@ -656,12 +724,16 @@ int run_command(int argc, char** argv) {
     }
     if (command == "devices") return cmd_devices();
     if (command == "models") return cmd_models();
+    if (command == "replay" || command == "compare" || command == "sweep") install_interrupt_handlers();
     if (command == "replay") return cmd_replay(args, command_line(argc, argv));
     if (command == "compare") return cmd_compare(args, command_line(argc, argv));
-    if (command == "sweep") return cmd_sweep(args);
+    if (command == "sweep") return cmd_sweep(args, command_line(argc, argv));
     if (command == "collect") return cmd_collect(args);
     if (command == "figure") return cmd_figure(args, command_line(argc, argv));
     throw UsageError("unknown command '" + command + "' (try 'kvlab help')");
+  } catch (const Interrupted& e) {  // SIGINT/SIGTERM: stopped between steps, nothing half-written
+    std::cerr << "kvlab " << one_line(command) << ": interrupted\n";
+    return 128 + e.signal();
   } catch (const po::error& e) {
     print_error(command, "error", e.what());
     return 2;

@@ -67,7 +67,6 @@ struct Group {
   // the answer's, from the trace where it says them (a next turn's prompt), else fresh ids.
   std::vector<std::int32_t> ids;
   bool readmitted = false;  // admitted before (the next admission follows a preemption)
-  int bypassed = 0;         // lpm: steps in which a later arrival was admitted before it
   std::int64_t admitted_from = 0;  // prompt tokens already in the cache at admission (not computed)
   mutable std::vector<std::uint64_t> tags;  // integrity tags of the prompt tokens (verify_kv)
   [[nodiscard]] bool prefilling() const noexcept { return prefilled < prompt; }
@@ -95,11 +94,7 @@ class Replay {
   [[nodiscard]] std::size_t latest_running() const;
   void swap_in_groups();
   void admit_waiting();
-  void admit_in_order();
-  /// lpm: puts the first lpm_window waiting groups in admission order (starved ones, then by
-  /// cached prefix); rank_done() puts them back in arrival order and counts who was overtaken.
-  void rank_waiting();
-  void rank_done(std::size_t first_req_admitted_after);
+  void order_waiting();
   void run_step();
   void summarize();
   // The four phases of a step.
@@ -144,7 +139,6 @@ class Replay {
   double shared_savings_time_ = 0;  // integral of shared_savings over busy time
   std::int32_t fresh_token_id_ = 0x7fffffff;
   TraceTokenIds token_ids_;  // prompt ids, and answers' ids where the trace implies them
-  std::vector<std::size_t> admitted_reqs_;  // lpm: requests admitted in the current admit_waiting
   std::unique_ptr<KvIntegrity> integrity_;
   // Execute mode buffers.
   std::vector<float> q_, out_;
@@ -368,46 +362,26 @@ void Replay::swap_in_groups() {
   }
 }
 
+/// Longest prefix match: the head of the queue reordered by cached prompt tokens, overdue first.
+void Replay::order_waiting() {
+  const std::size_t n = std::min(waiting_.size(), c_.schedule.window);
+  if (n < 2) return;
+  std::vector<std::int64_t> cached(n);
+  std::vector<double> waited(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    const Group& g = waiting_[i];
+    cached[i] = g.ids.empty() ? 0 : b_.cached_prefix_tokens(spec_of(g));
+    waited[i] = now_ - w_[g.req].arrival_s;
+  }
+  const std::vector<std::size_t> order = lpm_order(cached, waited, c_.schedule.max_wait_s);
+  std::vector<Group> head;
+  head.reserve(n);
+  for (std::size_t i : order) head.push_back(std::move(waiting_[i]));
+  std::move(head.begin(), head.end(), waiting_.begin());
+}
+
 void Replay::admit_waiting() {
-  if (c_.schedule == SchedulePolicy::fcfs || waiting_.size() < 2 ||
-      seqs_in_step_ + c_.samples_per_request > c_.max_running) {  // nothing to rank, or no room
-    admit_in_order();
-    return;
-  }
-  rank_waiting();
-  const std::size_t admitted_before = admitted_reqs_.size();
-  admit_in_order();
-  std::size_t latest = 0;  // the latest arrival admitted this step (+1; 0: none)
-  for (std::size_t i = admitted_before; i < admitted_reqs_.size(); ++i) latest = std::max(latest, admitted_reqs_[i] + 1);
-  admitted_reqs_.resize(admitted_before);
-  rank_done(latest);
-}
-
-void Replay::rank_waiting() {
-  const auto n = static_cast<std::ptrdiff_t>(std::min<std::size_t>(waiting_.size(), static_cast<std::size_t>(c_.lpm_window)));
-  std::vector<std::pair<std::int64_t, std::size_t>> key;  // (-cached prefix, or INT64_MIN when starved; req)
-  key.reserve(static_cast<std::size_t>(n));
-  for (auto it = waiting_.begin(); it != waiting_.begin() + n; ++it) {
-    const bool starved = it->bypassed >= c_.lpm_max_bypass;
-    key.emplace_back(starved ? INT64_MIN : -b_.cached_prefix_tokens(spec_of(*it)), it->req);
-  }
-  std::vector<std::size_t> order(static_cast<std::size_t>(n));
-  std::iota(order.begin(), order.end(), std::size_t{0});
-  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return key[a] < key[b]; });
-  std::vector<Group> ranked;
-  ranked.reserve(order.size());
-  for (const std::size_t i : order) ranked.push_back(std::move(waiting_[i]));
-  std::move(ranked.begin(), ranked.end(), waiting_.begin());
-}
-
-void Replay::rank_done(std::size_t latest) {
-  const auto n = static_cast<std::ptrdiff_t>(std::min<std::size_t>(waiting_.size(), static_cast<std::size_t>(c_.lpm_window)));
-  std::sort(waiting_.begin(), waiting_.begin() + n, [](const Group& a, const Group& b) { return a.req < b.req; });
-  for (auto it = waiting_.begin(); it != waiting_.begin() + n; ++it)
-    if (it->req + 1 < latest) ++it->bypassed;  // a later arrival went first
-}
-
-void Replay::admit_in_order() {
+  if (c_.schedule.policy == SchedulePolicy::lpm && swapped_.empty()) order_waiting();
   while (!waiting_.empty() && swapped_.empty()) {
     Group& g = waiting_.front();
     if (seqs_in_step_ + c_.samples_per_request > c_.max_running) return;
@@ -451,7 +425,6 @@ void Replay::admit_in_order() {
       continue;
     }
     g.seqs = {{id, 0, false}};
-    if (c_.schedule == SchedulePolicy::lpm) admitted_reqs_.push_back(g.req);
     // Prompt tokens found in the prefix cache need no prefill compute (at least one always does).
     const std::int64_t cached = std::min(b_.cached_tokens(id), chunk - 1);
     g.prefilled = cached;
@@ -810,7 +783,6 @@ ReplayResult Replay::run() {
   KVLAB_EXPECTS(c_.max_running >= 1, "max_running must be at least 1");
   KVLAB_EXPECTS(c_.max_batched_tokens >= 1, "max_batched_tokens must be at least 1");
   KVLAB_EXPECTS(c_.samples_per_request >= 1, "samples per request must be at least 1");
-  KVLAB_EXPECTS(c_.lpm_window >= 1 && c_.lpm_max_bypass >= 0, "lpm needs a window of at least 1 and a bypass bound >= 0");
   KVLAB_EXPECTS(c_.samples_per_request <= c_.max_running, "samples per request must fit max_running");
   KVLAB_EXPECTS(!c_.execute || b_.has_storage(), "execute mode needs a backend with KV storage");
   for (std::size_t i = 1; i < w_.size(); ++i)
@@ -831,6 +803,7 @@ ReplayResult Replay::run() {
   while (done_ < sum.requests) {
     arrivals();
     if (running_.empty() && waiting_.empty() && swapped_.empty()) continue;
+    if (c_.at_step_boundary) c_.at_step_boundary();
     const std::int64_t before = done_;
     run_step();
     // A step that ran nothing and finished nothing, with no arrival left to wait for, cannot

@@ -8,7 +8,8 @@
 //     prefill chunk. When the backend cannot grow, the latest-arrived running request is
 //     preempted — swapped out (preemption = swap, when the backend can) or released and requeued
 //     to recompute its prompt plus what it generated (preemption = recompute) — until it can.
-//  3. Swapped requests come back first, then waiting requests are admitted in order while the
+//  3. Swapped requests come back first, then waiting requests are admitted in order (FCFS, or
+//     longest prefix match first with ReplayConfig::schedule) while the
 //     batch has room (max_running sequences, a token budget of max_batched_tokens per step) and
 //     the backend's side-effect-free can_admit says yes. With chunked prefill a long prompt is
 //     split across steps to fit the budget; without it a prompt is prefilled in one step.
@@ -31,6 +32,7 @@
 #include "alloc/kv_backend.hpp"
 #include "alloc/memory_breakdown.hpp"
 #include "experiments/cost_model.hpp"
+#include "experiments/schedule_policy.hpp"
 #include "experiments/workload.hpp"
 #include "kernels/attention_params.hpp"
 
@@ -38,11 +40,7 @@ namespace kvlab {
 
 enum class LongRequestPolicy { reject, truncate };
 enum class PreemptionMode { recompute, swap };
-/// Which waiting request is admitted next. fcfs: arrival order. lpm: SGLang's longest prefix
-/// match, the waiting request whose prompt has the most tokens in the prefix cache first, among
-/// the first `lpm_window` waiting requests, with a fairness bound: a request that later arrivals
-/// overtook in `lpm_max_bypass` steps goes before any prefix.
-enum class SchedulePolicy { fcfs, lpm };
+
 /// Runs attention for one layer of a prepared batch.
 using AttentionFn = std::function<void(const AttentionParams&, const KvView&)>;
 
@@ -51,10 +49,9 @@ struct ReplayConfig {
   std::int64_t max_batched_tokens = 8192;  ///< tokens computed per step (decodes + prefill chunks)
   bool chunked_prefill = false;            ///< split prompts to fit max_batched_tokens
   PreemptionMode preemption = PreemptionMode::recompute;
-  SchedulePolicy schedule = SchedulePolicy::fcfs;
-  int lpm_window = 128;     ///< lpm: waiting requests ranked each step (SGLang uses FCFS past 128)
-  int lpm_max_bypass = 8;   ///< lpm: steps in which later arrivals may overtake a request
   LongRequestPolicy long_requests = LongRequestPolicy::reject;
+  /// Which waiting request is admitted next: FCFS or longest prefix match (experiments/schedule_policy.hpp).
+  SchedulePolicyOptions schedule;
   int samples_per_request = 1;  ///< parallel sampling n (or beam width): the prompt is shared by n sequences
   /// Beam search: after every decode step each beam, with this probability, is replaced by a fork
   /// of another beam of its request (a seeded stand-in for top-k beam selection), so beams share
@@ -73,6 +70,9 @@ struct ReplayConfig {
   /// device's native kernels (kvlab::attention: host kernels on the host, CUDA kernels on a GPU).
   /// `kvlab replay --kernels emulated` passes the CUDA kernels under the host SIMT emulator.
   AttentionFn attention;
+  /// Called before every step; it may throw to stop the replay there (kvlab's SIGINT/SIGTERM
+  /// handling: experiments/run_control.hpp). Empty: nothing.
+  std::function<void()> at_step_boundary;
 };
 
 struct StepRecord {

@@ -1,5 +1,7 @@
 #include "experiments/report.hpp"
 
+#include <algorithm>
+
 #include <iomanip>
 #include <sstream>
 
@@ -84,7 +86,15 @@ void write_compare_csv(const std::filesystem::path& file, const std::string& com
   f << "backend,workload,clock,token_states,reserved,internal_fragmentation,external_fragmentation,free,mean_batch,"
        "max_batch,tokens_per_s,requests_per_s,completed,rejected,truncated,preemptions,out_of_memory,"
        "peak_allocated_bytes,capacity_bytes,mean_shared_savings_bytes,mean_ttft_s,p99_ttft_s,mean_tpot_s,"
-       "mean_normalized_latency_s,makespan_s,prefix_hit_tokens,failed,replay_wall_s,simulated_tokens_per_wall_s\n";
+       "mean_normalized_latency_s,makespan_s,prefix_hit_tokens,failed,replay_wall_s,simulated_tokens_per_wall_s";
+  // Then one column per backend counter (summary.json's "counters", by name), in the order the rows
+  // first name them; empty where a backend has no such counter.
+  std::vector<std::string> counters;
+  for (const ReplaySummary& s : rows)
+    for (const auto& [name, value] : s.backend_counters)
+      if (std::find(counters.begin(), counters.end(), name) == counters.end()) counters.push_back(name);
+  for (const std::string& name : counters) f << ',' << csv_field(name);
+  f << '\n';
   for (const ReplaySummary& s : rows) {
     const double span = s.makespan_s > 0 ? s.makespan_s : 1;
     f << s.backend << ',' << csv_field(workload) << ',' << s.clock << ',' << s.mean_fractions.token_states << ','
@@ -95,7 +105,13 @@ void write_compare_csv(const std::filesystem::path& file, const std::string& com
       << ',' << s.peak_allocated_bytes << ',' << s.capacity_bytes << ',' << s.mean_shared_savings_bytes << ','
       << s.mean_ttft_s << ',' << s.p99_ttft_s << ',' << s.mean_tpot_s << ',' << s.mean_normalized_latency_s << ','
       << s.makespan_s << ',' << s.prefix_hit_tokens << ',' << s.failed << ',' << s.wall_s << ','
-      << (s.wall_s > 0 ? static_cast<double>(s.generated_tokens + s.prefill_tokens_computed) / s.wall_s : 0) << '\n';
+      << (s.wall_s > 0 ? static_cast<double>(s.generated_tokens + s.prefill_tokens_computed) / s.wall_s : 0);
+    for (const std::string& name : counters) {
+      f << ',';
+      for (const auto& [n, value] : s.backend_counters)
+        if (n == name) f << value;
+    }
+    f << '\n';
   }
   write_file_atomically(file, f.view());
 }

@@ -1,19 +1,27 @@
 #include "experiments/sweep.hpp"
 
 #include <fcntl.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <csignal>
 #include <cstdio>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
+
+#include <nlohmann/json.hpp>
 
 #include "alloc/error.hpp"
 #include "experiments/atomic_file.hpp"
 #include "experiments/progress.hpp"
+#include "experiments/report.hpp"
+#include "experiments/run_control.hpp"
 #include "experiments/shell.hpp"
 
 namespace kvlab {
@@ -127,119 +135,332 @@ std::string point_command(const SweepPoint& p, const fs::path& out, const fs::pa
   return cmd;
 }
 
+namespace {
+
+/// The points still to run: not complete for their command (experiments/run_control.hpp). Throws
+/// when a point's directory is locked by a replay still running (a child of an earlier sweep).
+std::vector<const SweepPoint*> points_to_run(const std::vector<SweepPoint>& points, const fs::path& out,
+                                             const fs::path& exe) {
+  std::vector<const SweepPoint*> todo;
+  for (const SweepPoint& p : points) {
+    const fs::path dir = out / p.name;
+    fs::create_directories(dir);
+    if (const auto holder = lock_holder(dir))
+      KVLAB_THROW(Error, dir.string() + " is still being run by an earlier sweep's replay (" + *holder +
+                             "); wait for it to finish or kill it");
+    const std::string command = point_command(p, out, exe);
+    std::string saved;
+    if (std::ifstream in(dir / "command.txt"); in) std::getline(in, saved);
+    // Done only if its results exist and are complete *for this command*: an edited sweep file
+    // reruns the points whose command changed instead of keeping stale results under the new
+    // command, and a point without its completion marker (killed, out of disk) is redone.
+    if (saved == command && is_complete(dir)) continue;
+    remove_completion_marker(dir);
+    fs::remove(dir / "compare.csv");
+    write_file_atomically(dir / "command.txt", command + "\n");
+    todo.push_back(&p);
+  }
+  return todo;
+}
+
+/// Forks `kvlab replay` for one point, in a process group of its own that dies with the parent.
+pid_t spawn_point(const SweepPoint& p, const fs::path& out, const fs::path& exe) {
+  std::vector<std::string> argv = {exe.string(), "replay"};
+  argv.insert(argv.end(), p.args.begin(), p.args.end());
+  for (const char* a : {"--no-progress", "--out"}) argv.emplace_back(a);
+  argv.push_back((out / p.name).string());
+  const std::string stdout_file = (out / p.name / "stdout.txt").string();
+  const std::string stderr_file = (out / p.name / "stderr.txt").string();
+  std::vector<char*> cargv;
+  for (auto& a : argv) cargv.push_back(a.data());
+  cargv.push_back(nullptr);
+  const pid_t parent = ::getpid();
+  const pid_t pid = fork();
+  if (pid < 0) KVLAB_THROW(Error, "fork failed for " + p.name);
+  if (pid == 0) {
+    ::setpgid(0, 0);                       // the terminal's Ctrl-C reaches the parent, which stops us
+    ::prctl(PR_SET_PDEATHSIG, SIGTERM);    // a parent killed outright (SIGKILL) still stops us
+    if (::getppid() != parent) _exit(1);   // it died before prctl
+    const int o = open(stdout_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    const int e = open(stderr_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (o >= 0) dup2(o, 1);
+    if (e >= 0) dup2(e, 2);
+    execv(cargv[0], cargv.data());
+    _exit(127);
+  }
+  ::setpgid(pid, pid);  // also here, so a kill right after fork reaches the group
+  return pid;
+}
+
+/// SIGTERM to every running point (each stops at its next step boundary), then waits for them all.
+void stop_children(const std::map<pid_t, const SweepPoint*>& running) {
+  for (const auto& [pid, p] : running) ::kill(-pid, SIGTERM);
+  for (const auto& [pid, p] : running) {
+    int status = 0;
+    while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+  }
+}
+
+/// Waits for a point to end: its pid (status set), -1 when none runs, 0 when a signal arrived.
+/// Polls (every 20 ms) rather than blocking in wait(), so a signal that lands just before the
+/// wait cannot leave the sweep waiting for a long point.
+pid_t wait_for_point(int& status) {
+  for (;;) {
+    const pid_t pid = ::waitpid(-1, &status, WNOHANG);
+    if (pid < 0 && errno == EINTR) continue;
+    if (pid != 0 || interrupt_signal() != 0) return pid;
+    ::usleep(20000);
+  }
+}
+
+}  // namespace
+
 int run_sweep(const std::vector<SweepPoint>& points, const fs::path& out, int jobs, const fs::path& exe,
               bool progress) {
   KVLAB_EXPECTS(jobs >= 1, "-j must be at least 1");
   fs::create_directories(out);
-  std::vector<const SweepPoint*> todo;
-  for (const SweepPoint& p : points) {
-    fs::create_directories(out / p.name);
-    const std::string command = point_command(p, out, exe);
-    std::string saved;
-    if (std::ifstream in(out / p.name / "command.txt"); in) std::getline(in, saved);
-    // Done only if its results exist *for this command*: an edited sweep file reruns the points
-    // whose command changed instead of keeping stale results under the new command.
-    const bool done = saved == command && fs::exists(out / p.name / "compare.csv");
-    if (!done) {
-      fs::remove(out / p.name / "compare.csv");
-      write_file_atomically(out / p.name / "command.txt", command + "\n");
-      todo.push_back(&p);
-    }
-  }
+  const std::vector<const SweepPoint*> todo = points_to_run(points, out, exe);
   Progress bar("sweep", progress);
   std::map<pid_t, const SweepPoint*> running;
   std::size_t next = 0;
   int failed = 0, finished = 0;
   while (next < todo.size() || !running.empty()) {
-    while (next < todo.size() && static_cast<int>(running.size()) < jobs) {
+    while (interrupt_signal() == 0 && next < todo.size() && static_cast<int>(running.size()) < jobs) {
       const SweepPoint& p = *todo[next++];
-      std::vector<std::string> argv = {exe.string(), "replay"};
-      argv.insert(argv.end(), p.args.begin(), p.args.end());
-      for (const char* a : {"--no-progress", "--out"}) argv.emplace_back(a);
-      argv.push_back((out / p.name).string());
-      const std::string stdout_file = (out / p.name / "stdout.txt").string();
-      const std::string stderr_file = (out / p.name / "stderr.txt").string();
-      const pid_t pid = fork();
-      if (pid < 0) KVLAB_THROW(Error, "fork failed for " + p.name);
-      if (pid == 0) {
-        const int o = open(stdout_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        const int e = open(stderr_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        if (o >= 0) dup2(o, 1);
-        if (e >= 0) dup2(e, 2);
-        std::vector<char*> cargv;
-        for (auto& a : argv) cargv.push_back(a.data());
-        cargv.push_back(nullptr);
-        execv(cargv[0], cargv.data());
-        _exit(127);
-      }
-      running.emplace(pid, &p);
+      running.emplace(spawn_point(p, out, exe), &p);
     }
     int status = 0;
-    const pid_t pid = wait(&status);
-    if (pid < 0) break;
+    const pid_t pid = interrupt_signal() != 0 ? 0 : wait_for_point(status);
+    if (interrupt_signal() != 0) {  // SIGINT/SIGTERM: stop the points, leave them unmarked, resume later
+      if (pid > 0) running.erase(pid);
+      stop_children(running);
+      throw_if_interrupted();
+    }
+    if (pid <= 0) break;  // no child left to wait for (cannot happen while `running` is not empty)
     const auto it = running.find(pid);
     if (it == running.end()) continue;
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) ++failed;
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || !is_complete(out / it->second->name)) ++failed;
     running.erase(it);
     bar.update(++finished, static_cast<std::int64_t>(todo.size()));
   }
   return failed;
 }
 
-void write_slurm_script(const std::vector<SweepPoint>& points, const fs::path& out, const fs::path& exe) {
+namespace {
+/// One word sbatch reads whole: no spaces, quotes or control characters (nor backslashes, for values).
+bool plain_word(const std::string& s, bool backslash_ok = false) {
+  return std::none_of(s.begin(), s.end(), [&](char c) {
+    return static_cast<unsigned char>(c) <= 0x20 || c == 0x7f || c == '"' || c == '\'' || (c == '\\' && !backslash_ok);
+  });
+}
+
+/// A point is complete when its recorded command is this one and its completion marker is valid.
+bool point_complete(const SweepPoint& p, const fs::path& out, const fs::path& exe) {
+  std::string saved;
+  if (std::ifstream in(out / p.name / "command.txt"); in) std::getline(in, saved);
+  return saved == point_command(p, out, exe) && is_complete(out / p.name);
+}
+}  // namespace
+
+void validate_slurm_options(const SlurmOptions& o) {
+  for (const auto& [name, value] : {std::pair{"--time", &o.time}, std::pair{"--mem", &o.mem},
+                                    std::pair{"--gres", &o.gres}, std::pair{"--partition", &o.partition},
+                                    std::pair{"--account", &o.account}})
+    if (!value->empty() && !plain_word(*value))
+      KVLAB_THROW(InvalidArgument, std::string(name) + " '" + *value +
+                                       "': a Slurm value must be one word without spaces, quotes, backslashes or "
+                                       "control characters (it goes into an #SBATCH line)");
+}
+
+std::size_t write_slurm_script(const std::vector<SweepPoint>& points, const fs::path& out, const fs::path& exe,
+                               const SlurmOptions& options) {
   // The path goes into #SBATCH lines, which sbatch reads as words on one line: a newline there
   // would start a line of its own (a command), a space would split the option.
-  const std::string path = out.string();
-  const bool plain = std::none_of(path.begin(), path.end(), [](char c) {
-    return static_cast<unsigned char>(c) <= 0x20 || c == 0x7f || c == '"' || c == '\'';
-  });
-  KVLAB_EXPECTS(plain, "--slurm needs an --out path without spaces, quotes or control characters (it goes into #SBATCH lines)");
+  KVLAB_EXPECTS(plain_word(out.string(), /*backslash_ok=*/true),
+                "--slurm needs an --out path without spaces, quotes or control characters (it goes into #SBATCH lines)");
+  validate_slurm_options(options);
   fs::create_directories(out);
+  std::vector<std::size_t> todo;  // 1-based task ids of the points still to run
+  for (std::size_t i = 0; i < points.size(); ++i)
+    if (!point_complete(points[i], out, exe)) todo.push_back(i + 1);
+  if (todo.empty()) {  // a script left from an earlier call would rerun finished points
+    fs::remove(out / "sweep.sbatch");
+    return 0;
+  }
   std::ostringstream f;
-  f << "#!/bin/bash\n"
-    << "#SBATCH --job-name=kvlab-sweep\n"
-    << "#SBATCH --array=1-" << points.size() << "\n"
-    << "#SBATCH --output=" << (out / "slurm-%A_%a.out").string() << "\n"
-    << "# One kvlab replay per array task; `kvlab collect " << out.string() << "` merges the results.\n"
+  f << "#!/bin/bash\n#SBATCH --job-name=kvlab-sweep\n#SBATCH --array=";
+  for (std::size_t k = 0; k < todo.size(); ++k) f << (k ? "," : "") << todo[k];
+  f << "\n#SBATCH --output=" << (out / "slurm-%A_%a.out").string() << "\n";
+  for (const auto& [name, value] : {std::pair{"time", &options.time}, std::pair{"mem", &options.mem},
+                                    std::pair{"gres", &options.gres}, std::pair{"partition", &options.partition},
+                                    std::pair{"account", &options.account}})
+    if (!value->empty()) f << "#SBATCH --" << name << "=" << *value << "\n";
+  f << "# One kvlab replay per array task (points already complete are left out); `kvlab collect "
+    << out.string() << "` merges the results.\n"
     << "set -euo pipefail\n"
     << "case \"$SLURM_ARRAY_TASK_ID\" in\n";
-  for (std::size_t i = 0; i < points.size(); ++i) {
-    f << "  " << i + 1 << ") ";
-    f << "mkdir -p " << shell_quote((out / points[i].name).string()) << " && " << point_command(points[i], out, exe)
-      << " ;;\n";
+  for (const std::size_t id : todo) {
+    const SweepPoint& p = points[id - 1];
+    const std::string dir = shell_quote((out / p.name).string());
+    f << "  " << id << ") mkdir -p " << dir << " && printf '%s\\n' " << shell_quote(point_command(p, out, exe))
+      << " > " << dir << "/command.txt && " << point_command(p, out, exe) << " ;;\n";
   }
   f << "  *) echo \"no such point: $SLURM_ARRAY_TASK_ID\" >&2; exit 1 ;;\nesac\n";
   write_file_atomically(out / "sweep.sbatch", f.view());
+  return todo.size();
 }
 
-int collect_sweep(const fs::path& out, const fs::path& csv) {
-  std::vector<fs::path> dirs;
-  for (const auto& e : fs::directory_iterator(out))
-    if (e.is_directory() && e.path().filename().string().starts_with("point-")) dirs.push_back(e.path());
-  std::sort(dirs.begin(), dirs.end());
-  std::ostringstream f;
-  int rows = 0;
-  bool header = false;
-  for (const fs::path& d : dirs) {
-    std::ifstream in(d / "compare.csv");
-    if (!in) continue;  // not run (yet), or failed: see its stderr.txt
-    std::string command, head, line;
-    std::getline(in, command);
-    std::getline(in, head);
-    if (!header) {
-      f << "point,command," << head << "\n";
-      header = true;
+void write_sweep_grid(const std::vector<SweepPoint>& points, const fs::path& out) {
+  nlohmann::ordered_json j;
+  j["axes"] = nlohmann::ordered_json::array();
+  if (!points.empty())
+    for (const auto& [key, value] : points.front().params) j["axes"].push_back(key);
+  j["points"] = nlohmann::ordered_json::array();
+  for (const SweepPoint& p : points) {
+    nlohmann::ordered_json values = nlohmann::ordered_json::array();
+    for (const auto& [key, value] : p.params) values.push_back(value);
+    j["points"].push_back({{"name", p.name}, {"values", values}});
+  }
+  write_file_atomically(out / kGridFile, j.dump(1) + "\n");
+}
+
+namespace {
+
+/// The grid a sweep recorded (OUT/sweep-grid.json): axis keys, and each point's values.
+struct Grid {
+  std::vector<std::string> axes;
+  std::vector<std::pair<std::string, std::vector<std::string>>> points;
+};
+
+std::optional<Grid> read_grid(const fs::path& out) {
+  std::ifstream in(out / kGridFile);
+  if (!in) return std::nullopt;
+  std::stringstream text;
+  text << in.rdbuf();
+  const auto j = nlohmann::json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
+  const auto bad = [&] { return InvalidArgument((out / kGridFile).string() + ": not a sweep grid file"); };
+  if (!j.is_object() || !j.contains("axes") || !j["axes"].is_array() || !j.contains("points") || !j["points"].is_array())
+    throw bad();
+  Grid g;
+  try {
+    g.axes = j["axes"].get<std::vector<std::string>>();
+    for (const auto& p : j["points"]) {
+      g.points.emplace_back(p.at("name").get<std::string>(), p.at("values").get<std::vector<std::string>>());
+      if (g.points.back().second.size() != g.axes.size()) throw bad();
     }
-    std::string cmd = command.size() > 2 ? command.substr(2) : "";
-    std::string escaped;
-    for (char c : cmd) escaped += c == '"' ? std::string("\"\"") : std::string(1, c);
-    while (std::getline(in, line)) {
-      f << d.filename().string() << ",\"" << escaped << "\"," << line << "\n";
-      ++rows;
+  } catch (const nlohmann::json::exception&) {
+    throw bad();
+  }
+  return g;
+}
+
+/// The fields of one CSV line, each as written (quotes kept); commas inside quotes do not split.
+std::vector<std::string> raw_csv_fields(const std::string& line) {
+  std::vector<std::string> out(1);
+  bool quoted = false;
+  for (const char c : line) {
+    if (c == '"') quoted = !quoted;
+    if (c == ',' && !quoted) {
+      out.emplace_back();
+    } else {
+      out.back() += c;
     }
   }
-  write_file_atomically(csv, f.view());
-  return rows;
+  return out;
+}
+
+/// One finished point's compare.csv: its command, columns and rows.
+struct PointTable {
+  std::string name, command;
+  std::vector<std::string> values;  ///< the point's axis values (empty without a grid)
+  std::vector<std::string> columns;
+  std::vector<std::vector<std::string>> rows;
+};
+
+PointTable read_point_table(const fs::path& dir) {
+  PointTable t;
+  std::ifstream in(dir / "compare.csv");
+  std::string head, line;
+  std::getline(in, t.command);
+  if (t.command.starts_with("# ")) t.command.erase(0, 2);
+  std::getline(in, head);
+  t.columns = raw_csv_fields(head);
+  while (std::getline(in, line))
+    if (!line.empty()) t.rows.push_back(raw_csv_fields(line));
+  return t;
+}
+
+/// The merged CSV: point, one column per axis, command, then the union of the points' columns
+/// (by name; empty where a point's compare.csv has no such column, e.g. another backend's counters).
+std::string merge_tables(const std::vector<std::string>& axes, const std::vector<PointTable>& tables, int& rows) {
+  std::vector<std::string> columns;
+  std::map<std::string, std::size_t> index;
+  for (const PointTable& t : tables)
+    for (const std::string& c : t.columns)
+      if (index.emplace(c, columns.size()).second) columns.push_back(c);
+  std::ostringstream f;
+  f << "point";
+  for (const std::string& a : axes) f << ",axis_" << csv_field(a);
+  f << ",command";
+  for (const std::string& c : columns) f << ',' << c;
+  f << '\n';
+  for (const PointTable& t : tables)
+    for (const auto& r : t.rows) {
+      std::vector<std::string> out(columns.size());
+      for (std::size_t i = 0; i < r.size() && i < t.columns.size(); ++i) out[index.at(t.columns[i])] = r[i];
+      f << t.name;
+      for (const std::string& v : t.values) f << ',' << csv_field(v);
+      f << ',' << csv_field(t.command);
+      for (const std::string& v : out) f << ',' << v;
+      f << '\n';
+      ++rows;
+    }
+  return f.str();
+}
+
+}  // namespace
+
+Collected collect_sweep(const fs::path& out) {
+  Collected c;
+  const std::optional<Grid> grid = read_grid(out);
+  std::vector<std::pair<std::string, std::vector<std::string>>> wanted;
+  std::set<std::string> in_grid;
+  if (grid) {
+    wanted = grid->points;
+    for (const auto& [name, values] : wanted) in_grid.insert(name);
+  }
+  std::vector<std::string> dirs;
+  for (const auto& e : fs::directory_iterator(out))
+    if (e.is_directory() && e.path().filename().string().starts_with("point-")) dirs.push_back(e.path().filename());
+  std::sort(dirs.begin(), dirs.end());
+  for (const std::string& d : dirs) {
+    if (!grid) wanted.emplace_back(d, std::vector<std::string>{});
+    else if (!in_grid.contains(d)) c.skipped.push_back(d + ": not a point of the current grid (" + kGridFile + ")");
+  }
+  std::vector<PointTable> tables;
+  for (const auto& [name, values] : wanted) {
+    if (const std::string why = completion_problem(out / name); !why.empty()) {
+      c.skipped.push_back(name + ": " + why);
+      continue;
+    }
+    tables.push_back(read_point_table(out / name));
+    tables.back().name = name;
+    tables.back().values = values;
+  }
+  c.csv = merge_tables(grid ? grid->axes : std::vector<std::string>{}, tables, c.rows);
+  return c;
+}
+
+void check_collect_output(const fs::path& out, const fs::path& csv) {
+  std::error_code ec;
+  const fs::path base = fs::weakly_canonical(out, ec);
+  const fs::path file = fs::weakly_canonical(fs::absolute(csv, ec), ec);
+  const fs::path rel = file.lexically_relative(base);
+  if (rel.empty() || *rel.begin() == "..") return;
+  if (const std::string first = rel.begin()->string(); first.starts_with("point-") && ++rel.begin() != rel.end())
+    KVLAB_THROW(InvalidArgument, "CSV " + csv.string() + " is inside the sweep point " + first +
+                                     " (it would replace that point's results); write it elsewhere");
 }
 
 }  // namespace kvlab

@@ -14,7 +14,8 @@
 //   fixed        = --time-scale 0.5
 //
 // Each point gets OUT/point-NNNN/ with command.txt (the exact command that reproduces it) and the
-// replay's files; a point whose compare.csv exists is done, so a rerun resumes.
+// replay's files; a point whose completion marker (complete.json) is valid for the same command
+// is done, so a rerun resumes.
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -44,11 +45,34 @@ struct SweepPoint {
 /// the number of points that failed (their stderr is kept in point-NNNN/stderr.txt).
 int run_sweep(const std::vector<SweepPoint>& points, const std::filesystem::path& out, int jobs,
               const std::filesystem::path& exe, bool progress);
-/// Writes OUT/sweep.sbatch: a Slurm array job with one task per point running the same commands.
-void write_slurm_script(const std::vector<SweepPoint>& points, const std::filesystem::path& out,
-                        const std::filesystem::path& exe);
-/// Merges OUT/point-*/compare.csv (with each point's parameters) into one CSV; returns the rows.
-int collect_sweep(const std::filesystem::path& out, const std::filesystem::path& csv);
+/// #SBATCH resources for --slurm (empty: not written). Each is one word: no spaces, quotes or
+/// control characters (validate_slurm_options), since sbatch reads #SBATCH lines as words.
+struct SlurmOptions {
+  std::string time, mem, gres, partition, account;
+};
+/// Throws InvalidArgument naming the option whose value would break its #SBATCH line.
+void validate_slurm_options(const SlurmOptions& o);
+/// Writes OUT/sweep.sbatch: a Slurm array job with one task per point not yet complete (a valid
+/// completion marker for the same command) running the same commands; returns the number of
+/// tasks (0: every point is complete, nothing written).
+std::size_t write_slurm_script(const std::vector<SweepPoint>& points, const std::filesystem::path& out,
+                               const std::filesystem::path& exe, const SlurmOptions& options = {});
+/// Writes OUT/sweep-grid.json: the axis keys and each point's name and values. `collect` merges
+/// only the points it names (a point-NNNN/ of an older, larger grid is stale) and gives each axis
+/// a column.
+void write_sweep_grid(const std::vector<SweepPoint>& points, const std::filesystem::path& out);
+inline constexpr const char* kGridFile = "sweep-grid.json";
+
+struct Collected {
+  std::string csv;                   ///< the merged CSV (nothing is written by collect_sweep)
+  int rows = 0;
+  std::vector<std::string> skipped;  ///< "point-0003: why" for each point left out
+};
+/// Merges the finished points (a valid completion marker, experiments/run_control.hpp) of the
+/// current grid: one row per backend per point, with the point, its axis values and command.
+[[nodiscard]] Collected collect_sweep(const std::filesystem::path& out);
+/// Throws InvalidArgument when `csv` lies inside one of OUT's point directories.
+void check_collect_output(const std::filesystem::path& out, const std::filesystem::path& csv);
 
 /// The shell form of one point's command.
 [[nodiscard]] std::string point_command(const SweepPoint& p, const std::filesystem::path& out,

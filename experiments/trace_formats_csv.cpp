@@ -9,6 +9,7 @@
 #include <string>
 #include <string_view>
 #include <system_error>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -104,11 +105,12 @@ Header read_header(Lines& lines, const std::string& source) {
   Header h;
   if (!lines.next(h.text, h.line)) throw TraceError(source, 1, "", "empty file (expected a CSV header)");
   h.names = split_csv(h.text);
-  for (std::size_t i = 0; i < h.names.size(); ++i) {
-    if (h.names[i].empty()) throw TraceError(source, h.line, "", "empty column name in the header " + quoted(h.text));
-    for (std::size_t j = 0; j < i; ++j) {
-      if (h.names[i] == h.names[j]) throw TraceError(source, h.line, std::string(h.names[i]), "duplicate column in the header");
-    }
+  // One hash-set pass (linear in the header; a pairwise check took minutes on a megabyte header).
+  std::unordered_set<std::string_view> seen;
+  seen.reserve(h.names.size());
+  for (const std::string_view name : h.names) {
+    if (name.empty()) throw TraceError(source, h.line, "", "empty column name in the header " + quoted(h.text));
+    if (!seen.insert(name).second) throw TraceError(source, h.line, std::string(name), "duplicate column in the header");
   }
   return h;
 }

@@ -55,6 +55,10 @@ inline constexpr std::int32_t kMooncakeHashBlock = 512;
 
 struct TraceOptions {
   TraceFormat format = TraceFormat::auto_detect;
+  /// > 0: drop requests whose sequence would outgrow this many tokens (prompt + output - 1, what
+  /// the cache holds at the last step) before max_requests and Poisson arrivals apply, so that a
+  /// drawn rate is the offered load of requests that can run (vLLM's benchmarks filter this way).
+  std::int64_t max_sequence_tokens = 0;
   /// Keep only the first N requests in arrival order; 0 = all. The whole file is still checked.
   std::int64_t max_requests = 0;
   /// Multiplies every arrival time (so every inter-arrival gap): 0.5 = twice the load. > 0.
@@ -77,6 +81,7 @@ struct TraceInfo {
   TraceFormat format = TraceFormat::auto_detect;  ///< the format actually read
   std::int64_t rows = 0;                     ///< data rows in the file
   std::int64_t requests = 0;                 ///< requests returned (after max_requests)
+  std::int64_t too_long = 0;                 ///< rows dropped by max_sequence_tokens
   bool has_timestamps = false;               ///< the file carries arrival times
   bool was_sorted = true;                    ///< rows were already in arrival order (else stable-sorted)
   bool has_prefix_hashes = false;

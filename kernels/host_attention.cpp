@@ -1,19 +1,21 @@
-// Host attention: one task per (sequence, KV head). A task walks the sequence's KV once per group
-// of up to kRowBlock query rows (the GQA group times the query tokens), in tiles of up to kTile
-// tokens that never cross a run (a block of the paged view), keeping an fp32 online softmax per
-// row. Every K/V element is converted from its storage dtype once per row group, so for decode the
-// whole GQA group shares one pass over the cache: the kernel is memory-bound by design.
+// Host attention. A task is (sequence, run of KV heads). Its query rows (query tokens times the
+// GQA group, per KV head) are cut into row blocks of up to 16 rows of one head, and blocks into
+// chunks whose fp32 state (scaled queries, V accumulators, running max and sum) stays in L1. A
+// chunk walks the sequence's KV once, in tiles of 16 tokens, and per tile visits every block,
+// head by head, so the cache streams in address order (token-major, head-minor):
+//   * scores: 16 dot products at a time (rows x keys = 16), K converted from its storage dtype in
+//     registers straight into the FMAs, each converted chunk used by every row of the block (the
+//     whole GQA group in decode), then one transposed reduction for all 16;
+//   * online softmax on the tile's 16 scores of a row as one vector (vectorised exp);
+//   * V converted in registers and accumulated into registers, 16 accumulators at a time.
+// No fp32 copy of K or V is ever made, so the kernel is bound by reading the cache.
 #include <algorithm>
 #include <bit>
-#include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <limits>
+#include <span>
 #include <vector>
 
-#if defined(__AVX512F__) || defined(__F16C__)
-#include <immintrin.h>
-#endif
 #if defined(__GNUC__) && !defined(__clang__)
 // GCC 12's AVX-512 headers seed conversions with _mm512_undefined_ps(), which -Wmaybe-uninitialized
 // reports at every inlined call (GCC bug 105593); nothing here is uninitialised.
@@ -23,222 +25,277 @@
 #include "alloc/error.hpp"
 #include "kernels/attention.hpp"
 #include "kernels/dispatch.hpp"
+#include "kernels/host_simd.hpp"
 
 namespace kvlab {
 namespace {
 
-constexpr int kTile = 16;      // tokens per tile
-constexpr int kRowBlock = 32;  // query rows sharing one pass over K/V
+using simd::kLanes;
+using simd::vec;
 
-/// exp(x) for x <= 0-ish arguments of the softmax, vectorisable (Cephes expf polynomial,
-/// relative error ~2e-7). NaN in, NaN out.
-inline float fast_exp(float x) {
-  x = x < -87.0f ? -87.0f : x;
-  x = x > 88.0f ? 88.0f : x;
-  const float n = std::floor(x * 1.44269504088896341f + 0.5f);
-  float r = x - n * 0.693359375f;
-  r = r - n * -2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
-  const int ni = static_cast<int>(n == n ? n : 0.f);
-  return p * std::bit_cast<float>(static_cast<std::uint32_t>(ni + 127) << 23);
-}
+constexpr int kTile = kLanes;  // tokens per tile: one row's tile scores are one vector
+constexpr int kMaxBlockRows = kLanes;
+/// Tiles ahead whose K and V rows a chunk asks the memory system for (hardware prefetchers alone
+/// lose the stream: a tile reads each token's row head by head, not in one sweep).
+constexpr int kPrefetchTiles = 1;
 
-/// One K or V row as fp32: f32 rows are used in place, 16-bit rows converted into `buf` with the
-/// widest conversion the CPU has (scalar conversion calls would make the kernel compute-bound).
-template <class T, int D>
-inline const float* load_row(const T* src, float* buf) {
-  if constexpr (std::is_same_v<T, float>) {
-    return src;
-  } else if constexpr (std::is_same_v<T, half_t>) {
-#if defined(__AVX512F__)
-    for (int d = 0; d < D; d += 16)
-      _mm512_storeu_ps(buf + d, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + d))));
-#elif defined(__F16C__)
-    for (int d = 0; d < D; d += 8)
-      _mm256_storeu_ps(buf + d, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + d))));
-#else
-    for (int d = 0; d < D; ++d) buf[d] = to_float(src[d]);
-#endif
-    return buf;
-  } else {
-    // bfloat16 is the top half of a float: widen and shift, which vectorises.
-    const auto* bits = reinterpret_cast<const std::uint16_t*>(src);
-    auto* out = reinterpret_cast<std::uint32_t*>(buf);
-#pragma omp simd
-    for (int d = 0; d < D; ++d) out[d] = static_cast<std::uint32_t>(bits[d]) << 16;
-    return buf;
+/// Asks for the K and V rows of a later tile: `bytes` from `offset` of each token (the task's heads,
+/// which are contiguous), whole cache lines, so the hardware sees one ascending stream per token.
+template <class T>
+void prefetch_tile(const T* const* k, const T* const* v, int nt, std::int64_t offset, std::int64_t bytes) {
+  for (int j = 0; j < nt; ++j) {
+    const char* kr = reinterpret_cast<const char*>(k[j] + offset);
+    const char* vr = reinterpret_cast<const char*>(v[j] + offset);
+    for (std::int64_t off = 0; off < bytes; off += 64) {
+      __builtin_prefetch(kr + off, 0, 3);
+      __builtin_prefetch(vr + off, 0, 3);
+    }
   }
 }
 
-// Portable SIMD through GCC/Clang vector extensions: 16 fp32 lanes (one AVX-512 register; the
-// compiler splits it on narrower machines). Every supported head dim is a multiple of 16.
-constexpr int kLanes = 16;
-using vec = float __attribute__((vector_size(kLanes * sizeof(float))));
+/// Row slots per chunk: the chunk's queries and accumulators (2 x slots x D floats) fit in L1.
+template <int D>
+constexpr int kChunkSlots = std::clamp(8192 / D, kMaxBlockRows, 64);
 
-inline vec loadv(const float* p) {
-  vec v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-inline void storev(float* p, vec v) { std::memcpy(p, &v, sizeof v); }
-inline float hsum(vec v) {
-  // Pairwise halving (log2(16) = 4 vector adds) rather than 15 dependent scalar adds.
-  using v8 = float __attribute__((vector_size(8 * sizeof(float))));
-  using v4 = float __attribute__((vector_size(4 * sizeof(float))));
-  v8 a, b;
-  std::memcpy(&a, &v, sizeof a);
-  std::memcpy(&b, reinterpret_cast<const char*>(&v) + sizeof a, sizeof b);
-  const v8 s8 = a + b;
-  v4 c, d;
-  std::memcpy(&c, &s8, sizeof c);
-  std::memcpy(&d, reinterpret_cast<const char*>(&s8) + sizeof c, sizeof d);
-  const v4 s4 = c + d;
-  return (s4[0] + s4[2]) + (s4[1] + s4[3]);
+/// K and V addresses (head 0) of tokens t .. t+nt-1; entries nt..15 repeat the last token so that
+/// full-width loads stay inside the cache (their scores are masked).
+template <class T>
+void tile_tokens(const ContiguousKv<T>& kv, int s, std::int64_t t, int nt, const T** k, const T** v) {
+  const T* kb = kv.k_seq[s] + t * kv.token_stride;
+  const T* vb = kv.v_seq[s] + t * kv.token_stride;
+  for (int j = 0; j < kTile; ++j) {
+    const std::int64_t off = std::min(j, nt - 1) * kv.token_stride;
+    k[j] = kb + off;
+    v[j] = vb + off;
+  }
 }
 
-struct Scratch {
-  std::vector<float> kbuf, vbuf, acc, scores;
+/// The paged form walks the block table with a counter: one division per tile, none per token.
+template <class T>
+void tile_tokens(const PagedKv<T>& kv, int s, std::int64_t t, int nt, const T** k, const T** v) {
+  const auto tt = static_cast<std::int32_t>(t);
+  const std::int32_t* table = kv.block_table + s * kv.block_table_stride;
+  std::int32_t index = tt / kv.block_size;
+  std::int32_t slot = tt - index * kv.block_size;
+  std::int64_t base = static_cast<std::int64_t>(table[index]) * kv.block_stride;
+  for (int j = 0; j < nt; ++j) {
+    const std::int64_t off = base + slot * kv.token_stride;
+    k[j] = kv.k_pool + off;
+    v[j] = kv.v_pool + off;
+    if (++slot == kv.block_size && j + 1 < nt) {
+      slot = 0;
+      base = static_cast<std::int64_t>(table[++index]) * kv.block_stride;
+    }
+  }
+  for (int j = nt; j < kTile; ++j) {
+    k[j] = k[nt - 1];
+    v[j] = v[nt - 1];
+  }
+}
+
+/// A block of RB row slots of one KV head within a chunk; slots past `rows` are padding (copies of
+/// the last row, computed and never written out).
+struct RowBlock {
+  int head;          ///< KV head, absolute
+  int first_slot;    ///< into the chunk's slot arrays
+  int rows;          ///< real rows, 1 .. RB
+  int rb;            ///< slots: 1, 2, 4, 8 or 16
+  int first_row;     ///< the head's row index (query token * group + member) of slot 0
+  std::int64_t max_visible;  ///< tokens the block's last row sees
 };
 
-template <class T, int D, class View>
-void attend(const AttentionParams& p, const View& kv, int s, int kh0, int nh, Scratch& scratch) {
-  static_assert(D % kLanes == 0, "head dim must be a multiple of the SIMD width");
+/// The fp32 state of a chunk's row slots.
+struct ChunkState {
+  std::vector<float> q, acc;  // [slot][D]: scaled queries, V accumulators
+  std::vector<float> m, l, corr;
+  std::vector<std::int64_t> visible;
+};
+
+/// Weighted V of one tile into a block's accumulators, CP chunks of every row at a time in
+/// registers. Ragged tiles (on the causal diagonal: rows see different numbers of the tile's tokens)
+/// skip each row's invisible tokens instead of weighting them 0, so nothing a row must not see
+/// (not even a NaN) reaches it.
+template <class T, int D, int RB, bool kRagged>
+void accumulate_v(float* acc, const float (&w)[RB][kTile], const float* corr, const int* live, int jv,
+                  const T* const* vt, std::int64_t head_off) {
   constexpr int kChunks = D / kLanes;
-  const int q0 = p.q_begin(s);
-  const int n = p.q_end(s) - q0;
-  const int group = p.group();
-  const std::int64_t len = p.seq_lens[s];
-  const int rows_per_head = n * group;
-  const int rows = rows_per_head * nh;  // row r: head kh0 + r / rows_per_head, query token, group member
-  scratch.kbuf.resize(static_cast<std::size_t>(kTile) * kRowBlock * D);
-  scratch.vbuf.resize(scratch.kbuf.size());
-  scratch.acc.resize(kRowBlock * D);
-  scratch.scores.resize(kRowBlock * kTile);
-  float* kbuf = scratch.kbuf.data();
-  float* vbuf = scratch.vbuf.data();
-  float* acc = scratch.acc.data();
-  float* sc = scratch.scores.data();
-
-  for (int r0 = 0; r0 < rows; r0 += kRowBlock) {
-    const int nr = std::min(kRowBlock, rows - r0);
-    const int h_lo = (r0) / rows_per_head, h_hi = (r0 + nr - 1) / rows_per_head;  // relative heads
-    const int nhb = h_hi - h_lo + 1;
-    const float* qrow[kRowBlock];
-    float* orow[kRowBlock];
-    int rhead[kRowBlock];  // head of the row, relative to h_lo
-    std::int64_t visible[kRowBlock];
-    float m[kRowBlock], l[kRowBlock], corrs[kRowBlock];
-    std::int64_t max_visible = 0;
-    for (int r = 0; r < nr; ++r) {
-      const int hh = (r0 + r) / rows_per_head, within = (r0 + r) % rows_per_head;
-      const int i = within / group, g = within % group;
-      const std::size_t off = (static_cast<std::size_t>(q0 + i) * p.num_q_heads + (kh0 + hh) * group + g) * D;
-      qrow[r] = p.q + off;
-      orow[r] = p.out + off;
-      rhead[r] = hh - h_lo;
-      visible[r] = len - n + i + 1;
-      max_visible = std::max(max_visible, visible[r]);
-      m[r] = -std::numeric_limits<float>::infinity();
-      l[r] = 0.f;
-      std::fill_n(acc + r * D, D, 0.f);
-    }
-
-    for (std::int64_t t = 0; t < max_visible;) {
-      const std::int64_t run = kv.run(s, t, max_visible);
-      for (std::int64_t j0 = 0; j0 < run; j0 += kTile) {
-        const int nt = static_cast<int>(std::min<std::int64_t>(kTile, run - j0));
-        const std::int64_t tbase = t + j0;
-        // fp32 K and V rows of the tile, token-major and head-minor so that the cache is read in
-        // address order (one head alone would read 2 of every 16 rows and starve the prefetcher).
-        // Converted once per row block, shared by every query row of the same head.
-        const float* krows[kTile][kRowBlock];
-        const float* vrows[kTile][kRowBlock];
-        for (int j = 0; j < nt; ++j)
-          for (int hb = 0; hb < nhb; ++hb) {
-            const int h = kh0 + h_lo + hb;
-            float* kb = kbuf + (static_cast<std::size_t>(j) * nhb + hb) * D;
-            float* vb = vbuf + (static_cast<std::size_t>(j) * nhb + hb) * D;
-            krows[j][hb] = load_row<T, D>(kv.k(s, tbase + j, h), kb);
-            vrows[j][hb] = load_row<T, D>(kv.v(s, tbase + j, h), vb);
-          }
-        // Scores: the query row stays in registers while the tile's keys stream past it.
-        for (int r = 0; r < nr; ++r) {
-          vec q[kChunks];
-          for (int c = 0; c < kChunks; ++c) q[c] = loadv(qrow[r] + c * kLanes);
-          const int hb = rhead[r];
-          int j = 0;
-          for (; j + 4 <= nt; j += 4) {  // four keys at once: four independent FMA chains
-            const float *k0 = krows[j][hb], *k1 = krows[j + 1][hb], *k2 = krows[j + 2][hb], *k3 = krows[j + 3][hb];
-            vec a0 = q[0] * loadv(k0), a1 = q[0] * loadv(k1), a2 = q[0] * loadv(k2), a3 = q[0] * loadv(k3);
-            for (int c = 1; c < kChunks; ++c) {
-              a0 += q[c] * loadv(k0 + c * kLanes);
-              a1 += q[c] * loadv(k1 + c * kLanes);
-              a2 += q[c] * loadv(k2 + c * kLanes);
-              a3 += q[c] * loadv(k3 + c * kLanes);
-            }
-            sc[r * kTile + j] = hsum(a0) * p.scale;
-            sc[r * kTile + j + 1] = hsum(a1) * p.scale;
-            sc[r * kTile + j + 2] = hsum(a2) * p.scale;
-            sc[r * kTile + j + 3] = hsum(a3) * p.scale;
-          }
-          for (; j < nt; ++j) {
-            const float* k0 = krows[j][hb];
-            vec a = q[0] * loadv(k0);
-            for (int c = 1; c < kChunks; ++c) a += q[c] * loadv(k0 + c * kLanes);
-            sc[r * kTile + j] = hsum(a) * p.scale;
-          }
-        }
-        // Online softmax update per row; masked tokens weigh exactly zero.
-        for (int r = 0; r < nr; ++r) {
-          const int live = static_cast<int>(std::clamp<std::int64_t>(visible[r] - tbase, 0, nt));
-          float* srow = sc + r * kTile;
-          corrs[r] = 1.f;
-          if (live == 0) {
-            std::fill_n(srow, nt, 0.f);
-            continue;
-          }
-          float mx = m[r];
-          for (int j = 0; j < live; ++j) mx = std::max(mx, srow[j]);
-          const float corr = fast_exp(m[r] - mx);
-          float sum = 0.f;
-#pragma omp simd reduction(+ : sum)
-          for (int j = 0; j < nt; ++j) {
-            const float e = j < live ? fast_exp(srow[j] - mx) : 0.f;
-            srow[j] = e;
-            sum += e;
-          }
-          l[r] = l[r] * corr + sum;
-          m[r] = mx;
-          corrs[r] = corr;
-        }
-        // Weighted V: the row's accumulator stays in registers across the tile.
-        for (int r = 0; r < nr; ++r) {
-          float* a = acc + r * D;
-          const float* w = sc + r * kTile;
-          const int hb = rhead[r];
-          vec o[kChunks];
-          for (int c = 0; c < kChunks; ++c) o[c] = loadv(a + c * kLanes) * corrs[r];
-          for (int j = 0; j < nt; ++j)
-            for (int c = 0; c < kChunks; ++c) o[c] += w[j] * loadv(vrows[j][hb] + c * kLanes);
-          for (int c = 0; c < kChunks; ++c) storev(a + c * kLanes, o[c]);
-        }
+  constexpr int CP = std::min(kChunks, kLanes / RB);
+  for (int c0 = 0; c0 < kChunks; c0 += CP) {
+    vec o[RB][CP];
+    for (int r = 0; r < RB; ++r)
+      for (int cc = 0; cc < CP; ++cc) o[r][cc] = simd::loadv(acc + r * D + (c0 + cc) * kLanes) * corr[r];
+    for (int j = 0; j < jv; ++j)
+      for (int cc = 0; cc < CP; ++cc) {
+        const vec v = simd::load_as_float(vt[j] + head_off + (c0 + cc) * kLanes);
+        for (int r = 0; r < RB; ++r)
+          if (!kRagged || j < live[r]) o[r][cc] += w[r][j] * v;
       }
-      t += run;
-    }
+    for (int r = 0; r < RB; ++r)
+      for (int cc = 0; cc < CP; ++cc) simd::storev(acc + r * D + (c0 + cc) * kLanes, o[r][cc]);
+  }
+}
 
-    for (int r = 0; r < nr; ++r) {
-      const float inv = 1.f / l[r];
-      const float* a = acc + r * D;
-      float* o = orow[r];
-#pragma omp simd
-      for (int d = 0; d < D; ++d) o[d] = a[d] * inv;
+/// One tile of `nt` tokens (from tbase) for one row block of RB slots.
+template <class T, int D, int RB>
+void tile_block(ChunkState& st, const RowBlock& b, const T* const* kt, const T* const* vt, std::int64_t head_off,
+                int nt, std::int64_t tbase) {
+  constexpr int kChunks = D / kLanes;
+  constexpr int KB = kLanes / RB;  // keys per group of 16 dot products
+  const float* q = st.q.data() + static_cast<std::size_t>(b.first_slot) * D;
+  float* acc = st.acc.data() + static_cast<std::size_t>(b.first_slot) * D;
+  float* m = st.m.data() + b.first_slot;
+  float* l = st.l.data() + b.first_slot;
+  float* corr = st.corr.data() + b.first_slot;
+  const std::int64_t* visible = st.visible.data() + b.first_slot;
+  alignas(64) float w[RB][kTile];
+
+  // Scores: accumulator r * KB + k is row r against key j0 + k.
+  for (int j0 = 0; j0 < nt; j0 += KB) {
+    vec a[kLanes] = {};
+    for (int c = 0; c < kChunks; ++c) {
+      vec kc[KB];
+      for (int k = 0; k < KB; ++k) kc[k] = simd::load_as_float(kt[j0 + k] + head_off + c * kLanes);
+      for (int r = 0; r < RB; ++r) {
+        const vec qv = simd::loadv(q + r * D + c * kLanes);
+        for (int k = 0; k < KB; ++k) a[r * KB + k] += qv * kc[k];
+      }
     }
+    alignas(64) float sums[kLanes];
+    simd::storev(sums, simd::transpose_sum(a));
+    for (int r = 0; r < RB; ++r)
+      for (int k = 0; k < KB; ++k) w[r][j0 + k] = sums[r * KB + k];
+  }
+
+  // Online softmax, one vector per row; masked (not yet visible) tokens weigh exactly zero.
+  vec lane;
+  for (int i = 0; i < kLanes; ++i) lane[i] = static_cast<float>(i);
+  int live[RB];
+  int jv = 0;  // tokens any row of the block sees in this tile
+  bool ragged = false;
+  for (int r = 0; r < RB; ++r) {
+    live[r] = static_cast<int>(std::clamp<std::int64_t>(visible[r] - tbase, 0, nt));
+    ragged = ragged || live[r] != live[0];
+    jv = std::max(jv, live[r]);
+    if (live[r] == 0) {
+      simd::storev(w[r], simd::splat(0.f));
+      corr[r] = 1.f;
+      continue;
+    }
+    const auto is_live = lane < static_cast<float>(live[r]);
+    const vec s = is_live ? simd::loadv(w[r]) : simd::splat(-std::numeric_limits<float>::infinity());
+    const float mx = std::max(m[r], simd::hmax(s));
+    const vec e = is_live ? simd::exp(s - mx) : simd::splat(0.f);
+    corr[r] = simd::exp(simd::splat(m[r] - mx))[0];
+    l[r] = l[r] * corr[r] + simd::hsum(e);
+    m[r] = mx;
+    simd::storev(w[r], e);
+  }
+  if (ragged) {
+    accumulate_v<T, D, RB, true>(acc, w, corr, live, jv, vt, head_off);
+  } else {
+    accumulate_v<T, D, RB, false>(acc, w, corr, live, jv, vt, head_off);
+  }
+}
+
+template <class T, int D>
+void dispatch_block(ChunkState& st, const RowBlock& b, const T* const* kt, const T* const* vt, std::int64_t head_off,
+                    int nt, std::int64_t tbase) {
+  switch (b.rb) {
+    case 1: return tile_block<T, D, 1>(st, b, kt, vt, head_off, nt, tbase);
+    case 2: return tile_block<T, D, 2>(st, b, kt, vt, head_off, nt, tbase);
+    case 4: return tile_block<T, D, 4>(st, b, kt, vt, head_off, nt, tbase);
+    case 8: return tile_block<T, D, 8>(st, b, kt, vt, head_off, nt, tbase);
+    default: return tile_block<T, D, 16>(st, b, kt, vt, head_off, nt, tbase);
+  }
+}
+
+/// Where a task's rows go: every head's rows cut into blocks of up to 16.
+std::vector<RowBlock> row_blocks(int kh0, int nh, int rows_per_head, std::int64_t len, int n, int group) {
+  std::vector<RowBlock> blocks;
+  for (int hh = 0; hh < nh; ++hh)
+    for (int r0 = 0; r0 < rows_per_head; r0 += kMaxBlockRows) {
+      const int rows = std::min(kMaxBlockRows, rows_per_head - r0);
+      const int last_token = (r0 + rows - 1) / group;
+      blocks.push_back({kh0 + hh, 0, rows, static_cast<int>(std::bit_ceil(static_cast<unsigned>(rows))), r0,
+                        len - n + last_token + 1});
+    }
+  return blocks;
+}
+
+/// Fills the chunk's slots for blocks [first, last): scaled queries, masks, fresh softmax state.
+template <int D>
+void start_chunk(const AttentionParams& p, int s, std::span<RowBlock> blocks, ChunkState& st) {
+  const int q0 = p.q_begin(s), n = p.q_end(s) - q0, group = p.group();
+  const std::int64_t len = p.seq_lens[s];
+  int slot = 0;
+  for (RowBlock& b : blocks) {
+    b.first_slot = slot;
+    for (int i = 0; i < b.rb; ++i, ++slot) {
+      const int row = b.first_row + std::min(i, b.rows - 1);
+      const int tok = row / group, g = row % group;
+      const float* q = p.q + (static_cast<std::size_t>(q0 + tok) * p.num_q_heads + b.head * group + g) * D;
+      float* dst = st.q.data() + static_cast<std::size_t>(slot) * D;
+      for (int d = 0; d < D; ++d) dst[d] = q[d] * p.scale;
+      std::fill_n(st.acc.data() + static_cast<std::size_t>(slot) * D, D, 0.f);
+      st.m[slot] = -std::numeric_limits<float>::infinity();
+      st.l[slot] = 0.f;
+      st.visible[slot] = len - n + tok + 1;
+    }
+  }
+}
+
+template <int D>
+void finish_chunk(const AttentionParams& p, int s, std::span<const RowBlock> blocks, const ChunkState& st) {
+  const int q0 = p.q_begin(s), group = p.group();
+  for (const RowBlock& b : blocks)
+    for (int i = 0; i < b.rows; ++i) {
+      const int row = b.first_row + i, tok = row / group, g = row % group;
+      float* out = p.out + (static_cast<std::size_t>(q0 + tok) * p.num_q_heads + b.head * group + g) * D;
+      const float* a = st.acc.data() + static_cast<std::size_t>(b.first_slot + i) * D;
+      const float inv = 1.f / st.l[b.first_slot + i];
+      for (int d = 0; d < D; ++d) out[d] = a[d] * inv;
+    }
+}
+
+template <class T, int D, class View>
+void attend(const AttentionParams& p, const View& kv, int s, int kh0, int nh, ChunkState& st) {
+  constexpr int kSlots = kChunkSlots<D>;
+  const int n = p.q_end(s) - p.q_begin(s);
+  std::vector<RowBlock> blocks = row_blocks(kh0, nh, n * p.group(), p.seq_lens[s], n, p.group());
+  st.q.resize(static_cast<std::size_t>(kSlots) * D);
+  st.acc.resize(st.q.size());
+  st.m.resize(kSlots);
+  st.l.resize(kSlots);
+  st.corr.resize(kSlots);
+  st.visible.resize(kSlots);
+  const T* kt[kTile];
+  const T* vt[kTile];
+  const T* pk[kTile];
+  const T* pv[kTile];
+  for (std::size_t first = 0; first < blocks.size();) {
+    std::size_t last = first;
+    for (int slots = 0; last < blocks.size() && slots + blocks[last].rb <= kSlots; ++last) slots += blocks[last].rb;
+    const std::span<RowBlock> chunk(blocks.data() + first, last - first);
+    start_chunk<D>(p, s, chunk, st);
+    std::int64_t max_visible = 0;
+    for (const RowBlock& b : chunk) max_visible = std::max(max_visible, b.max_visible);
+    const std::int64_t first_head_off = chunk.front().head * kv.head_stride;
+    const std::int64_t row_bytes =
+        ((chunk.back().head - chunk.front().head) * kv.head_stride + D) * static_cast<std::int64_t>(sizeof(T));
+    for (std::int64_t t = 0; t < max_visible; t += kTile) {
+      const int nt = static_cast<int>(std::min<std::int64_t>(kTile, max_visible - t));
+      tile_tokens(kv, s, t, nt, kt, vt);
+      const std::int64_t tp = t + kPrefetchTiles * kTile;
+      const int pnt = static_cast<int>(std::clamp<std::int64_t>(max_visible - tp, 0, kTile));
+      if (pnt > 0) {
+        tile_tokens(kv, s, tp, pnt, pk, pv);
+        prefetch_tile(pk, pv, pnt, first_head_off, row_bytes);
+      }
+      for (const RowBlock& b : chunk)
+        if (b.max_visible > t) dispatch_block<T, D>(st, b, kt, vt, b.head * kv.head_stride, nt, t);
+    }
+    finish_chunk<D>(p, s, chunk, st);
+    first = last;
   }
 }
 
@@ -261,10 +318,10 @@ void host_attention(const AttentionParams& p, const KvView& kv, ThreadPool& pool
     const int heads_per_task = p.num_kv_heads / groups;
     const std::int64_t tasks = static_cast<std::int64_t>(p.batch) * groups;
     pool.parallel_for(tasks, [&](std::int64_t task) {
-      thread_local Scratch scratch;
+      thread_local ChunkState state;
       const int s = static_cast<int>(task / groups);
       const int kh0 = static_cast<int>(task % groups) * heads_per_task;
-      if (p.q_end(s) > p.q_begin(s)) attend<T, D, View>(p, view, s, kh0, heads_per_task, scratch);
+      if (p.q_end(s) > p.q_begin(s)) attend<T, D, View>(p, view, s, kh0, heads_per_task, state);
     });
   });
 }

@@ -465,7 +465,6 @@ BackendCounters PagedBackend::do_counters() const {
                        {"cached_free_blocks", static_cast<double>(num_cached_free_blocks())},
                        {"prefix_lookups", static_cast<double>(st.lookups)},
                        {"prefix_hit_blocks", static_cast<double>(st.hit_blocks)},
-                       {"prefix_hit_tokens", static_cast<double>(st.hits)},
                        {"prefix_inserted_blocks", static_cast<double>(st.inserted_blocks)},
                        {"prefix_evictions", static_cast<double>(st.evictions)}};
   for (auto& tier : cache_->tier_counters()) c.push_back(std::move(tier));  // host tier, when there is one

@@ -6,6 +6,10 @@
 
 #include <bit>
 #include <cerrno>
+#include <cinttypes>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 
@@ -35,6 +39,56 @@ std::string hex(std::uintptr_t v) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "0x%zx", static_cast<std::size_t>(v));
   return buf;
+}
+
+// ---- the kernel's mapping limit ----------------------------------------------------------------
+// Every page mapping is a memory map area of its own unless it merges with a neighbour; Linux
+// allows vm.max_map_count of them per process (65530 by default). At small pages (vmm-4k) a large
+// capacity reaches it: mmap then fails with ENOMEM (and so does malloc), which must not read as
+// "out of KV memory". Near the limit (counted from /proc/self/maps) map() throws SystemLimit.
+
+constexpr std::int64_t kMapHeadroom = 1024;  ///< areas left to malloc, threads and libraries
+
+/// The limit; KVLAB_MAX_MAP_COUNT=N (a test hook) stands in for the kernel's value.
+std::int64_t max_map_count() {
+  static const std::int64_t limit = [] {
+    if (const char* v = std::getenv("KVLAB_MAX_MAP_COUNT"); v != nullptr && *v != '\0') return static_cast<std::int64_t>(std::atoll(v));
+    std::int64_t n = 0;
+    if (std::FILE* f = std::fopen("/proc/sys/vm/max_map_count", "r")) {
+      if (std::fscanf(f, "%" SCNd64, &n) != 1) n = 0;
+      std::fclose(f);
+    }
+    return n;
+  }();
+  return limit;
+}
+
+std::int64_t current_map_count() {
+  std::int64_t lines = 0;
+  if (std::FILE* f = std::fopen("/proc/self/maps", "r")) {
+    for (int c; (c = std::fgetc(f)) != EOF;) lines += c == '\n';
+    std::fclose(f);
+  }
+  return lines;
+}
+
+[[noreturn]] void throw_map_limit(std::int64_t areas, std::int64_t limit, std::size_t page_bytes) {
+  KVLAB_THROW(SystemLimit, "mapping a " + std::to_string(page_bytes) + "-byte page: the process has " +
+                               std::to_string(areas) + " memory mappings, at the kernel's limit vm.max_map_count = " +
+                               std::to_string(limit) +
+                               " (/proc/sys/vm/max_map_count); this is not out of KV memory: use a larger vmm page "
+                               "size (e.g. vmm-64k or vmm-2m) or raise the limit (sysctl -w vm.max_map_count=1048576)");
+}
+
+/// Throws SystemLimit when the process is within kMapHeadroom of vm.max_map_count. Cheap until
+/// the driver's own mappings could be near it: then the real count is read every 256 maps.
+void check_map_limit(std::size_t driver_mappings, std::size_t page_bytes) {
+  static std::uint64_t calls = 0;  // under the driver's mutex
+  const std::int64_t limit = max_map_count();
+  if (limit <= 0 || static_cast<std::int64_t>(driver_mappings) * 2 < limit - 2 * kMapHeadroom) return;
+  if (calls++ % 256 != 0) return;
+  if (const std::int64_t areas = current_map_count(); areas >= limit - kMapHeadroom)
+    throw_map_limit(areas, limit, page_bytes);
 }
 }  // namespace
 
@@ -213,10 +267,15 @@ bool PosixVmDriver::map(void* va, std::size_t bytes, PhysHandle handle) {
                                                         std::to_string(bytes) + ") overlaps a mapping");
   if (fault == VmFault::out_of_memory) return false;
   if (fault == VmFault::error) KVLAB_THROW(Error, "PosixVmDriver::map: injected failure");
+  check_map_limit(mappings_.size(), bytes);
   void* got = ::mmap(va, bytes, PROT_NONE, MAP_SHARED | MAP_FIXED, fd_, static_cast<off_t>(h->second.offset));
   if (got == MAP_FAILED) {
     const int err = errno;
     restore_reservation(va, bytes);  // a failed MAP_FIXED may have dropped the reservation there
+    if (err == ENOMEM && max_map_count() > 0) {  // the kernel's mapping limit, not the capacity
+      if (const std::int64_t areas = current_map_count(); areas >= max_map_count() - kMapHeadroom)
+        throw_map_limit(areas, max_map_count(), bytes);
+    }
     if (err == ENOMEM) return false;
     KVLAB_THROW(Error, "PosixVmDriver::map: mmap failed: " + errno_text(err));
   }

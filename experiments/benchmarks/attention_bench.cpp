@@ -1,7 +1,8 @@
 // Host decode attention at llama-3-8b geometry (32 query / 8 KV heads, head dim 128), fp16 KV,
 // batch 32, context 4096, through the contiguous view and the paged view (several block sizes) on
-// the same data. Each benchmark reports KV bytes read per second and that rate as a fraction of
-// the memory read bandwidth this binary measures at start-up (context: memory_read_bandwidth).
+// the same data, and the contiguous one again on one thread. Each benchmark reports KV bytes read
+// per second and that rate as a fraction of the memory read bandwidth this binary measures at
+// start-up with the same number of threads (context: memory_read_bandwidth*).
 //
 //   build/release/bench/kvlab_bench_attention --benchmark_out=attention.json --benchmark_out_format=json
 #include <benchmark/benchmark.h>
@@ -23,7 +24,13 @@ namespace {
 using namespace kvlab;
 
 constexpr int kBatch = 32, kContext = 4096, kQHeads = 32, kKvHeads = 8, kHeadDim = 128;
-double g_bandwidth = 0;
+double g_bandwidth = 0;             // every thread of the default pool
+double g_bandwidth_one_thread = 0;  // one thread
+
+ThreadPool& one_thread() {
+  static ThreadPool pool(1);
+  return pool;
+}
 
 /// One KV cache, stored once contiguously and once per block size as a shuffled block pool.
 struct DecodeData {
@@ -94,11 +101,11 @@ struct PagedCopy {
   }
 };
 
-void report(benchmark::State& state, double bytes) {
+void report(benchmark::State& state, double bytes, double bandwidth = g_bandwidth) {
   state.SetBytesProcessed(static_cast<std::int64_t>(bytes) * state.iterations());
   state.counters["kv_bytes_per_s"] = benchmark::Counter(bytes, benchmark::Counter::kIsIterationInvariantRate);
   state.counters["fraction_of_bandwidth"] =
-      benchmark::Counter(bytes / g_bandwidth, benchmark::Counter::kIsIterationInvariantRate);
+      benchmark::Counter(bytes / bandwidth, benchmark::Counter::kIsIterationInvariantRate);
 }
 
 void BM_MemoryReadBandwidth(benchmark::State& state) {
@@ -119,6 +126,18 @@ void BM_DecodeContiguous(benchmark::State& state) {
   report(state, d.kv_bytes());
 }
 
+/// The same on one thread, against the bandwidth one thread reaches.
+void BM_DecodeContiguousOneThread(benchmark::State& state) {
+  DecodeData& d = data();
+  const KvView view = erase(ContiguousKv<half_t>{d.kptr.data(), d.vptr.data(), d.row, kHeadDim}, kKvHeads, kHeadDim);
+  const AttentionParams p = d.params();
+  for (auto _ : state) {
+    host_attention(p, view, one_thread());
+    benchmark::ClobberMemory();
+  }
+  report(state, d.kv_bytes(), g_bandwidth_one_thread);
+}
+
 void BM_DecodePaged(benchmark::State& state) {
   DecodeData& d = data();
   const PagedCopy paged(static_cast<int>(state.range(0)));
@@ -131,8 +150,36 @@ void BM_DecodePaged(benchmark::State& state) {
   report(state, d.kv_bytes());
 }
 
+/// Prefill: the last 256 tokens of 4 of the sequences arrive at once (causal, the first 3840 tokens
+/// cached). Reported as attention FLOP/s (QK^T and PV, 2 FLOPs per multiply-add).
+void BM_PrefillContiguous(benchmark::State& state) {
+  DecodeData& d = data();
+  constexpr int kSeqs = 4, kNew = 256;
+  const KvView view = erase(ContiguousKv<half_t>{d.kptr.data(), d.vptr.data(), d.row, kHeadDim}, kKvHeads, kHeadDim);
+  std::vector<float> q(static_cast<std::size_t>(kSeqs) * kNew * kQHeads * kHeadDim), out(q.size());
+  std::mt19937_64 rng(5);
+  std::uniform_real_distribution<float> uni(-1.f, 1.f);
+  for (auto& x : q) x = uni(rng);
+  std::vector<std::int32_t> indptr(kSeqs + 1);
+  for (int s = 0; s <= kSeqs; ++s) indptr[s] = s * kNew;
+  AttentionParams p = d.params();
+  p.batch = kSeqs;
+  p.q = q.data();
+  p.out = out.data();
+  p.q_indptr = indptr.data();
+  double flops = 0;
+  for (int i = 0; i < kNew; ++i) flops += 4.0 * kHeadDim * (kContext - kNew + i + 1) * kQHeads * kSeqs;
+  for (auto _ : state) {
+    host_attention(p, view);
+    benchmark::ClobberMemory();
+  }
+  state.counters["flops_per_s"] = benchmark::Counter(flops, benchmark::Counter::kIsIterationInvariantRate);
+}
+
 BENCHMARK(BM_MemoryReadBandwidth)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(3);
 BENCHMARK(BM_DecodeContiguous)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(2.0);
+BENCHMARK(BM_DecodeContiguousOneThread)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(2.0);
+BENCHMARK(BM_PrefillContiguous)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(2.0);
 BENCHMARK(BM_DecodePaged)->RangeMultiplier(2)->Range(1, 256)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(2.0);
 
 }  // namespace
@@ -141,7 +188,9 @@ int main(int argc, char** argv) {
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   g_bandwidth = bench::measure_read_bandwidth(default_thread_pool());
+  g_bandwidth_one_thread = bench::measure_read_bandwidth(one_thread());
   benchmark::AddCustomContext("memory_read_bandwidth_bytes_per_s", std::to_string(g_bandwidth));
+  benchmark::AddCustomContext("memory_read_bandwidth_one_thread_bytes_per_s", std::to_string(g_bandwidth_one_thread));
   benchmark::AddCustomContext("threads", std::to_string(default_thread_pool().size()));
   benchmark::AddCustomContext("geometry", "llama-3-8b: 32 q / 8 kv heads, head_dim 128, fp16 KV, batch 32, context 4096");
   benchmark::AddCustomContext("device", "host");

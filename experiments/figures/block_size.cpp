@@ -13,7 +13,7 @@ void block_size(const FigureContext& ctx) {
            "reserved_pct", "internal_frag_pct", "mean_batch", "preemptions"}};
   const std::int64_t n = ctx.full ? 2000 : 300;
   const std::vector<std::pair<std::string, std::vector<Request>>> workloads = {
-      {"ShareGPT @ 2 req/s", sharegpt(ctx, 2.0, n)}, {"Alpaca-like @ 30 req/s", alpaca_like(30.0, n)}};
+      {"ShareGPT @ 2 req/s", sharegpt(ctx, 2.0, n, opt13b_12gb().model.max_context)}, {"Alpaca-like @ 30 req/s", alpaca_like(30.0, n)}};
   for (const auto& [label, w] : workloads)
     for (int b : sizes) {
       const ReplaySummary s = run(ctx, fmt::format("paged-{}", b), opt13b_12gb(), w, a100_40gb()).summary;
@@ -23,7 +23,8 @@ void block_size(const FigureContext& ctx) {
     }
   publish(ctx,
           {"block-size", "vLLM (SOSP'23) Figure 18b: latency and fragmentation against block size",
-           "OPT-13B, 12 GB of KV, paged backend at block sizes 1..256; ShareGPT lengths at 2 req/s and "
+           "OPT-13B, 12 GB of KV, paged backend at block sizes 1..256; ShareGPT lengths (those within OPT's 2048 "
+           "tokens, filtered before arrivals are drawn) at 2 req/s and "
            "Alpaca-like lengths (lognormal, means ~19 / ~58 tokens) at 30 req/s",
            kModelledA100,
            "Paper: block sizes 16 to 128 are best on ShareGPT, 16 to 32 on Alpaca; smaller blocks lose on GPU "

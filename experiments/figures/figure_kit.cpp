@@ -94,8 +94,10 @@ void publish(const FigureContext& ctx, const ReadmeText& text, const Table& tabl
   plot(ctx, text.name);
 }
 
-std::vector<Request> sharegpt(const FigureContext& ctx, double rate, std::int64_t n, std::uint64_t seed) {
+std::vector<Request> sharegpt(const FigureContext& ctx, double rate, std::int64_t n, std::int64_t max_sequence_tokens,
+                              std::uint64_t seed) {
   TraceOptions t;
+  t.max_sequence_tokens = max_sequence_tokens;
   t.poisson_rate = rate;
   t.max_requests = n;
   t.seed = seed;

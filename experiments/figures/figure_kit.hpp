@@ -51,7 +51,10 @@ void plot(const FigureContext& ctx, const std::string& name);
 void publish(const FigureContext& ctx, const ReadmeText& text, const Table& table);
 
 /// ShareGPT request lengths (Llama-2 tokenizer, 8k filter) with Poisson arrivals.
-[[nodiscard]] std::vector<Request> sharegpt(const FigureContext& ctx, double rate, std::int64_t n, std::uint64_t seed = 0);
+/// The first n ShareGPT requests that fit in `max_sequence_tokens` (0: all), with Poisson arrivals
+/// at `rate` drawn after the filter, so `rate` is the load the backends are offered.
+[[nodiscard]] std::vector<Request> sharegpt(const FigureContext& ctx, double rate, std::int64_t n,
+                                            std::int64_t max_sequence_tokens = 0, std::uint64_t seed = 0);
 /// Alpaca-like lengths (short instructions): lognormal prompts with mean ~19 tokens and outputs
 /// with mean ~58 tokens, the averages vLLM reports for Alpaca (Fig. 11).
 [[nodiscard]] std::vector<Request> alpaca_like(double rate, std::int64_t n, std::uint64_t seed = 0);

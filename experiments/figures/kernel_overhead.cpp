@@ -17,8 +17,21 @@ namespace kvlab::fig {
 
 namespace {
 
-/// Median seconds of `reps` runs of attention over layer 0 of the prepared batch.
-double time_attention(KvBackend& b, const std::vector<SeqId>& ids, const std::vector<std::int32_t>& q_indptr,
+/// Seconds of `reps` timed runs: the median and the spread (min, quartiles, max).
+struct Timing {
+  double median = 0, min = 0, q1 = 0, q3 = 0, max = 0;
+};
+
+/// The quantile q of sorted `v`, linearly interpolated.
+double quantile(const std::vector<double>& v, double q) {
+  const double pos = q * static_cast<double>(v.size() - 1);
+  const auto lo = static_cast<std::size_t>(pos);
+  const std::size_t hi = std::min(lo + 1, v.size() - 1);
+  return v[lo] + (v[hi] - v[lo]) * (pos - static_cast<double>(lo));
+}
+
+/// `reps` timed runs (after one warm-up) of attention over layer 0 of the prepared batch.
+Timing time_attention(KvBackend& b, const std::vector<SeqId>& ids, const std::vector<std::int32_t>& q_indptr,
                       int reps) {
   const ModelGeometry& m = b.model();
   const PreparedBatch pb = b.prepare_batch(ids);
@@ -34,7 +47,7 @@ double time_attention(KvBackend& b, const std::vector<SeqId>& ids, const std::ve
     times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
   std::sort(times.begin(), times.end());
-  return times[times.size() / 2];
+  return {quantile(times, 0.5), times.front(), quantile(times, 0.25), quantile(times, 0.75), times.back()};
 }
 
 /// Writes the same non-trivial bytes into every token of layer 0, whatever the layout, so every
@@ -62,8 +75,8 @@ struct Point {
   int reps = 3;
 };
 
-/// Median attention seconds of one backend at one point, in its own host memory.
-double measure(const ModelGeometry& m, const std::string& backend, const Point& pt) {
+/// Attention seconds of one backend at one point (median and spread), in its own host memory.
+Timing measure(const ModelGeometry& m, const std::string& backend, const Point& pt) {
   BackendOptions o;
   o.model = m;
   o.max_seq_len = 8192;
@@ -78,7 +91,7 @@ double measure(const ModelGeometry& m, const std::string& backend, const Point& 
     q_indptr.push_back(q_indptr.back() + pt.q_len);
   }
   fill_cache(*b, ids, pt.context);
-  const double sec = time_attention(*b, ids, q_indptr, pt.reps);
+  const Timing sec = time_attention(*b, ids, q_indptr, pt.reps);
   for (SeqId id : ids) b->release(id);
   return sec;
 }
@@ -100,18 +113,22 @@ void kernel_overhead(const FigureContext& ctx) {
   ModelGeometry m = model_preset("llama-3-8b");
   m.name = "llama-3-8b (1 layer)";
   m.num_layers = 1;
-  const int reps = ctx.full ? 15 : 3;
+  // Enough runs for a median and quartiles that mean something (the spread is in the table).
+  const int reps = ctx.full ? 21 : 9;
   const std::vector<std::int64_t> contexts = ctx.full ? std::vector<std::int64_t>{512, 2048, 8192}
                                                       : std::vector<std::int64_t>{256, 1024};
   const std::int32_t prefill_q = ctx.full ? 128 : 32;
-  Table t{{"phase", "context", "backend", "latency_ms", "relative_to_contiguous"}};
+  Table t{{"phase", "context", "backend", "latency_ms", "min_ms", "q1_ms", "q3_ms", "max_ms", "runs",
+           "relative_to_contiguous"}};
   for (const std::string phase : {"decode", "prefill"})
     for (std::int64_t ctx_len : contexts) {
       double base = 0;
       for (const auto& name : compared_backends()) {
-        const double sec = measure(m, name, {8, ctx_len, phase == "decode" ? 1 : prefill_q, reps});
-        if (name == "contiguous-oracle") base = sec;
-        t.add({phase, std::to_string(ctx_len), name, fixed(sec * 1e3, 3), fixed(sec / base, 3)});
+        const Timing sec = measure(m, name, {8, ctx_len, phase == "decode" ? 1 : prefill_q, reps});
+        if (name == "contiguous-oracle") base = sec.median;
+        t.add({phase, std::to_string(ctx_len), name, fixed(sec.median * 1e3, 3), fixed(sec.min * 1e3, 3),
+               fixed(sec.q1 * 1e3, 3), fixed(sec.q3 * 1e3, 3), fixed(sec.max * 1e3, 3), std::to_string(reps),
+               fixed(sec.median / base, 3)});
       }
     }
   publish(ctx,
@@ -122,7 +139,9 @@ void kernel_overhead(const FigureContext& ctx) {
                        "decode (1 query token) and prefill ({} query tokens after the cached context), the same "
                        "cache bytes in each backend's own memory layout",
                        prefill_q),
-           fmt::format("measured on the host CPU with kvlab's host attention kernel (median of {} runs); no GPU was used",
+           fmt::format("measured on the host CPU with kvlab's host attention kernel: latency_ms is the median of {} "
+                       "runs after a warm-up, min/q1/q3/max their spread (a ratio within the spread is noise); "
+                       "no GPU was used",
                        reps),
            "Paper (GPU): the paged attention kernel is 20-26 % slower than FasterTransformer's contiguous one "
            "(vLLM) and paged prefill up to 37-42 % slower (vAttention). On the host the paged view costs one "

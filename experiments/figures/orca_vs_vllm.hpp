@@ -19,7 +19,8 @@ struct OrcaVsVllm {
 
 inline constexpr const char* kOrcaSetup =
     "OPT-13B, 12 GB of KV cache (A100-40GB), ShareGPT request lengths (sharegpt_8k_filtered_stats_llama2_tokenizer.csv; "
-    "requests longer than OPT's 2048-token context rejected, as vLLM filters them), Poisson arrivals at 2 req/s, "
+    "requests longer than OPT's 2048-token context dropped first, as vLLM's benchmarks filter them), Poisson "
+    "arrivals at 2 req/s drawn after the filter (so 2 req/s is the load offered to every system), "
     "FCFS continuous batching, recompute preemption";
 
 }  // namespace kvlab::fig

@@ -45,7 +45,7 @@ Point measure(const FigureContext& ctx, const Source& src, const std::vector<Req
               const std::string& backend, int capacity_gib, int max_batch, Table& t, bool lpm = false) {
   o.capacity_bytes = static_cast<std::size_t>(capacity_gib) << 30;
   ReplayConfig c;
-  c.schedule = lpm ? SchedulePolicy::lpm : SchedulePolicy::fcfs;
+  c.schedule.policy = lpm ? SchedulePolicy::lpm : SchedulePolicy::fcfs;
   c.max_running = max_batch;
   c.max_batched_tokens = 32768;
   c.chunked_prefill = true;
@@ -77,8 +77,8 @@ const char* const kNotes =
     "preemption. Every full block is cached as soon as it is full, prefill chunks and decode alike (vLLM v1, "
     "SGLang); generated tokens have ids where the trace implies them (a Mooncake conversation's next turn holds "
     "the previous prompt and answer) and fresh unique ids otherwise, so only the request itself can re-hit "
-    "them. schedule: fcfs admits in arrival order; lpm is SGLang's longest prefix match (the waiting request "
-    "with the most cached prompt tokens first, among the first 128, none overtaken in more than 8 steps). "
+    "them. schedule: fcfs admits in arrival order; lpm is SGLang's longest prefix match (the waiting requests "
+    "with the most cached prompt tokens first, among the first 128; one that waited 5 s goes first). "
     "paged-16-hash-host512 adds a 512 GiB host tier to the hash cache: evicted cached blocks move there and "
     "come back on a hit, each transfer charged at the device model's host link bandwidth (25 GB/s for the "
     "A100). inserted_blocks are entries made, evicted_blocks entries dropped altogether; summary.json's "

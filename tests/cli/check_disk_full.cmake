@@ -29,6 +29,8 @@ endforeach()
 
 # --- collect's CSV on a full disk -----------------------------------------------------------------
 file(WRITE ${OUT}/sweep/point-0001/compare.csv "# kvlab replay\nbackend,x\npaged-b16,1\n")
+file(WRITE ${OUT}/sweep/point-0001/complete.json
+     "{\"complete\": true, \"files\": [{\"path\": \"compare.csv\", \"bytes\": 37}]}\n")
 execute_process(COMMAND ${BINARY} collect ${OUT}/sweep /dev/full RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
 expect_failure("kvlab collect DIR /dev/full" 1 "failed: .*cannot write /dev/full: No space left on device")
 execute_process(COMMAND test -c /dev/full RESULT_VARIABLE is_device)
@@ -70,7 +72,13 @@ foreach(n 0 1000 ${in_second} ${in_fourth} ${in_last})
                   RESULT_VARIABLE rc OUTPUT_QUIET ERROR_VARIABLE err)
   expect_failure("KVLAB_FAIL_WRITES_AFTER_BYTES=${n}" 1
                  "^kvlab compare: failed: .*cannot write ${D}/[^ ]+: No space left on device\n$")
+  # The failed re-run removed the completion marker first (so the old files, complete as they are,
+  # no longer claim to be this run's), and changed nothing else.
+  if(EXISTS ${D}/complete.json)
+    message(FATAL_ERROR "N=${n}: a failed re-run left the completion marker")
+  endif()
   file(GLOB_RECURSE after RELATIVE ${D} ${D}/*)
+  list(APPEND after complete.json)
   list(SORT after)
   if(NOT after STREQUAL before)
     message(FATAL_ERROR "N=${n}: the files changed from '${before}' to '${after}' (a partial or temporary file)")

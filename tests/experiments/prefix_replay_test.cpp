@@ -132,53 +132,5 @@ TEST(PrefixReplayHost, ANextTurnFindsThePreviousAnswerOnTheHost) {
   EXPECT_GT(r.summary.makespan_s, r0.summary.makespan_s - 1e-9) << "transfers cost time (and save prefill)";
 }
 
-/// Requests arriving together, one running at a time: 0 and 2.. share a 64-token prefix, 1 does not.
-std::vector<Request> queue(int sharing) {
-  std::vector<Request> w;
-  const auto with_ids = [&](std::int32_t first, std::int64_t n, std::int32_t tail) {
-    Request r{static_cast<std::int64_t>(w.size()), 0.0, n, 2};
-    r.prompt_token_ids.resize(static_cast<std::size_t>(n));
-    std::iota(r.prompt_token_ids.begin(), r.prompt_token_ids.begin() + 64, first);
-    std::iota(r.prompt_token_ids.begin() + 64, r.prompt_token_ids.end(), tail);
-    w.push_back(r);
-  };
-  with_ids(0, 64, 0);
-  with_ids(5000, 64, 0);
-  for (int i = 0; i < sharing; ++i) with_ids(0, 80, 9000 + 100 * i);
-  return w;
-}
-
-std::vector<std::int64_t> admission_order(const ReplayResult& r) {
-  std::vector<std::int64_t> ids(r.requests.size());
-  std::iota(ids.begin(), ids.end(), 0);
-  std::stable_sort(ids.begin(), ids.end(), [&](std::int64_t a, std::int64_t b) {
-    return r.requests[static_cast<std::size_t>(a)].first_scheduled_s < r.requests[static_cast<std::size_t>(b)].first_scheduled_s;
-  });
-  return ids;
-}
-
-TEST(PrefixScheduling, LongestPrefixMatchGoesFirstWithinTheFairnessBound) {
-  ReplayConfig cfg;
-  cfg.max_running = 1;
-  const auto run = [&](SchedulePolicy p, int bound, int sharing) {
-    cfg.schedule = p;
-    cfg.lpm_max_bypass = bound;
-    auto b = make_backend("paged-16-hash", options(8000));
-    const ReplayResult r = replay(*b, queue(sharing), cfg);
-    EXPECT_EQ(r.summary.completed, 2 + sharing);
-    return std::make_pair(admission_order(r), r.summary.prefix_hit_tokens);
-  };
-  // FCFS: arrival order; 2 still hits 0's 64 tokens, but only after 1 ran.
-  EXPECT_EQ(run(SchedulePolicy::fcfs, 8, 1).first, (std::vector<std::int64_t>{0, 1, 2}));
-  // LPM: 2 finds 64 cached tokens (cap (80 - 1) / 16 = 4 blocks), 1 none: 2 goes first.
-  EXPECT_EQ(run(SchedulePolicy::lpm, 8, 1).first, (std::vector<std::int64_t>{0, 2, 1}));
-  // Three sharers: with a bound of 8 they all overtake 1; with a bound of 1, 1 waits one step.
-  const auto [loose, loose_hits] = run(SchedulePolicy::lpm, 8, 3);
-  EXPECT_EQ(loose, (std::vector<std::int64_t>{0, 2, 3, 4, 1}));
-  EXPECT_EQ(loose_hits, 3 * 64);
-  EXPECT_EQ(run(SchedulePolicy::lpm, 1, 3).first, (std::vector<std::int64_t>{0, 2, 1, 3, 4}));
-  EXPECT_EQ(run(SchedulePolicy::lpm, 0, 3).first, (std::vector<std::int64_t>{0, 1, 2, 3, 4})) << "bound 0 is FCFS";
-}
-
 }  // namespace
 }  // namespace kvlab

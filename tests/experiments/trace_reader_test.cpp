@@ -649,3 +649,44 @@ TEST(ResolveTrace, NonRegularFileIsNamedAsSuch) {
 
 }  // namespace
 }  // namespace kvlab
+
+namespace kvlab {
+namespace {
+
+// Requests that cannot fit are dropped before arrivals are drawn: the kept requests get the
+// Poisson arrivals the whole rate would give them, and max_requests counts kept requests.
+TEST(TraceFilter, TooLongRequestsGoBeforeArrivalsAreDrawn) {
+  const std::string text =
+      "# kvlab trace\narrival_s,prompt_tokens,output_tokens\n"
+      "0,10,5\n"      // 14 tokens at the last step: kept
+      "0,2000,100\n"  // 2099: dropped
+      "0,16,1\n"      // 16: kept (exactly at the limit)
+      "0,16,2\n"      // 17: dropped
+      "0,3,1\n"       // 3: kept
+      "0,7,9\n";      // 15: kept
+  TraceOptions o;
+  o.max_sequence_tokens = 16;
+  o.poisson_rate = 2.0;
+  o.seed = 11;
+  o.max_requests = 3;
+  const Trace f = parse_trace(text, "filter", o);
+  EXPECT_EQ(f.info.too_long, 2);
+  EXPECT_EQ(f.info.rows, 6);
+  ASSERT_EQ(f.requests.size(), 3u);
+  EXPECT_EQ(f.requests[0].prompt_tokens, 10);
+  EXPECT_EQ(f.requests[1].prompt_tokens, 16);
+  EXPECT_EQ(f.requests[2].prompt_tokens, 3);
+  // The arrivals are those of the first three draws, as if the dropped rows never existed.
+  TraceOptions plain;
+  plain.poisson_rate = 2.0;
+  plain.seed = 11;
+  plain.max_requests = 3;
+  const Trace g = parse_trace("# kvlab trace\narrival_s,prompt_tokens,output_tokens\n0,10,5\n0,16,1\n0,3,1\n", "kept", plain);
+  for (std::size_t i = 0; i < 3; ++i) EXPECT_DOUBLE_EQ(f.requests[i].arrival_s, g.requests[i].arrival_s) << i;
+  EXPECT_NE(f.info.describe().find("2 longer than the sequence limit dropped"), std::string::npos);
+  o.max_sequence_tokens = -1;
+  EXPECT_THROW((void)parse_trace(text, "filter", o), InvalidArgument);
+}
+
+}  // namespace
+}  // namespace kvlab

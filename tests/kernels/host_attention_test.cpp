@@ -1,15 +1,18 @@
 // Host attention against the float64 reference: every storage dtype, GQA ratios 1/4/8, head dims
 // 64 and 128 (and 32/256 once), decode and prefill, contiguous and paged views at odd block sizes,
-// prime batch sizes; fresh random data, output poisoned first, every element checked.
+// prime batch sizes; odd groups and head counts (row blocks padded up), lengths at tile edges,
+// every block size 1..33; fresh random data, output poisoned first, every element checked.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <limits>
+#include <random>
 #include <string>
 #include <tuple>
 
 #include "alloc/error.hpp"
 #include "kernels/attention.hpp"
+#include "kernels/host_simd.hpp"
 #include "tests/support/kv_fixture.hpp"
 
 namespace kvlab {
@@ -81,6 +84,104 @@ std::vector<Case> all_cases() {
 INSTANTIATE_TEST_SUITE_P(AllShapes, HostAttention, ::testing::ValuesIn(all_cases()),
                          [](const auto& info) { return name(info.param); });
 
+// The kernel cuts each KV head's query rows into blocks of 1, 2, 4, 8 or 16 (padded up) and the
+// cache into tiles of 16 tokens: odd GQA groups and head counts, rows past 16, tile and block
+// edges all meet the reference. Shapes: (KV heads, group, head dim).
+struct OddShape {
+  int kv_heads, group, head_dim;
+};
+
+class HostAttentionOddShapes : public ::testing::TestWithParam<std::tuple<OddShape, Mode, int>> {};
+
+TEST_P(HostAttentionOddShapes, MatchesFloat64Reference) {
+  const auto [g, mode, block_size] = GetParam();
+  KvShape shape;
+  shape.seq_lens = {15, 16, 17, 33, 1, 48, 79};  // 7 sequences: below, at and past tile edges
+  if (mode == Mode::prefill) shape.q_lens = {15, 2, 17, 9, 1, 16, 3};
+  shape.num_kv_heads = g.kv_heads;
+  shape.num_q_heads = g.kv_heads * g.group;
+  shape.head_dim = g.head_dim;
+  shape.block_size = block_size ? block_size : 16;
+  shape.seed = 1000003u * static_cast<unsigned>(g.group) + 7919u * static_cast<unsigned>(g.kv_heads) +
+               static_cast<unsigned>(block_size) + (mode == Mode::prefill ? 17u : 0u);
+  KvFixture<half_t> fx(shape);
+  const std::vector<double> ref = fx.reference();
+  ThreadPool pool(2);
+  const KvView view = block_size ? erase(fx.paged(), shape.num_kv_heads, shape.head_dim)
+                                 : erase(fx.contiguous(), shape.num_kv_heads, shape.head_dim);
+  host_attention(fx.params(), view, pool);
+  testing::expect_matches_reference(fx.out(), ref, {}, "odd shape");
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Groups, HostAttentionOddShapes,
+    ::testing::Combine(::testing::Values(OddShape{3, 1, 64}, OddShape{3, 3, 64}, OddShape{1, 5, 32},
+                                         OddShape{2, 6, 128}, OddShape{1, 12, 64}, OddShape{5, 2, 32},
+                                         OddShape{1, 16, 64}, OddShape{1, 24, 128}, OddShape{7, 7, 256}),
+                       ::testing::Values(Mode::decode, Mode::prefill), ::testing::Values(0, 5)),
+    [](const auto& info) {
+      const OddShape g = std::get<0>(info.param);
+      return "kv" + std::to_string(g.kv_heads) + "_g" + std::to_string(g.group) + "_d" + std::to_string(g.head_dim) +
+             (std::get<1>(info.param) == Mode::decode ? "_decode" : "_prefill") + "_b" +
+             std::to_string(std::get<2>(info.param));
+    });
+
+// Every block size from 1 to 33 (a tile of 16 spans up to 16 blocks, or sits inside one), and two
+// large ones: the paged view's table walk has no division per token.
+class HostAttentionBlockSizes : public ::testing::TestWithParam<int> {};
+
+TEST_P(HostAttentionBlockSizes, PagedMatchesFloat64Reference) {
+  for (Mode mode : {Mode::decode, Mode::prefill}) {
+    KvShape shape;
+    shape.seq_lens = {1, 16, 47, 100};
+    if (mode == Mode::prefill) shape.q_lens = {1, 16, 5, 33};
+    shape.num_kv_heads = 2;
+    shape.num_q_heads = 8;
+    shape.head_dim = 64;
+    shape.block_size = GetParam();
+    shape.seed = 31u * static_cast<unsigned>(GetParam()) + (mode == Mode::prefill ? 1u : 0u);
+    KvFixture<bfloat16_t> fx(shape);
+    const std::vector<double> ref = fx.reference();
+    ThreadPool pool(2);
+    host_attention(fx.params(), erase(fx.paged(), 2, 64), pool);
+    testing::expect_matches_reference(fx.out(), ref, {}, "block size " + std::to_string(GetParam()));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(OneTo33, HostAttentionBlockSizes,
+                         ::testing::Values(1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21,
+                                           22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 64, 128));
+
+// The softmax's vector exp against std::exp over the range softmax arguments take, and its edges.
+TEST(HostSimd, ExpMatchesStdExp) {
+  for (float x = -90.f; x <= 0.f; x += 0.01f) {
+    const float got = simd::exp(simd::splat(x))[5];
+    const double want = std::exp(static_cast<double>(x));
+    if (x >= -87.f) {
+      EXPECT_NEAR(got, want, 4e-7 * want) << x;
+    }
+    EXPECT_GE(got, 0.f) << x;
+    EXPECT_LT(got, 2e-38f + 2 * want) << x;
+  }
+  EXPECT_TRUE(std::isnan(simd::exp(simd::splat(NAN))[0]));
+}
+
+// The transposed reduction: lane i is the sum of input i, for 16 distinct inputs.
+TEST(HostSimd, TransposeSumPutsEachSumInItsLane) {
+  simd::vec a[simd::kLanes];
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> uni(-1.f, 1.f);
+  for (auto& v : a)
+    for (int i = 0; i < simd::kLanes; ++i) v[i] = uni(rng);
+  const simd::vec got = simd::transpose_sum(a);
+  for (int i = 0; i < simd::kLanes; ++i) {
+    double want = 0;
+    for (int j = 0; j < simd::kLanes; ++j) want += a[i][j];
+    EXPECT_NEAR(got[i], want, 1e-5) << i;
+    EXPECT_NEAR(simd::hsum(a[i]), want, 1e-5) << i;
+  }
+}
+
 TEST(HostAttention, NaNInTheCacheReachesTheOutput) {
   KvShape shape;
   shape.seq_lens = {9};
@@ -97,6 +198,24 @@ TEST(HostAttention, NaNInTheCacheReachesTheOutput) {
   EXPECT_FALSE(testing::element_matches(NAN, NAN, {}));
   EXPECT_FALSE(testing::element_matches(INFINITY, INFINITY, {}));
   EXPECT_TRUE(testing::element_matches(1.0f, 1.0, {}));
+}
+
+// Prefill: a NaN in the V of the last new token reaches only the last query (the only one that
+// sees it), though all queries share a tile and a row block.
+TEST(HostAttention, NaNInAFutureTokenStaysInvisible) {
+  KvShape shape;
+  shape.seq_lens = {12};
+  shape.q_lens = {5};
+  shape.num_kv_heads = 1;
+  shape.num_q_heads = 2;
+  KvFixture<half_t> fx(shape);
+  auto view = fx.contiguous();
+  view.v(0, 11, 0)[7] = from_float<half_t>(std::numeric_limits<float>::quiet_NaN());
+  host_attention(fx.params(), erase(view, 1, 64));
+  for (int i = 0; i < 5; ++i)
+    for (int h = 0; h < 2; ++h)
+      for (int d = 0; d < 64; ++d)
+        EXPECT_EQ(std::isnan(fx.out()[(i * 2 + h) * 64 + d]), i == 4 && d == 7) << i << " " << h << " " << d;
 }
 
 TEST(HostAttention, LongContextStaysAccurate) {
