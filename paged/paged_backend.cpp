@@ -134,7 +134,6 @@ PagedBackend::Lookup PagedBackend::lookup(const SequenceSpec& spec, std::int64_t
   const auto ids = prompt_ids(spec, initial_tokens);
   if (ids.empty()) return l;
   const auto n = static_cast<std::int64_t>(ids.size());
-  l.full_blocks = n / config_.block_size;
   // At least one prompt token is computed: the hit covers at most n - 1 tokens, in whole blocks.
   const std::int64_t cap = (n - 1) / config_.block_size;
   l.hit = cache_->match(ids, spec.extra_keys, cap);

@@ -124,7 +124,6 @@ class PagedBackend final : public TableBackend<PagedSequence> {
   /// What a prefix-cache lookup found, before anything is committed.
   struct Lookup {
     PrefixHit hit;
-    std::int64_t full_blocks = 0; // full prompt blocks the sequence can enter into the cache
   };
   [[nodiscard]] Lookup lookup(const SequenceSpec& spec, std::int64_t initial_tokens) const;
   [[nodiscard]] std::span<const std::int32_t> prompt_ids(const SequenceSpec& spec, std::int64_t initial_tokens) const;
