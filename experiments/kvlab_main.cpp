@@ -179,7 +179,8 @@ int cmd_models() {
 /// Options shared by replay and compare: the workload, the model and capacity, the scheduler.
 struct Common {
   std::string trace, trace_dir, trace_format, prompt_len, output_len, model_name, device_model, out_dir;
-  std::string long_policy, preemption, lengths_from, inject_faults, kernels;
+  std::string long_policy, preemption, lengths_from, inject_faults, kernels, schedule;
+  double lpm_max_wait = 5.0;
   double capacity_gib = 0, rate = 0, burstiness = 1, time_scale = 1;
   std::int64_t requests = 0, max_seq_len = 0, max_batched = 0, limit = 0, shared_prefix = 0;
   int max_running = 0, samples = 1, execute_layers = 0, prefix_groups = 0, turns = 1;
@@ -221,6 +222,10 @@ struct Common {
         "beam search with --samples N beams: after each decode step a beam continues, with this probability, "
         "from a fork of another beam (shares generated tokens too); 0: independent samples")(
         "preemption", po::value(&preemption)->default_value("recompute"), "recompute or swap")(
+        "schedule", po::value(&schedule)->default_value("fcfs"),
+        "admission order: fcfs, or lpm (longest prefix match first, SGLang's; needs prefix caching to matter)")(
+        "lpm-max-wait", po::value(&lpm_max_wait)->default_value(5.0),
+        "lpm fairness bound: a request waiting this many seconds goes ahead of all that have not")(
         "long-requests", po::value(&long_policy)->default_value("reject"),
         "requests longer than max-seq-len: reject or truncate")(
         "device-model", po::value(&device_model)->default_value("a100-80gb"),
@@ -283,12 +288,17 @@ struct Common {
     if (!inject_faults.empty()) (void)fault_plan();  // validate now
     if (preemption != "recompute" && preemption != "swap")
       throw UsageError("--preemption must be recompute or swap (got '" + preemption + "')");
+    if (schedule != "fcfs" && schedule != "lpm")
+      throw UsageError("--schedule must be fcfs or lpm (got '" + schedule + "')");
+    if (!(lpm_max_wait >= 0) || !std::isfinite(lpm_max_wait))
+      throw UsageError("--lpm-max-wait must be a number of seconds >= 0");
     check_applicable(vm);
   }
 
   /// Options that would be silently ignored in this combination are errors instead.
   void check_applicable(const po::variables_map& vm) const {
     const auto given = [&](const char* name) { return vm.count(name) != 0 && !vm[name].defaulted(); };
+    if (schedule != "lpm" && given("lpm-max-wait")) throw UsageError("--lpm-max-wait applies only with --schedule lpm");
     if (!execute)
       for (const char* option : {"kernels", "execute-layers"})
         if (given(option)) throw UsageError(fmt::format("--{} applies only with --execute", option));
@@ -375,6 +385,8 @@ struct Common {
     rc.samples_per_request = samples;
     rc.beam_reselect_probability = beam_reselect;
     rc.preemption = preemption == "swap" ? PreemptionMode::swap : PreemptionMode::recompute;
+    rc.schedule.policy = parse_schedule_policy(schedule);
+    rc.schedule.max_wait_s = lpm_max_wait;
     rc.long_requests = long_policy == "truncate" ? LongRequestPolicy::truncate : LongRequestPolicy::reject;
     rc.device = device_model_preset(device_model);
     rc.execute = execute;

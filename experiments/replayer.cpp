@@ -113,6 +113,7 @@ class Replay {
   [[nodiscard]] std::size_t latest_running() const;
   void swap_in_groups();
   void admit_waiting();
+  void order_waiting();
   void run_step();
   void summarize();
   // The four phases of a step.
@@ -375,7 +376,26 @@ void Replay::swap_in_groups() {
   }
 }
 
+/// Longest prefix match: the head of the queue reordered by cached prompt tokens, overdue first.
+void Replay::order_waiting() {
+  const std::size_t n = std::min(waiting_.size(), c_.schedule.window);
+  if (n < 2) return;
+  std::vector<std::int64_t> cached(n);
+  std::vector<double> waited(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    const Group& g = waiting_[i];
+    cached[i] = g.ids.empty() ? 0 : b_.cached_prefix_tokens(spec_of(g));
+    waited[i] = now_ - w_[g.req].arrival_s;
+  }
+  const std::vector<std::size_t> order = lpm_order(cached, waited, c_.schedule.max_wait_s);
+  std::vector<Group> head;
+  head.reserve(n);
+  for (std::size_t i : order) head.push_back(std::move(waiting_[i]));
+  std::move(head.begin(), head.end(), waiting_.begin());
+}
+
 void Replay::admit_waiting() {
+  if (c_.schedule.policy == SchedulePolicy::lpm && swapped_.empty()) order_waiting();
   while (!waiting_.empty() && swapped_.empty()) {
     Group& g = waiting_.front();
     if (seqs_in_step_ + c_.samples_per_request > c_.max_running) return;

@@ -8,7 +8,8 @@
 //     prefill chunk. When the backend cannot grow, the latest-arrived running request is
 //     preempted — swapped out (preemption = swap, when the backend can) or released and requeued
 //     to recompute its prompt plus what it generated (preemption = recompute) — until it can.
-//  3. Swapped requests come back first, then waiting requests are admitted in order while the
+//  3. Swapped requests come back first, then waiting requests are admitted in order (FCFS, or
+//     longest prefix match first with ReplayConfig::schedule) while the
 //     batch has room (max_running sequences, a token budget of max_batched_tokens per step) and
 //     the backend's side-effect-free can_admit says yes. With chunked prefill a long prompt is
 //     split across steps to fit the budget; without it a prompt is prefilled in one step.
@@ -31,6 +32,7 @@
 #include "alloc/kv_backend.hpp"
 #include "alloc/memory_breakdown.hpp"
 #include "experiments/cost_model.hpp"
+#include "experiments/schedule_policy.hpp"
 #include "experiments/workload.hpp"
 #include "kernels/attention_params.hpp"
 
@@ -47,6 +49,8 @@ struct ReplayConfig {
   bool chunked_prefill = false;            ///< split prompts to fit max_batched_tokens
   PreemptionMode preemption = PreemptionMode::recompute;
   LongRequestPolicy long_requests = LongRequestPolicy::reject;
+  /// Which waiting request is admitted next: FCFS or longest prefix match (experiments/schedule_policy.hpp).
+  SchedulePolicyOptions schedule;
   int samples_per_request = 1;  ///< parallel sampling n (or beam width): the prompt is shared by n sequences
   /// Beam search: after every decode step each beam, with this probability, is replaced by a fork
   /// of another beam of its request (a seeded stand-in for top-k beam selection), so beams share
