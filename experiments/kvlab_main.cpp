@@ -659,6 +659,17 @@ int cmd_collect(const std::vector<std::string>& args) {
   return 0;
 }
 
+/// The regular files a figure left in its folder (names relative to it), for its marker.
+std::vector<std::string> result_files(const fs::path& dir) {
+  std::vector<std::string> files;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    const std::string name = e.path().filename().string();
+    if (e.is_regular_file() && name != kLockFile && name != kMarkerFile) files.push_back(name);
+  }
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
 int cmd_figure(const std::vector<std::string>& args, const std::string& invocation) {
   std::string name, out, trace_dir;
   bool full = false;
@@ -691,6 +702,11 @@ int cmd_figure(const std::vector<std::string>& args, const std::string& invocati
     todo.push_back(&find_figure(name));
   }
   for (const Figure* f : todo) prepare_output_dir(fs::path(out) / f->name, "--out");  // before any figure runs
+  // One run per figure folder at a time, and a figure is finished only with its marker
+  // (experiments/run_control.hpp), exactly as replay and compare --out.
+  std::vector<std::unique_ptr<OutputLock>> locks;
+  for (const Figure* f : todo) locks.push_back(std::make_unique<OutputLock>(fs::path(out) / f->name, invocation));
+  for (const Figure* f : todo) remove_completion_marker(fs::path(out) / f->name);
   for (const Figure* f : todo) {
     FigureContext ctx;
     ctx.full = full;
@@ -701,6 +717,8 @@ int cmd_figure(const std::vector<std::string>& args, const std::string& invocati
     const auto t0 = std::chrono::steady_clock::now();
     std::cout << "figure " << f->name << " (" << f->title << ")\n";
     f->run(ctx);
+    throw_if_interrupted();  // a figure stopped by a signal gets no marker
+    write_completion_marker(ctx.out, ctx.command, result_files(ctx.out));
     std::cout << "  -> " << ctx.out.string() << "/ in "
               << std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() << " s\n";
   }
@@ -724,7 +742,8 @@ int run_command(int argc, char** argv) {
     }
     if (command == "devices") return cmd_devices();
     if (command == "models") return cmd_models();
-    if (command == "replay" || command == "compare" || command == "sweep") install_interrupt_handlers();
+    if (command == "replay" || command == "compare" || command == "sweep" || command == "figure")
+      install_interrupt_handlers();
     if (command == "replay") return cmd_replay(args, command_line(argc, argv));
     if (command == "compare") return cmd_compare(args, command_line(argc, argv));
     if (command == "sweep") return cmd_sweep(args, command_line(argc, argv));

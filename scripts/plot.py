@@ -140,12 +140,19 @@ def fig_kernel_overhead(d, rows):
         backends = list(dict.fromkeys(r["backend"] for r in sub))
         width = 0.8 / len(backends)
         for j, b in enumerate(backends):
-            vals = [float(next(r["relative_to_contiguous"] for r in sub if r["backend"] == b and r["context"] == c))
-                    for c in contexts]
-            ax.bar([i + j * width for i in range(len(contexts))], vals, width, label=b)
+            cells = [next(r for r in sub if r["backend"] == b and r["context"] == c) for c in contexts]
+            vals = [float(r["relative_to_contiguous"]) for r in cells]
+            # Error bars: the backend's interquartile range over its runs, relative to the contiguous
+            # median of the same context (older data without quartiles: no bars).
+            yerr = None
+            if all("q1_ms" in r for r in cells):
+                base = [float(r["latency_ms"]) / float(r["relative_to_contiguous"]) for r in cells]
+                yerr = [[v - float(r["q1_ms"]) / m for v, r, m in zip(vals, cells, base)],
+                        [float(r["q3_ms"]) / m - v for v, r, m in zip(vals, cells, base)]]
+            ax.bar([i + j * width for i in range(len(contexts))], vals, width, label=b, yerr=yerr, capsize=2)
         ax.axhline(1.0, color="black", linewidth=0.8)
         ax.set_xticks([i + 0.4 - width / 2 for i in range(len(contexts))], [f"context {c}" for c in contexts])
-        ax.set_ylabel("attention latency / contiguous (measured on host)")
+        ax.set_ylabel("attention latency / contiguous (median, bars: IQR; host)")
         ax.set_title(f"{phase}: cost of the KV view", fontsize=10)
         ax.legend(fontsize=8)
     return fig

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "alloc/error.hpp"
+#include "experiments/run_control.hpp"
 #include "experiments/atomic_file.hpp"
 #include "experiments/progress.hpp"
 #include "experiments/report.hpp"
@@ -118,7 +119,9 @@ ReplayResult run(const FigureContext& ctx, const std::string& backend, const Bac
                  const std::vector<Request>& w, const ReplayConfig& c) {
   auto b = make_backend(backend, o);
   Progress progress("  " + backend, ctx.progress);
-  return replay(*b, w, c, [&](auto d, auto t) { progress.update(d, t); });
+  ReplayConfig stoppable = c;
+  stoppable.at_step_boundary = throw_if_interrupted;  // SIGINT/SIGTERM stop a figure between steps
+  return replay(*b, w, stoppable, [&](auto d, auto t) { progress.update(d, t); });
 }
 
 BackendOptions opt13b_12gb() {

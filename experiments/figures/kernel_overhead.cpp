@@ -10,6 +10,7 @@
 #include "alloc/memory_resource.hpp"
 #include "experiments/figures/figure_kit.hpp"
 #include "experiments/figures/figure_list.hpp"
+#include "experiments/run_control.hpp"
 #include "kernels/attention.hpp"
 #include "kernels/batch_attention_params.hpp"
 
@@ -42,6 +43,7 @@ Timing time_attention(KvBackend& b, const std::vector<SeqId>& ids, const std::ve
   host_attention(p, view);  // warm up
   std::vector<double> times;
   for (int r = 0; r < reps; ++r) {
+    throw_if_interrupted();
     const auto t0 = std::chrono::steady_clock::now();
     host_attention(p, view);
     times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());

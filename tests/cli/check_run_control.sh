@@ -7,7 +7,9 @@
 #      "interrupted", no marker, no temporary file, no lock file;
 #   4. a sweep owns its children: SIGINT to the sweep stops them all (exit 130); SIGKILL to the sweep
 #      still stops them (PR_SET_PDEATHSIG); a resume refuses a point whose replay is still alive,
-#      then completes every point, each with a valid marker, and collects one row per point.
+#      then completes every point, each with a valid marker, and collects one row per point;
+#   5. figures too: one run per figure folder, SIGINT stops them between steps (exit 130, no
+#      marker), and a finished figure has a marker naming its files.
 # Usage: check_run_control.sh KVLAB WORKDIR
 set -u
 K=$1
@@ -138,3 +140,24 @@ grep -q -- "--requests 28" "$S/point-0003/compare.csv" || fail "point-0003 holds
 [ "$(wc -l <"$S/collected.csv")" -eq 5 ] || fail "collected.csv: $(cat "$S/collected.csv")"
 no_leftovers "$S"
 echo "4. sweep children: ok"
+
+# --- 5. figures --------------------------------------------------------------------------------------
+F=$T/figs
+"$K" figure all --full --no-progress --out "$F" >/dev/null 2>"$T/fig.err" &
+pid=$!
+wait_until test -s "$F/block-size/.kvlab.lock"
+"$K" figure block-size --no-progress --out "$F" >"$T/fig2.out" 2>"$T/fig2.err"
+rc=$?
+[ $rc -eq 1 ] || fail "a second figure into a locked folder exited $rc"
+one_line "$T/fig2.err" "^kvlab figure: failed: $F/block-size is in use by another kvlab run \(pid $pid: kvlab figure all"
+kill -INT $pid
+wait $pid
+rc=$?
+[ $rc -eq 130 ] || fail "figure after SIGINT: exit $rc: $(cat "$T/fig.err")"
+one_line "$T/fig.err" "^kvlab figure: interrupted$"
+[ -n "$(find "$F" -name complete.json)" ] && fail "an interrupted figure run left a completion marker"
+no_leftovers "$F"
+"$K" figure batch-size --no-progress --out "$F" >/dev/null 2>"$T/fig3.err" || fail "figure batch-size failed: $(cat "$T/fig3.err")"
+grep -q '"path": "data.csv"' "$F/batch-size/complete.json" || fail "the figure's marker does not name data.csv"
+no_leftovers "$F"
+echo "5. figures: ok"
