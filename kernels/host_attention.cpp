@@ -1,14 +1,16 @@
 // Host attention. A task is (sequence, run of KV heads). Its query rows (query tokens times the
 // GQA group, per KV head) are cut into row blocks of up to 16 rows of one head, and blocks into
 // chunks whose fp32 state (scaled queries, V accumulators, running max and sum) stays in L1. A
-// chunk walks the sequence's KV once, in tiles of 16 tokens, and per tile visits every block,
-// head by head, so the cache streams in address order (token-major, head-minor):
+// chunk walks the sequence's KV once, in tiles of 16 tokens; per tile it requests the tile's K and
+// V lines of all its heads up front, then visits every block, head by head:
 //   * scores: 16 dot products at a time (rows x keys = 16), K converted from its storage dtype in
 //     registers straight into the FMAs, each converted chunk used by every row of the block (the
 //     whole GQA group in decode), then one transposed reduction for all 16;
 //   * online softmax on the tile's 16 scores of a row as one vector (vectorised exp);
 //   * V converted in registers and accumulated into registers, 16 accumulators at a time.
-// No fp32 copy of K or V is ever made, so the kernel is bound by reading the cache.
+// No fp32 copy of K or V is ever made. What is left is the arithmetic itself (one FMA per K and one
+// per V element per query row) and reading the cache; on the 2-core AVX-512 benchmark host the two
+// ceilings are about equal (docs/kernels.md).
 #include <algorithm>
 #include <bit>
 #include <cstdint>
@@ -35,22 +37,25 @@ using simd::vec;
 
 constexpr int kTile = kLanes;  // tokens per tile: one row's tile scores are one vector
 constexpr int kMaxBlockRows = kLanes;
-/// Tiles ahead whose K and V rows a chunk asks the memory system for (hardware prefetchers alone
-/// lose the stream: a tile reads each token's row head by head, not in one sweep).
-constexpr int kPrefetchTiles = 1;
 
-/// Asks for the K and V rows of a later tile: `bytes` from `offset` of each token (the task's heads,
-/// which are contiguous), whole cache lines, so the hardware sees one ascending stream per token.
-template <class T>
-void prefetch_tile(const T* const* k, const T* const* v, int nt, std::int64_t offset, std::int64_t bytes) {
-  for (int j = 0; j < nt; ++j) {
-    const char* kr = reinterpret_cast<const char*>(k[j] + offset);
-    const char* vr = reinterpret_cast<const char*>(v[j] + offset);
-    for (std::int64_t off = 0; off < bytes; off += 64) {
-      __builtin_prefetch(kr + off, 0, 3);
-      __builtin_prefetch(vr + off, 0, 3);
+/// Asks the memory system for the K and V rows of heads [h0, h1] of a tile's tokens, whole cache
+/// lines, all at once, in the order the blocks will read them (head by head): a tile reads 16
+/// rows a token stride apart per head, which the hardware prefetchers follow poorly. Measured on
+/// the benchmark geometry (docs/kernels.md): requesting the tile about to be computed beats no
+/// prefetch (+8 %) and beats requesting one or two tiles ahead into L1 or L2 (-3 to -10 %), whose
+/// 64 KiB per tile evict the lines in use.
+template <class T, int D>
+void prefetch_tile(const T* const* k, const T* const* v, int nt, int h0, int h1, std::int64_t head_stride) {
+  constexpr int kRowBytes = D * static_cast<int>(sizeof(T));
+  for (int h = h0; h <= h1; ++h)
+    for (int j = 0; j < nt; ++j) {
+      const char* kr = reinterpret_cast<const char*>(k[j] + h * head_stride);
+      const char* vr = reinterpret_cast<const char*>(v[j] + h * head_stride);
+      for (int off = 0; off < kRowBytes; off += 64) {
+        __builtin_prefetch(kr + off, 0, 3);
+        __builtin_prefetch(vr + off, 0, 3);
+      }
     }
-  }
 }
 
 /// Row slots per chunk: the chunk's queries and accumulators (2 x slots x D floats) fit in L1.
@@ -270,8 +275,6 @@ void attend(const AttentionParams& p, const View& kv, int s, int kh0, int nh, Ch
   st.visible.resize(kSlots);
   const T* kt[kTile];
   const T* vt[kTile];
-  const T* pk[kTile];
-  const T* pv[kTile];
   for (std::size_t first = 0; first < blocks.size();) {
     std::size_t last = first;
     for (int slots = 0; last < blocks.size() && slots + blocks[last].rb <= kSlots; ++last) slots += blocks[last].rb;
@@ -279,18 +282,10 @@ void attend(const AttentionParams& p, const View& kv, int s, int kh0, int nh, Ch
     start_chunk<D>(p, s, chunk, st);
     std::int64_t max_visible = 0;
     for (const RowBlock& b : chunk) max_visible = std::max(max_visible, b.max_visible);
-    const std::int64_t first_head_off = chunk.front().head * kv.head_stride;
-    const std::int64_t row_bytes =
-        ((chunk.back().head - chunk.front().head) * kv.head_stride + D) * static_cast<std::int64_t>(sizeof(T));
     for (std::int64_t t = 0; t < max_visible; t += kTile) {
       const int nt = static_cast<int>(std::min<std::int64_t>(kTile, max_visible - t));
       tile_tokens(kv, s, t, nt, kt, vt);
-      const std::int64_t tp = t + kPrefetchTiles * kTile;
-      const int pnt = static_cast<int>(std::clamp<std::int64_t>(max_visible - tp, 0, kTile));
-      if (pnt > 0) {
-        tile_tokens(kv, s, tp, pnt, pk, pv);
-        prefetch_tile(pk, pv, pnt, first_head_off, row_bytes);
-      }
+      prefetch_tile<T, D>(kt, vt, nt, chunk.front().head, chunk.back().head, kv.head_stride);
       for (const RowBlock& b : chunk)
         if (b.max_visible > t) dispatch_block<T, D>(st, b, kt, vt, b.head * kv.head_stride, nt, t);
     }
