@@ -316,7 +316,11 @@ void parse_json_line(std::string_view line, const At& at, std::span<const JsonFi
 }  // namespace
 
 void read_json_line(std::string_view line, const At& at, std::span<const JsonField> fields, JsonValues& out) {
-  const std::size_t first = line.find_first_not_of(" \t\r\n");  // Lines gives no blank line
+  // Lines gives no blank line, but one of carriage returns (or other JSON whitespace) is not blank to it.
+  const std::size_t first = line.find_first_not_of(" \t\r\n");
+  if (first == std::string_view::npos) {
+    at.fail("", "malformed JSON at column 1: expected a JSON object starting with '{', found only whitespace");
+  }
   if (line[first] != '{') {
     at.fail("", fmt::format("malformed JSON at column {}: expected a JSON object starting with '{{', found {}", first + 1,
                             printable(line[first])));

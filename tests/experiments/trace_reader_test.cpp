@@ -401,6 +401,9 @@ TEST_F(TraceFiles, BadJsonLinesNameFileLineAndField) {
                "last read: '\"output_len'; expected string literal");
   expect_error("m.jsonl", good + "{\"timestamp\": 0, \"input_length\": 600, \"hash_ids\": [1, 2]}\n",
                "2: field 'output_length': missing");
+  // A line of carriage returns is not blank to the line splitter (fuzz finding): one-line error.
+  expect_error("m.jsonl", good + "\r\r\n" + good,
+               "2: malformed JSON at column 1: expected a JSON object starting with '{', found only whitespace");
   expect_error("m.jsonl", good + "{\"timestamp\": 0, \"input_length\": 600, \"input_length\": 6, \"output_length\": 5, \"hash_ids\": [1, 2]}\n",
                "2: field 'input_length': duplicate key");
   expect_error("m.jsonl", good + "{\"timestamp\": 0, \"input_length\": 600, \"output_length\": 5, \"hash_ids\": [1]}\n",
