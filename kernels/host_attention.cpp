@@ -112,7 +112,7 @@ struct RowBlock {
 /// The fp32 state of a chunk's row slots.
 struct ChunkState {
   std::vector<float> q, acc;  // [slot][D]: scaled queries, V accumulators
-  std::vector<float> m, l, corr;
+  std::vector<float> m, l;  // running max and sum of each slot's softmax
   std::vector<std::int64_t> visible;
 };
 
@@ -150,7 +150,6 @@ void tile_block(ChunkState& st, const RowBlock& b, const T* const* kt, const T* 
   float* acc = st.acc.data() + static_cast<std::size_t>(b.first_slot) * D;
   float* m = st.m.data() + b.first_slot;
   float* l = st.l.data() + b.first_slot;
-  float* corr = st.corr.data() + b.first_slot;
   const std::int64_t* visible = st.visible.data() + b.first_slot;
   alignas(64) float w[RB][kTile];
 
@@ -175,6 +174,7 @@ void tile_block(ChunkState& st, const RowBlock& b, const T* const* kt, const T* 
   vec lane;
   for (int i = 0; i < kLanes; ++i) lane[i] = static_cast<float>(i);
   int live[RB];
+  float corr[RB];  // this tile's rescaling of each row's accumulators
   int jv = 0;  // tokens any row of the block sees in this tile
   bool ragged = false;
   for (int r = 0; r < RB; ++r) {
@@ -227,7 +227,7 @@ std::vector<RowBlock> row_blocks(int kh0, int nh, int rows_per_head, std::int64_
   return blocks;
 }
 
-/// Fills the chunk's slots for blocks [first, last): scaled queries, masks, fresh softmax state.
+/// Gives the chunk's blocks their slots and fills them: scaled queries, masks, fresh softmax state.
 template <int D>
 void start_chunk(const AttentionParams& p, int s, std::span<RowBlock> blocks, ChunkState& st) {
   const int q0 = p.q_begin(s), n = p.q_end(s) - q0, group = p.group();
@@ -271,7 +271,6 @@ void attend(const AttentionParams& p, const View& kv, int s, int kh0, int nh, Ch
   st.acc.resize(st.q.size());
   st.m.resize(kSlots);
   st.l.resize(kSlots);
-  st.corr.resize(kSlots);
   st.visible.resize(kSlots);
   const T* kt[kTile];
   const T* vt[kTile];
