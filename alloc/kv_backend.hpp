@@ -13,6 +13,7 @@
 //  * kernels never see the backend, only the KvView it hands out for a prepared batch;
 //  * step hooks (begin_step, prefetch, step_costs, counters) let a backend do work around a
 //    scheduler step and report what it cost, so callers never need to know its concrete type.
+#include <cstddef>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -62,19 +63,39 @@ struct PreparedBatch {
   const std::int32_t* seq_lens = nullptr;  ///< [batch] in the backend's device memory
 };
 
-/// Measured wall time a backend spent on the caller's critical path, by kind of operation, since
-/// the last begin_step(). Kinds, not backends: any backend that maps memory reports mapping time.
+/// What a backend did on the caller's critical path since the last begin_step(), by kind of
+/// operation, not by backend: any backend that maps memory reports mapping, any that copies KV to
+/// the host reports transfers. The measured clock uses the seconds; the modelled clock prices the
+/// counts with the device model (experiments/cost_model.hpp).
 struct StepCosts {
-  double mapping_s = 0;  ///< mapping/unmapping physical memory inside admit/grow/fork/release
-  /// KV bytes copied between the device and a host cache tier (prefix caching), which a modelled
-  /// clock charges at the host link's bandwidth.
+  double mapping_s = 0;  ///< measured time mapping/unmapping physical memory inside admit/grow/fork/release
+  std::int64_t maps = 0, unmaps = 0;  ///< pages mapped / unmapped on the critical path
+  /// Contiguous copies between the device and host memory (swap, a prefix cache's host tier) and
+  /// their bytes: a modelled clock charges each a transfer latency plus its bytes at link bandwidth.
+  std::int64_t host_transfers = 0;
   double host_transfer_bytes = 0;
+  /// Device-to-device copy launches (copy-on-write) and the bytes they copied.
+  std::int64_t device_copies = 0;
+  double device_copy_bytes = 0;
 
   StepCosts& operator-=(const StepCosts& o) noexcept {
     mapping_s -= o.mapping_s;
+    maps -= o.maps;
+    unmaps -= o.unmaps;
+    host_transfers -= o.host_transfers;
     host_transfer_bytes -= o.host_transfer_bytes;
+    device_copies -= o.device_copies;
+    device_copy_bytes -= o.device_copy_bytes;
     return *this;
   }
+};
+
+/// The shape of a backend's memory as the kernels and the clock see it: the view the attention
+/// kernels read (contiguous, or paged at block_tokens) and the page a vmm backend maps on demand.
+struct ViewShape {
+  KvLayout layout = KvLayout::contiguous;
+  std::int32_t block_tokens = 0;  ///< paged: tokens per block
+  std::size_t page_bytes = 0;     ///< vmm: bytes per physical page mapped on demand
 };
 
 /// A backend's own counters, by name ("cow_copies", "critical_maps", ...): whatever it wants a
@@ -95,6 +116,8 @@ class KvBackend {
   [[nodiscard]] Device device() const noexcept { return do_device(); }
   /// True when K/V bytes really exist (execute mode); false for accounting-only backends.
   [[nodiscard]] bool has_storage() const noexcept { return do_has_storage(); }
+  /// The view its kernels read and the page it maps (for the clock; see ViewShape).
+  [[nodiscard]] ViewShape view_shape() const noexcept { return do_view_shape(); }
   /// Longest sequence (tokens) this backend can hold.
   [[nodiscard]] std::int64_t max_seq_len() const noexcept { return max_seq_len_; }
 
@@ -203,6 +226,7 @@ class KvBackend {
   [[nodiscard]] virtual MemoryBreakdown do_breakdown(const SequenceSpec* blocked) const = 0;
 
   // Optional hooks: the defaults describe a backend without swap, prefix cache or step work.
+  [[nodiscard]] virtual ViewShape do_view_shape() const noexcept { return {}; }
   [[nodiscard]] virtual bool do_supports_swap() const noexcept { return false; }
   virtual void do_swap_out(SeqId) {}
   [[nodiscard]] virtual bool do_can_swap_in(SeqId) const { return false; }

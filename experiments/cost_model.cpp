@@ -1,47 +1,40 @@
 #include "experiments/cost_model.hpp"
 
 #include <algorithm>
-#include <array>
-
-#include "alloc/error.hpp"
 
 namespace kvlab {
 
-namespace {
-// Datasheet HBM bandwidth and dense FP16/BF16 tensor throughput (no sparsity); host links at
-// about 80 % of PCIe 4.0 x16 (A100) and 5.0 x16 (H100, H200) per direction.
-const std::array<DeviceModel, 4> kDevices = {{
-    {"a100-40gb", 1.555e12, 312e12, 25e9},
-    {"a100-80gb", 2.039e12, 312e12, 25e9},
-    {"h100-sxm", 3.35e12, 989e12, 50e9},
-    {"h200", 4.8e12, 989e12, 50e9},
-}};
-}  // namespace
+StepTime step_time(const ModelGeometry& model, const DeviceModel& d, const StepWork& w) {
+  StepTime t;
+  const double tokens = static_cast<double>(w.prefill_tokens + w.decode_tokens);
+  if (tokens > 0) {
+    const double weights = static_cast<double>(model.weight_bytes());
+    const double linear_flops = 2.0 * static_cast<double>(model.num_parameters) * tokens;
+    t.linear = std::max(weights / (d.memory_bandwidth * d.linear_bandwidth_efficiency),
+                        linear_flops / (d.peak_flops * d.linear_flops_efficiency)) +
+               model.num_layers * d.linear_layer_overhead_s;
 
-DeviceModel device_model_preset(std::string_view name) {
-  for (const auto& d : kDevices)
-    if (d.name == name) return d;
-  std::string known;
-  for (const auto& d : kDevices) known += (known.empty() ? "" : ", ") + d.name;
-  KVLAB_THROW(InvalidArgument, "unknown device model '" + std::string(name) + "' (known: " + known + ")");
-}
+    const double kv_bytes = (static_cast<double>(w.kv_tokens_read) + tokens) * static_cast<double>(model.kv_bytes_per_token());
+    const double view = w.layout == KvLayout::paged && w.block_tokens > 0 ? d.paged_attention_factor.at(w.block_tokens) : 1.0;
+    const double attention_flops = 4.0 * model.num_layers * model.num_q_heads * model.head_dim *
+                                   static_cast<double>(w.attention_pairs);
+    t.attention = std::max(kv_bytes * view / (d.memory_bandwidth * d.attention_bandwidth_efficiency),
+                           attention_flops / (d.peak_flops * d.attention_flops_efficiency));
 
-std::vector<std::string> device_model_names() {
-  std::vector<std::string> names;
-  for (const auto& d : kDevices) names.push_back(d.name);
-  return names;
+    t.cpu = d.step_overhead_s + static_cast<double>(w.sequences) * d.sequence_overhead_s +
+            static_cast<double>(w.block_table_entries) * d.block_table_entry_s;
+  }
+  if (w.maps > 0 || w.unmaps > 0) {
+    const auto page = static_cast<std::int64_t>(std::max<std::size_t>(w.page_bytes, 1));
+    t.mapping = static_cast<double>(w.maps) * d.map_s.at(page) + static_cast<double>(w.unmaps) * d.unmap_s.at(page);
+  }
+  t.transfer = static_cast<double>(w.host_transfers) * d.host_transfer_latency_s + w.host_transfer_bytes / d.host_bandwidth;
+  t.copy = static_cast<double>(w.device_copies) * d.device_copy_latency_s + 2.0 * w.device_copy_bytes / d.memory_bandwidth;
+  return t;
 }
 
 double step_seconds(const ModelGeometry& model, const DeviceModel& device, const StepWork& work) {
-  const double tokens = static_cast<double>(work.prefill_tokens + work.decode_tokens);
-  if (tokens == 0) return 0;
-  const double bytes = static_cast<double>(model.weight_bytes()) +
-                       static_cast<double>(work.kv_tokens_read) * static_cast<double>(model.kv_bytes_per_token()) +
-                       tokens * static_cast<double>(model.kv_bytes_per_token());
-  const double flops = 2.0 * static_cast<double>(model.num_parameters) * tokens +
-                       4.0 * model.num_layers * model.num_q_heads * model.head_dim *
-                           static_cast<double>(work.attention_pairs);
-  return std::max(bytes / device.memory_bandwidth, flops / device.peak_flops);
+  return step_time(model, device, work).total();
 }
 
 }  // namespace kvlab

@@ -1,35 +1,58 @@
 #pragma once
-// Memory mode's clock: a declared roofline per step, max(bytes / bandwidth, flops / peak), over the
-// weights and the KV bytes the step reads and writes. Presets carry vendor datasheet numbers;
-// results say they are modelled, never measured.
+// The modelled clock: a step's time as the sum of per-operation costs, each from the device model
+// (experiments/device_model.hpp, one text file per device naming every constant's source).
+//
+// Rationale: backends differ in what a step costs — the paged view's per-block work in the
+// attention kernel and its block tables, vmm's mapping on the critical path, swap's many small
+// PCIe transfers, copy-on-write copies — so a clock with only a roofline cannot compare them.
+// Approach: the replayer counts what a step did (StepWork, filled from the schedule and from the
+// backend's StepCosts and ViewShape); step_time prices each operation; the parts are reported so a
+// figure can show which one moved. Limitations: operations do not overlap one another (vLLM v0
+// runs them one after another); tensor parallelism and communication are not modelled.
+#include <cstddef>
 #include <cstdint>
-#include <string>
-#include <string_view>
-#include <vector>
 
+#include "alloc/kv_view.hpp"
 #include "alloc/model_geometry.hpp"
+#include "experiments/device_model.hpp"
 
 namespace kvlab {
 
-struct DeviceModel {
-  std::string name;
-  double memory_bandwidth = 0;  ///< bytes/s
-  double peak_flops = 0;        ///< dense fp16 FLOP/s
-  double host_bandwidth = 25e9;  ///< bytes/s between host and device memory (PCIe), one direction
-};
-
-/// a100-40gb, a100-80gb, h100-sxm, h200. Throws InvalidArgument listing them on an unknown name.
-[[nodiscard]] DeviceModel device_model_preset(std::string_view name);
-[[nodiscard]] std::vector<std::string> device_model_names();
-
+/// What one step did, as the clock prices it.
 struct StepWork {
-  std::int64_t prefill_tokens = 0;   ///< new prompt tokens computed this step
+  std::int64_t prefill_tokens = 0;   ///< new prompt tokens computed this step (recompute included)
   std::int64_t decode_tokens = 0;    ///< sequences decoding one token
-  std::int64_t kv_tokens_read = 0;   ///< cache tokens attended to (summed over query tokens' sequences)
+  std::int64_t kv_tokens_read = 0;   ///< cache tokens attended to (summed over the step's sequences)
   std::int64_t attention_pairs = 0;  ///< query-token x key-token products
+  std::int64_t sequences = 0;        ///< sequences in the step (CPU work per sequence)
+  // The view the attention kernels read: paged at block_tokens, or contiguous (contiguous, vmm).
+  KvLayout layout = KvLayout::contiguous;
+  std::int32_t block_tokens = 0;
+  std::int64_t block_table_entries = 0;  ///< paged: blocks in the step's block tables
+  // Backend operations on the critical path (StepCosts).
+  std::int64_t maps = 0, unmaps = 0;  ///< vmm pages mapped / unmapped
+  std::size_t page_bytes = 0;         ///< vmm page size
+  std::int64_t host_transfers = 0;    ///< contiguous host<->device copies (swap, host cache tier)
+  double host_transfer_bytes = 0;
+  std::int64_t device_copies = 0;     ///< device-to-device copy launches (copy-on-write)
+  double device_copy_bytes = 0;
 };
 
-/// Modelled seconds for one step of `model` on `device`.
+/// A step's modelled seconds, by operation.
+struct StepTime {
+  double linear = 0;     ///< weights: GEMMs and per-layer elementwise work
+  double attention = 0;  ///< KV reads/writes and attention FLOPs, through the backend's view
+  double cpu = 0;        ///< scheduling, input and block-table preparation
+  double mapping = 0;    ///< vmm map/unmap on the critical path
+  double transfer = 0;   ///< host<->device copies (swap, host tier)
+  double copy = 0;       ///< device copies (copy-on-write)
+  [[nodiscard]] double total() const noexcept { return linear + attention + cpu + mapping + transfer + copy; }
+};
+
+/// Modelled time of one step of `model` on `device`. A step with no tokens costs only the copies
+/// and mappings it did (a swap-in with nothing to run still moves bytes).
+[[nodiscard]] StepTime step_time(const ModelGeometry& model, const DeviceModel& device, const StepWork& work);
+/// step_time(...).total().
 [[nodiscard]] double step_seconds(const ModelGeometry& model, const DeviceModel& device, const StepWork& work);
 
 }  // namespace kvlab

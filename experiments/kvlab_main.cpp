@@ -229,7 +229,8 @@ struct Common {
         "long-requests", po::value(&long_policy)->default_value("reject"),
         "requests longer than max-seq-len: reject or truncate")(
         "device-model", po::value(&device_model)->default_value("a100-80gb"),
-        "roofline device of the modelled clock: a100-40gb, a100-80gb, h100-sxm, h200")(
+        "device of the modelled clock: a preset (a100-40gb, a100-80gb, h100-sxm, h200, host) or a device model "
+        "file (kvlab calibrate --out FILE); see docs/clock.md")(
         "execute", po::bool_switch(&execute),
         "execute mode: run the host attention kernels over real KV memory; the clock is their measured time")(
         "execute-layers", po::value(&execute_layers)->default_value(0), "execute mode: run N layers, scale to all (0: all)")(
@@ -388,7 +389,7 @@ struct Common {
     rc.schedule.policy = parse_schedule_policy(schedule);
     rc.schedule.max_wait_s = lpm_max_wait;
     rc.long_requests = long_policy == "truncate" ? LongRequestPolicy::truncate : LongRequestPolicy::reject;
-    rc.device = device_model_preset(device_model);
+    rc.device = resolve_device_model(device_model);
     rc.execute = execute;
     rc.execute_layers = execute_layers;
     rc.verify_kv = verify_kv;

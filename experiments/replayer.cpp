@@ -631,6 +631,13 @@ bool Replay::settle() {
 
 StepWork Replay::step_work() const {
   StepWork work;
+  const ViewShape shape = b_.view_shape();
+  work.layout = shape.layout;
+  work.block_tokens = shape.block_tokens;
+  work.page_bytes = shape.page_bytes;
+  const auto blocks = [&](std::int64_t len) {
+    return shape.layout == KvLayout::paged && shape.block_tokens > 0 ? (len + shape.block_tokens - 1) / shape.block_tokens : 0;
+  };
   for (const Group& g : running_) {
     if (!g.in_step) continue;
     if (g.chunk > 0) {
@@ -638,6 +645,8 @@ StepWork Replay::step_work() const {
       work.prefill_tokens += g.chunk;
       work.kv_tokens_read += len;
       work.attention_pairs += g.chunk * g.prefilled + g.chunk * (g.chunk + 1) / 2;
+      ++work.sequences;
+      work.block_table_entries += blocks(len);
     } else {
       for (const Seq& q : g.seqs) {
         if (!q.has_slot) continue;
@@ -645,6 +654,8 @@ StepWork Replay::step_work() const {
         ++work.decode_tokens;
         work.kv_tokens_read += len;
         work.attention_pairs += len;
+        ++work.sequences;
+        work.block_table_entries += blocks(len);
       }
     }
   }
@@ -669,7 +680,6 @@ std::vector<SeqId> Replay::next_step_decoders() const {
 /// Phase 3: the step's work, its duration and its memory.
 void Replay::account() {
   ReplaySummary& sum = result_.summary;
-  const StepWork work = step_work();
   StepRecord rec;
   next_decoders_ = next_step_decoders();
   // Measured clock: start the next step's background work (vmm: map its pages) now, so it overlaps
@@ -677,19 +687,35 @@ void Replay::account() {
   // this step's releases and the replay does not depend on thread timing.
   if (c_.execute) b_.prefetch(next_decoders_);
   const StepCosts costs = b_.step_costs();
-  rec.mapping_s = costs.mapping_s;
-  sum.mapping_s += rec.mapping_s;
-  // KV moved between the device and a host cache tier: modelled at the host link's bandwidth in
-  // both clocks (execute mode copies host memory, which is not what a GPU would wait for).
-  double dt = c_.device.host_bandwidth > 0 ? costs.host_transfer_bytes / c_.device.host_bandwidth : 0;
+  StepWork work = step_work();
+  work.maps = costs.maps;
+  work.unmaps = costs.unmaps;
+  work.host_transfers = costs.host_transfers;
+  work.host_transfer_bytes = costs.host_transfer_bytes;
+  work.device_copies = costs.device_copies;
+  work.device_copy_bytes = costs.device_copy_bytes;
+  rec.parts = step_time(b_.model(), c_.device, work);
+  double dt = 0;
   if (c_.execute) {
+    // Measured: the kernels' and the mapping's wall time. Copies to the host and copy-on-write
+    // stay modelled (execute mode copies host memory, which is not what a GPU would wait for).
     rec.kernel_s = execute_kernels(rec.prepare_s);
-    dt += rec.kernel_s + rec.mapping_s;  // mapping on the critical path delays the step
+    rec.mapping_s = costs.mapping_s;
+    rec.parts = StepTime{.transfer = rec.parts.transfer, .copy = rec.parts.copy};
+    dt = rec.kernel_s + rec.mapping_s + rec.parts.total();  // mapping on the critical path delays the step
     sum.kernel_s += rec.kernel_s;
     sum.prepare_s += rec.prepare_s;
   } else {
-    dt += step_seconds(b_.model(), c_.device, work);
+    rec.mapping_s = rec.parts.mapping;
+    dt = rec.parts.total();
   }
+  sum.mapping_s += rec.mapping_s;
+  sum.clock_parts.linear += rec.parts.linear;
+  sum.clock_parts.attention += rec.parts.attention;
+  sum.clock_parts.cpu += rec.parts.cpu;
+  sum.clock_parts.mapping += rec.parts.mapping;
+  sum.clock_parts.transfer += rec.parts.transfer;
+  sum.clock_parts.copy += rec.parts.copy;
   const MemoryBreakdown mem = b_.breakdown(blocked_ ? &*blocked_ : nullptr);
   now_ += dt;
   rec.time_s = now_;

@@ -58,7 +58,8 @@ struct ReplayConfig {
   /// the generated tokens too, not only the prompt. 0: independent samples.
   double beam_reselect_probability = 0;
   std::uint64_t seed = 0;  ///< for beam reselection
-  DeviceModel device = {"a100-80gb", 2.039e12, 312e12, 25e9};
+  /// The modelled clock's device (experiments/devices/*.txt or a file from kvlab calibrate).
+  DeviceModel device = device_model_preset("a100-80gb");
   /// Execute mode: run the host attention kernels over the backend's memory every step and
   /// advance the clock by their measured time. Needs a backend with storage.
   bool execute = false;
@@ -86,7 +87,9 @@ struct StepRecord {
   std::size_t shared_savings_bytes = 0;  ///< bytes sharing saved (fork, prefix caching)
   double kernel_s = 0;   ///< measured attention time (execute mode), scaled to all layers
   double prepare_s = 0;  ///< building/uploading the per-batch arrays (execute mode)
-  double mapping_s = 0;  ///< the backend's measured mapping time on the step's critical path (StepCosts; in the clock in execute mode)
+  double mapping_s = 0;  ///< critical-path mapping: measured (execute mode) or modelled from the backend's map counts
+  /// The modelled clock's parts (memory mode; in execute mode only transfer and copy are modelled).
+  StepTime parts;
 };
 
 struct RequestRecord {
@@ -125,7 +128,8 @@ struct ReplaySummary {
   std::size_t mean_shared_savings_bytes = 0;  ///< time-weighted bytes saved by sharing
   double mean_ttft_s = 0, p99_ttft_s = 0, mean_tpot_s = 0, mean_e2e_s = 0, mean_normalized_latency_s = 0;
   double kernel_s = 0, prepare_s = 0;  ///< execute mode totals
-  double mapping_s = 0;                ///< the backend's critical-path mapping time (StepCosts), summed
+  double mapping_s = 0;                ///< critical-path mapping time, summed (StepRecord::mapping_s)
+  StepTime clock_parts;                ///< the modelled clock's parts, summed over steps
   std::int64_t prefix_hit_tokens = 0;     ///< prompt tokens served from the prefix cache (prefill skipped)
   std::int64_t prefix_lookup_tokens = 0;  ///< prompt tokens looked up in the prefix cache
   /// Of the two above: admissions of requests preempted before (recomputed), counted apart as vLLM

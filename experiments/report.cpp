@@ -50,12 +50,13 @@ void write_replay_files(const std::filesystem::path& dir, const RunInfo& info, c
     auto f = text();
     f << "# " << info.command << "\n";
     f << "time_s,duration_s,running,waiting,token_states,reserved,internal_fragmentation,external_fragmentation,"
-         "free,allocated_bytes,kernel_s,prepare_s,mapping_s\n";
+         "free,allocated_bytes,kernel_s,prepare_s,mapping_s,linear_s,attention_s,cpu_s,transfer_s,copy_s\n";
     for (const StepRecord& r : result.steps)
       f << r.time_s << ',' << r.duration_s << ',' << r.running << ',' << r.waiting << ',' << r.fractions.token_states
         << ',' << r.fractions.reserved << ',' << r.fractions.internal_fragmentation << ','
         << r.fractions.external_fragmentation << ',' << r.fractions.free << ',' << r.allocated_bytes << ','
-        << r.kernel_s << ',' << r.prepare_s << ',' << r.mapping_s << '\n';
+        << r.kernel_s << ',' << r.prepare_s << ',' << r.mapping_s << ',' << r.parts.linear << ',' << r.parts.attention
+        << ',' << r.parts.cpu << ',' << r.parts.transfer << ',' << r.parts.copy << '\n';
     write_file_atomically(out / "steps.csv", f.view());
   }
   {

@@ -67,6 +67,10 @@ void add_results(Json& j, const ReplaySummary& s) {
   j["kv_mismatches"] = s.kv_mismatches, j["kv_tokens_checked"] = s.kv_tokens_checked;
   j["kernel_s"] = number(s.kernel_s), j["prepare_s"] = number(s.prepare_s), j["mapping_s"] = number(s.mapping_s);
   j["replay_wall_s"] = number(s.wall_s);
+  // The modelled clock's parts, summed over steps (docs/clock.md): which operation the time went to.
+  j["clock_parts_s"] = {{"linear", number(s.clock_parts.linear)},       {"attention", number(s.clock_parts.attention)},
+                        {"cpu", number(s.clock_parts.cpu)},             {"mapping", number(s.clock_parts.mapping)},
+                        {"transfer", number(s.clock_parts.transfer)},   {"copy", number(s.clock_parts.copy)}};
   j["mean_ttft_s"] = number(s.mean_ttft_s), j["mean_tpot_s"] = number(s.mean_tpot_s);
   j["mean_e2e_s"] = number(s.mean_e2e_s);
   j["fractions"] = fractions(s.mean_fractions);

@@ -82,9 +82,16 @@ void PagedBackend::copy_host(BlockId b, std::int32_t slot, bool to_host) {
 }
 
 StepCosts PagedBackend::do_total_costs() const {
+  // Each block moves as one copy per layer and K/V plane (as vLLM v0's swap_blocks does), so
+  // small blocks mean many small transfers; copy-on-write is one batched launch per copied block.
+  const double block_bytes = static_cast<double>(static_cast<std::size_t>(config_.block_size) * config_.model.kv_bytes_per_token());
+  const std::int64_t planes = 2 * static_cast<std::int64_t>(config_.model.num_layers);
+  const std::int64_t host_blocks_moved = cache_->transferred_blocks() + swapped_blocks_;
   StepCosts c;
-  c.host_transfer_bytes = static_cast<double>(cache_->transferred_blocks()) *
-                          static_cast<double>(static_cast<std::size_t>(config_.block_size) * config_.model.kv_bytes_per_token());
+  c.host_transfers = host_blocks_moved * planes;
+  c.host_transfer_bytes = static_cast<double>(host_blocks_moved) * block_bytes;
+  c.device_copies = cow_copies_;
+  c.device_copy_bytes = static_cast<double>(cow_copies_) * block_bytes;
   return c;
 }
 
@@ -399,6 +406,7 @@ void PagedBackend::do_swap_out(SeqId id) {
   }
   drop_blocks(id, s);  // cached blocks keep their entries: their bytes stay valid on the device
   s.swapped_blocks = nb;
+  swapped_blocks_ += nb;
   s.caching = false;  // swap_in brings private copies back: nothing after them is entered
 }
 
@@ -434,6 +442,7 @@ void PagedBackend::do_swap_in(SeqId id) {
   }
   s.swap = nullptr;
   s.swap_bytes = 0;
+  swapped_blocks_ += nb;
   s.swapped_blocks = 0;
   account_in(id, s);  // a swapped-out sequence counted nothing: it held no blocks
 }

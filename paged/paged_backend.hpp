@@ -117,6 +117,9 @@ class PagedBackend final : public TableBackend<PagedSequence> {
   [[nodiscard]] MemoryBreakdown do_breakdown(const SequenceSpec* blocked) const override;
   [[nodiscard]] BackendCounters do_counters() const override;
   [[nodiscard]] StepCosts do_total_costs() const override;
+  [[nodiscard]] ViewShape do_view_shape() const noexcept override {
+    return {KvLayout::paged, config_.block_size, 0};
+  }
   /// The host tier's slots (0 without one), and its bytes' copies (storage only).
   [[nodiscard]] std::int32_t host_blocks() const;
   void copy_host(BlockId b, std::int32_t slot, bool to_host);
@@ -188,6 +191,7 @@ class PagedBackend final : public TableBackend<PagedSequence> {
   std::byte* host_region_ = nullptr;  // host tier bytes: [slot][plane] blocks
   std::size_t host_region_bytes_ = 0;
   std::int64_t cow_copies_ = 0;
+  std::int64_t swapped_blocks_ = 0;  // blocks moved by swap_out and swap_in, for the clock
   std::unique_ptr<PrefixCache> cache_;  // never null: PrefixCacheMode::none never hits
   PrefixCacheStats stats_;
   double last_prepare_seconds_ = 0;

@@ -565,6 +565,8 @@ StepCosts VmmBackend::do_total_costs() const {
   const DriverActivity& critical = arena_.activity(MapOrigin::critical);
   StepCosts c;
   c.mapping_s = critical.map_seconds + critical.unmap_seconds;
+  c.maps = critical.maps;
+  c.unmaps = critical.unmaps;
   return c;
 }
 

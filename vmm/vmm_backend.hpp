@@ -197,6 +197,7 @@ class VmmBackend final : public TableBackend<VmmSequence> {
   void do_begin_step() override { wait_for_prefetch(); }
   void do_prefetch(std::span<const SeqId> next_ids) override { prefetch_for_next_step(next_ids, 1); }
   [[nodiscard]] StepCosts do_total_costs() const override;
+  [[nodiscard]] ViewShape do_view_shape() const noexcept override { return {KvLayout::contiguous, 0, config_.page_bytes}; }
   [[nodiscard]] BackendCounters do_counters() const override;
 
   /// The policy's view of a slot (its pages are the arena's).
