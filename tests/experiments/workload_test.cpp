@@ -59,16 +59,105 @@ TEST(SyntheticWorkload, IsDeterministicPerSeedAndSorted) {
   EXPECT_NE(generate(w)[5].prompt_tokens + generate(w)[6].prompt_tokens, a[5].prompt_tokens + a[6].prompt_tokens);
 }
 
-TEST(CostModel, DecodeIsBandwidthBoundAndKnownDevicesParse) {
+/// A device whose every constant is a round number, so each part of a step can be worked out by hand.
+DeviceModel round_device() {
+  DeviceModel d;
+  d.name = "round";
+  d.memory_bandwidth = 1e12;
+  d.peak_flops = 1e14;
+  d.linear_bandwidth_efficiency = 0.5;
+  d.linear_flops_efficiency = 0.25;
+  d.linear_layer_overhead_s = 1e-5;
+  d.attention_bandwidth_efficiency = 0.8;
+  d.attention_flops_efficiency = 0.5;
+  d.paged_attention_factor.points = {{1, 4.0}, {16, 1.25}, {256, 1.0}};
+  d.step_overhead_s = 1e-3;
+  d.sequence_overhead_s = 1e-5;
+  d.block_table_entry_s = 1e-7;
+  d.map_s.points = {{4096, 2e-6}, {65536, 8e-6}};
+  d.unmap_s.points = {{4096, 1e-6}, {65536, 4e-6}};
+  d.host_bandwidth = 2e10;
+  d.host_transfer_latency_s = 1e-5;
+  d.device_copy_latency_s = 5e-6;
+  return d;
+}
+
+TEST(CostModel, EachPartOfADecodeStepFollowsItsFormula) {
   const ModelGeometry m = model_preset("llama-2-7b");
-  const DeviceModel d = device_model_preset("a100-80gb");
+  const DeviceModel d = round_device();
   StepWork w;
-  w.decode_tokens = 1;
+  w.decode_tokens = 3;
+  w.sequences = 3;
   w.kv_tokens_read = 1000;
   w.attention_pairs = 1000;
-  const double expected = (m.weight_bytes() + 1001.0 * m.kv_bytes_per_token()) / d.memory_bandwidth;
-  EXPECT_NEAR(step_seconds(m, d, w), expected, expected * 1e-12);
+  const StepTime t = step_time(m, d, w);
+  const double weights = static_cast<double>(m.weight_bytes());
+  EXPECT_DOUBLE_EQ(t.linear, std::max(weights / 0.5e12, 2.0 * m.num_parameters * 3 / 0.25e14) + m.num_layers * 1e-5);
+  EXPECT_DOUBLE_EQ(t.attention, 1003.0 * m.kv_bytes_per_token() / 0.8e12);  // decode: bandwidth-bound
+  EXPECT_DOUBLE_EQ(t.cpu, 1e-3 + 3 * 1e-5);
+  EXPECT_EQ(t.mapping, 0.0);
+  EXPECT_EQ(t.transfer, 0.0);
+  EXPECT_EQ(t.copy, 0.0);
+  EXPECT_DOUBLE_EQ(step_seconds(m, d, w), t.linear + t.attention + t.cpu);
   EXPECT_EQ(step_seconds(m, d, StepWork{}), 0.0);
+}
+
+TEST(CostModel, ThePagedViewCostsItsFactorAndItsBlockTables) {
+  const ModelGeometry m = model_preset("llama-2-7b");
+  const DeviceModel d = round_device();
+  StepWork w;
+  w.decode_tokens = 2;
+  w.sequences = 2;
+  w.kv_tokens_read = 500;
+  w.attention_pairs = 500;
+  const StepTime contiguous = step_time(m, d, w);
+  w.layout = KvLayout::paged;
+  w.block_tokens = 16;
+  w.block_table_entries = 32;
+  const StepTime paged16 = step_time(m, d, w);
+  EXPECT_DOUBLE_EQ(paged16.attention, contiguous.attention * 1.25);
+  EXPECT_DOUBLE_EQ(paged16.cpu, contiguous.cpu + 32 * 1e-7);
+  w.block_tokens = 4;  // halfway between 1 and 16 in log2: halfway between 4.0 and 1.25
+  EXPECT_DOUBLE_EQ(step_time(m, d, w).attention, contiguous.attention * 2.625);
+  w.block_tokens = 1024;  // past the last point: clamped
+  EXPECT_DOUBLE_EQ(step_time(m, d, w).attention, contiguous.attention);
+}
+
+TEST(CostModel, MappingTransfersAndCopiesArePricedPerOperation) {
+  const ModelGeometry m = model_preset("llama-2-7b");
+  const DeviceModel d = round_device();
+  StepWork w;  // no tokens: a step that only moved memory costs just that
+  w.maps = 10;
+  w.unmaps = 4;
+  w.page_bytes = 16384;  // log2 halfway between 4 KiB and 64 KiB
+  w.host_transfers = 64;
+  w.host_transfer_bytes = 2e6;
+  w.device_copies = 3;
+  w.device_copy_bytes = 1e6;
+  const StepTime t = step_time(m, d, w);
+  EXPECT_DOUBLE_EQ(t.mapping, 10 * 5e-6 + 4 * 2.5e-6);
+  EXPECT_DOUBLE_EQ(t.transfer, 64 * 1e-5 + 2e6 / 2e10);
+  EXPECT_DOUBLE_EQ(t.copy, 3 * 5e-6 + 2 * 1e6 / 1e12);
+  EXPECT_EQ(t.linear + t.attention + t.cpu, 0.0);
+  // Many small transfers of the same bytes cost more than few large ones.
+  StepWork few = w;
+  few.host_transfers = 2;
+  EXPECT_LT(step_time(m, d, few).transfer, t.transfer);
+}
+
+TEST(CostModel, EveryPresetParsesAndNamesASourceForEveryKey) {
+  for (const std::string& name : device_model_names()) {
+    const DeviceModel d = device_model_preset(name);
+    EXPECT_EQ(d.name, name);
+    EXPECT_GT(d.memory_bandwidth, 0);
+    EXPECT_FALSE(d.paged_attention_factor.empty());
+    for (const auto& [key, source] : d.sources) {
+      EXPECT_FALSE(source.empty()) << name << ": " << key;
+      EXPECT_EQ(source.find("PENDING"), std::string::npos) << name << ": " << key << " has no source yet";
+    }
+  }
+  for (const char* required : {"a100-40gb", "a100-80gb", "h100-sxm", "host"})
+    EXPECT_NO_THROW((void)device_model_preset(required)) << required;
   EXPECT_THROW((void)device_model_preset("tpu-v5"), InvalidArgument);
 }
 
