@@ -249,17 +249,23 @@ def fig_page_size(d, rows):
 
 def fig_overlap(d, rows):
     steps = read_rows(f"{d}/steps.csv")
-    pages = list(dict.fromkeys(r["page"] for r in steps))
-    fig, axes = plt.subplots(1, len(pages), figsize=(6 * len(pages), 4.5), squeeze=False)
-    for ax, page in zip(axes[0], pages):
+    panels = list(dict.fromkeys((r.get("clock", "measured (host)"), r["page"]) for r in steps))
+    cols = 2
+    nrows = (len(panels) + cols - 1) // cols
+    fig, axes = plt.subplots(nrows, cols, figsize=(6 * cols, 4.2 * nrows), squeeze=False)
+    for ax, (clock, page) in zip(axes.flat, panels):
         for mode, color in (("synchronous", "#e64a19"), ("background", "#1565c0")):
-            sub = [r for r in steps if r["page"] == page and r["mapping"] == mode]
+            sub = [r for r in steps
+                   if r.get("clock", "measured (host)") == clock and r["page"] == page and r["mapping"] == mode]
             ax.plot(range(len(sub)), [float(r["step_ms"]) for r in sub], color=color, linewidth=1,
                     label=f"{mode} mapping")
         ax.set_xlabel("decode step")
-        ax.set_ylabel("step latency (ms, host, measured)")
-        ax.set_title(f"{page} pages: decode step latency (vAttention Fig. 11)", fontsize=10)
+        ax.set_ylabel(f"step latency (ms, {clock})")
+        ax.set_title(f"{page} pages, {clock}: decode step latency", fontsize=10)
         ax.legend(fontsize=8)
+    for ax in list(axes.flat)[len(panels):]:
+        ax.axis("off")
+    fig.suptitle("vAttention Fig. 11: synchronous vs background mapping", fontsize=11)
     return fig
 
 

@@ -426,7 +426,13 @@ TEST(Replayer, VmmOverlapTakesMappingOffTheCriticalPath) {
     EXPECT_EQ(r.summary.completed, 8);
     EXPECT_EQ(r.summary.kv_mismatches, 0);
     // Decode-only steps that had to map on the critical path (prefill steps map the prompt either way).
-    for (const StepRecord& s : r.steps) decode_steps_mapping[overlap] += s.prefill_tokens == 0 && s.mapping_s > 0;
+    for (const StepRecord& s : r.steps) {
+      decode_steps_mapping[overlap] += s.prefill_tokens == 0 && s.mapping_s > 0;
+      // The modelled clock charges the mapping it counted: it is a part of the step's time.
+      EXPECT_DOUBLE_EQ(s.mapping_s, s.parts.mapping);
+      EXPECT_NEAR(s.duration_s, s.parts.total(), 1e-15);
+      if (s.mapping_s > 0) EXPECT_GT(s.duration_s, s.parts.linear + s.parts.attention + s.parts.cpu);
+    }
   }
   EXPECT_GT(decode_steps_mapping[0], 3);   // sequences cross page boundaries while decoding
   EXPECT_EQ(decode_steps_mapping[1], 0);   // the background mapper had every page ready
