@@ -217,22 +217,22 @@ std::string clock_sources(const DeviceModel& d) {
     const char* host;
   };
   static const Sources known[] = {
-      {"a100-40gb", "NVIDIA A100 datasheet (HBM2, 40 GB)", "NVIDIA A100 datasheet (dense FP16 tensor, no sparsity)",
-       "declared: about 80 % of PCIe 4.0 x16 per direction"},
-      {"a100-80gb", "NVIDIA A100 datasheet (HBM2e, 80 GB SXM)", "NVIDIA A100 datasheet (dense FP16 tensor, no sparsity)",
-       "declared: about 80 % of PCIe 4.0 x16 per direction"},
-      {"h100-sxm", "NVIDIA H100 datasheet (SXM)", "NVIDIA H100 datasheet (dense FP16 tensor, no sparsity)",
-       "declared: about 80 % of PCIe 5.0 x16 per direction"},
-      {"h200", "NVIDIA H200 datasheet", "NVIDIA H200 datasheet (dense FP16 tensor, no sparsity)",
-       "declared: about 80 % of PCIe 5.0 x16 per direction"},
+      {"a100-40gb", "NVIDIA A100 datasheet, HBM2 40 GB", "NVIDIA A100 datasheet, dense FP16 tensor, no sparsity",
+       "declared: about 80 % of PCIe 4.0 x16, one direction"},
+      {"a100-80gb", "NVIDIA A100 datasheet, HBM2e 80 GB SXM", "NVIDIA A100 datasheet, dense FP16 tensor, no sparsity",
+       "declared: about 80 % of PCIe 4.0 x16, one direction"},
+      {"h100-sxm", "NVIDIA H100 datasheet, SXM", "NVIDIA H100 datasheet, dense FP16 tensor, no sparsity",
+       "declared: about 80 % of PCIe 5.0 x16, one direction"},
+      {"h200", "NVIDIA H200 datasheet", "NVIDIA H200 datasheet, dense FP16 tensor, no sparsity",
+       "declared: about 80 % of PCIe 5.0 x16, one direction"},
   };
-  Sources s{d.name.c_str(), "not recorded", "not recorded", "not recorded"};
+  Sources s{d.name.c_str(), "source not recorded", "source not recorded", "source not recorded"};
   for (const Sources& k : known)
     if (d.name == k.device) s = k;
   return fmt::format(
-      "device model `{}` (experiments/cost_model.cpp): memory_bandwidth {:.4g} TB/s from {}; peak_flops {:.4g} "
-      "TFLOP/s from {}; host_bandwidth {:.4g} GB/s {}; model weights and KV bytes per token from the model preset "
-      "(alloc/model_geometry)",
+      "device model `{}` (experiments/cost_model.cpp): memory_bandwidth {:.4g} TB/s ({}); peak_flops {:.4g} "
+      "TFLOP/s ({}); host_bandwidth {:.4g} GB/s ({}); model weights and KV bytes per token from the "
+      "model preset (alloc/model_geometry)",
       d.name, d.memory_bandwidth / 1e12, s.bandwidth, d.peak_flops / 1e12, s.flops, d.host_bandwidth / 1e9, s.host);
 }
 
