@@ -99,35 +99,80 @@ def fig_memory_breakdown(d, rows):
 
 
 def fig_batch_size(d, rows):
-    names = [r["system"] for r in rows]
-    x = range(len(rows))
-    fig, ax = plt.subplots(figsize=(8, 4.5))
-    ax.bar([i - 0.2 for i in x], [float(r["mean_batched_requests"]) for r in rows], 0.4, label="kvlab (modelled)",
-           color="#1565c0")
-    ax.bar([i + 0.2 for i in x], [float(r["paper_mean_batched_requests"]) for r in rows], 0.4,
-           label="vLLM paper Fig. 13", color="#90a4ae")
-    ax.set_xticks(list(x), names, fontsize=8)
-    ax.set_ylabel("average batched requests")
-    ax.set_title("OPT-13B, ShareGPT at 2 req/s: how many requests run together", fontsize=10)
-    ax.legend()
+    workloads = list(dict.fromkeys(r.get("workload", "ShareGPT @ 2 req/s") for r in rows))
+    fig, axes = plt.subplots(1, len(workloads), figsize=(6 * len(workloads), 4.8), squeeze=False)
+    for ax, wl in zip(axes[0], workloads):
+        sub = [r for r in rows if r.get("workload", "ShareGPT @ 2 req/s") == wl]
+        x = range(len(sub))
+        ours = [float(r["mean_batched_requests"]) for r in sub]
+        paper = [float(r["paper_mean_batched_requests"]) for r in sub]
+        ax.bar([i - 0.2 for i in x], ours, 0.4, label="kvlab (modelled)", color="#1565c0")
+        ax.bar([i + 0.2 for i in x], paper, 0.4, label=f"vLLM paper Fig. 13 ({sub[0].get('paper_panel', wl)})",
+               color="#90a4ae")
+        for i, r in enumerate(sub):
+            if "relative_error_pct" in r:
+                ax.text(i - 0.2, ours[i], f"{r['relative_error_pct']}%", ha="center", va="bottom", fontsize=7)
+        ax.set_xticks(list(x), [r["system"].replace(" (paged, block 16)", "") for r in sub], fontsize=8)
+        ax.set_ylabel("average batched requests")
+        ax.set_title(f"OPT-13B, {wl}", fontsize=10)
+        ax.legend(fontsize=8)
+    fig.suptitle("How many requests run together (labels: our error relative to the paper)", fontsize=10)
     return fig
 
 
+PAPER_BEST_BLOCKS = {"ShareGPT": (16, 128), "Alpaca": (16, 32)}  # vLLM Fig. 18b text
+
+
 def fig_block_size(d, rows):
-    fig, (a1, a2) = plt.subplots(1, 2, figsize=(12, 4.5))
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(12, 4.8))
     for wl in dict.fromkeys(r["workload"] for r in rows):
         sub = [r for r in rows if r["workload"] == wl]
         bs = [int(r["block_size"]) for r in sub]
-        a1.plot(bs, [1e3 * float(r["mean_normalized_latency_s_per_token"]) for r in sub], marker="o", label=wl)
+        # Relative to the workload's lowest, so both workloads' trade-offs share one scale.
+        relative = "latency_vs_best" in sub[0]
+        lat = [float(r["latency_vs_best"]) if relative else 1e3 * float(r["mean_normalized_latency_s_per_token"])
+               for r in sub]
+        line = a1.plot(bs, lat, marker="o", label=wl)[0]
+        best = min(range(len(lat)), key=lambda i: lat[i])
+        a1.scatter([bs[best]], [lat[best]], marker="*", s=200, color=line.get_color(), zorder=3)
+        for key, (lo, hi) in PAPER_BEST_BLOCKS.items():
+            if wl.startswith(key):
+                a1.axvspan(lo, hi, color=line.get_color(), alpha=0.12, label=f"paper's best for {key}: {lo}-{hi}")
         a2.plot(bs, [float(r["internal_frag_pct"]) + float(r["reserved_pct"]) for r in sub], marker="o", label=wl)
     for a in (a1, a2):
         a.set_xscale("log", base=2)
         a.set_xlabel("block size (tokens)")
         a.legend(fontsize=8)
-    a1.set_ylabel("mean normalized latency (ms / output token, modelled)")
-    a1.set_title("Latency vs block size (vLLM Fig. 18b)", fontsize=10)
+    a1.set_ylabel("mean normalized latency / the workload's lowest (modelled)" if rows and "latency_vs_best" in rows[0]
+                  else "mean normalized latency (ms / output token, modelled)")
+    a1.set_title("Latency vs block size (vLLM Fig. 18b); star: our lowest", fontsize=10)
     a2.set_ylabel("unused slots in held blocks (% of capacity)")
     a2.set_title("Block-tail waste (internal fragmentation + reserved)", fontsize=10)
+    return fig
+
+
+def fig_recompute_vs_swap(d, rows):
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(12, 4.8))
+    micro = [r for r in rows if r["part"] == "microbenchmark"]
+    styles = {"recompute": ("#e64a19", "-"), "swap in": ("#90caf9", ":"), "swap out": ("#42a5f5", "--"),
+              "swap in+out": ("#1565c0", "-")}
+    for method, (color, style) in styles.items():
+        sub = [r for r in micro if r["method"] == method]
+        a1.plot([int(r["block_size"]) for r in sub], [float(r["time_ms"]) for r in sub], marker="o", color=color,
+                linestyle=style, label=method)
+    a1.set_ylabel("time to bring the KV back (ms, modelled)")
+    a1.set_title("(a) Microbenchmark: recompute vs swap (vLLM Fig. 19a)", fontsize=10)
+    e2e = [r for r in rows if r["part"] == "end-to-end"]
+    for method in ("recompute", "swap"):
+        sub = [r for r in e2e if r["method"] == method]
+        a2.plot([int(r["block_size"]) for r in sub], [float(r["mean_normalized_latency_s_per_token"]) for r in sub],
+                marker="o", color=styles[method if method == "recompute" else "swap in+out"][0], label=method)
+    a2.set_ylabel("mean normalized latency (s / output token, modelled)")
+    a2.set_title("(b) End to end, ShareGPT at 2 req/s (vLLM Fig. 19b)", fontsize=10)
+    for a in (a1, a2):
+        a.set_xscale("log", base=2)
+        a.set_xlabel("block size (tokens)")
+        a.legend(fontsize=8)
     return fig
 
 
@@ -276,6 +321,7 @@ FIGURES = {
     "memory-breakdown": fig_memory_breakdown,
     "batch-size": fig_batch_size,
     "block-size": fig_block_size,
+    "recompute-vs-swap": fig_recompute_vs_swap,
     "kernel-overhead": fig_kernel_overhead,
     "sharing": fig_sharing,
 }

@@ -2,7 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
 #include <fstream>
+#include <limits>
 #include <iostream>
 #include <sstream>
 #include <thread>
@@ -49,6 +51,15 @@ std::string Table::markdown() const {
 std::string fixed(double v, int digits) { return fmt::format("{:.{}f}", v, digits); }
 std::string pct(double fraction) { return fixed(100.0 * fraction, 1); }
 
+double relative_error(double ours, double paper) {
+  return paper == 0 ? std::numeric_limits<double>::quiet_NaN() : (ours - paper) / paper;
+}
+
+std::string relative_error_pct(double ours, double paper) {
+  const double e = relative_error(ours, paper);
+  return std::isfinite(e) ? fmt::format("{:+.1f}", 100.0 * e) : "n/a";
+}
+
 namespace {
 std::string machine() {
   std::ifstream cpu("/proc/cpuinfo");
@@ -68,7 +79,9 @@ void write_readme(const FigureContext& ctx, const ReadmeText& text, const Table&
     << "- command: `" << ctx.command << "`\n"
     << "- scale: " << (ctx.full ? "paper (--full)" : "smoke (default; --full for paper scale)") << "\n"
     << "- machine: " << machine() << "\n"
-    << "- device and clock: " << text.clock << "\n"
+    << "- device and clock: " << text.clock << "\n";
+  if (!text.clock_sources.empty()) f << "- clock sources: " << text.clock_sources << "\n";
+  f
     << "- setup: " << text.setup << "\n\n"
     << table.markdown() << "\n"
     << text.notes << "\n\n"
@@ -115,6 +128,56 @@ std::vector<Request> alpaca_like(double rate, std::int64_t n, std::uint64_t seed
   return generate(w);
 }
 
+std::vector<Request> lognormal_requests(const LognormalLengths& l, double rate, std::int64_t n, std::uint64_t seed) {
+  const auto lognormal = [&](double mean, double sigma) {
+    LengthDistribution d;
+    d.kind = LengthDistribution::Kind::lognormal;
+    d.a = std::log(mean) - sigma * sigma / 2;  // mu: the unclipped mean is exp(mu + sigma^2 / 2) = mean
+    d.b = sigma;
+    d.max = static_cast<double>(l.max_sequence_tokens);
+    return d;
+  };
+  // Lengths first (everything at t = 0), oversampled until n fit; arrivals drawn afterwards.
+  SyntheticWorkload lengths;
+  lengths.prompt = lognormal(l.mean_prompt, l.prompt_sigma);
+  lengths.output = lognormal(l.mean_output, l.output_sigma);
+  lengths.seed = seed;
+  std::vector<Request> kept;
+  for (std::int64_t draw = n + n / 4 + 16; static_cast<std::int64_t>(kept.size()) < n; draw *= 2) {
+    lengths.num_requests = draw;
+    kept.clear();
+    for (const Request& r : generate(lengths))
+      if (r.prompt_tokens + r.output_tokens <= l.max_sequence_tokens && static_cast<std::int64_t>(kept.size()) < n)
+        kept.push_back(r);
+  }
+  SyntheticWorkload arrivals;
+  arrivals.num_requests = n;
+  arrivals.rate = rate;
+  arrivals.prompt = arrivals.output = LengthDistribution::parse("fixed:1", "length");
+  arrivals.seed = seed + 1;
+  const std::vector<Request> times = generate(arrivals);
+  for (std::size_t i = 0; i < kept.size(); ++i) {
+    kept[i].id = static_cast<std::int64_t>(i);
+    kept[i].arrival_s = times[i].arrival_s;
+  }
+  return kept;
+}
+
+std::vector<Request> sharegpt_vllm_lengths(double rate, std::int64_t n, std::uint64_t seed) {
+  return lognormal_requests({kVllmShareGptMeanPrompt, kVllmShareGptMeanOutput, opt13b_12gb().model.max_context}, rate,
+                            n, seed);
+}
+
+std::pair<double, double> mean_lengths(const std::vector<Request>& w) {
+  double p = 0, o = 0;
+  for (const Request& r : w) {
+    p += static_cast<double>(r.prompt_tokens);
+    o += static_cast<double>(r.output_tokens);
+  }
+  const double n = w.empty() ? 1.0 : static_cast<double>(w.size());
+  return {p / n, o / n};
+}
+
 ReplayResult run(const FigureContext& ctx, const std::string& backend, const BackendOptions& o,
                  const std::vector<Request>& w, const ReplayConfig& c) {
   auto b = make_backend(backend, o);
@@ -135,6 +198,27 @@ ReplayConfig a100_40gb() {
   ReplayConfig c;
   c.device = device_model_preset("a100-40gb");
   return c;
+}
+
+std::string modelled_a100() {
+  const DeviceModel d = a100_40gb().device;
+  return fmt::format("modelled: per-operation clock on the `{}` device model ({:.4g} TB/s, {:.4g} TFLOP/s; "
+                     "docs/clock.md); no GPU was used",
+                     d.name, d.memory_bandwidth / 1e12, d.peak_flops / 1e12);
+}
+
+std::string clock_sources(const DeviceModel& d) {
+  // Every number and every source comes from the device model itself (its file names a source for
+  // each constant), so a README can never cite a source the clock did not use.
+  const auto source = [&](const std::string& key) {
+    const auto it = d.sources.find(key);
+    return it == d.sources.end() || it->second.empty() ? std::string("source not recorded") : it->second;
+  };
+  return fmt::format("device model `{}` ({}): memory_bandwidth {:.4g} TB/s ({}); peak_flops {:.4g} TFLOP/s ({}); "
+                     "host_bandwidth {:.4g} GB/s ({}); the rest: {}",
+                     d.name, d.origin.empty() ? "built in code" : d.origin, d.memory_bandwidth / 1e12,
+                     source("memory_bandwidth"), d.peak_flops / 1e12, source("peak_flops"), d.host_bandwidth / 1e9,
+                     source("host_bandwidth"), describe_sources(d));
 }
 
 }  // namespace kvlab::fig

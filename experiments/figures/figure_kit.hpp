@@ -31,6 +31,11 @@ struct Table {
 [[nodiscard]] std::string fixed(double v, int digits = 2);
 /// A fraction as a percentage with one decimal ("12.3").
 [[nodiscard]] std::string pct(double fraction);
+/// (ours - paper) / paper: the relative error of our number against the paper's. NaN when the
+/// paper's number is 0 (no relative error exists).
+[[nodiscard]] double relative_error(double ours, double paper);
+/// relative_error as a signed percentage with one decimal ("+4.0", "-12.3"); "n/a" when undefined.
+[[nodiscard]] std::string relative_error_pct(double ours, double paper);
 
 /// What the README says about one figure, besides its table.
 struct ReadmeText {
@@ -39,6 +44,9 @@ struct ReadmeText {
   std::string setup;  ///< model, capacity, workload, backends
   std::string clock;  ///< whether times are measured or modelled, and on what
   std::string notes;  ///< how to read the result against the paper
+  /// Which sources set each constant of the clock (clock_sources()); empty: no such line (a
+  /// measured figure).
+  std::string clock_sources = {};
 };
 
 /// Writes ctx.out/README.md: the command, scale, machine, clock, setup, the table and the notes.
@@ -59,6 +67,31 @@ void publish(const FigureContext& ctx, const ReadmeText& text, const Table& tabl
 /// with mean ~58 tokens, the averages vLLM reports for Alpaca (Fig. 11).
 [[nodiscard]] std::vector<Request> alpaca_like(double rate, std::int64_t n, std::uint64_t seed = 0);
 
+/// Lognormal prompt and output lengths given by their means. The sigma convention is the one
+/// alpaca_like() has used since it was written (prompts 0.6, outputs 0.7, natural log), fixed
+/// before any figure compared its results with a paper; mu = ln(mean) - sigma^2 / 2, so the
+/// unclipped distribution has exactly the stated mean. Each length is clamped to
+/// [1, max_sequence_tokens] and requests whose prompt + output exceed it are dropped before the
+/// arrivals are drawn, as sharegpt() filters, so `rate` is the load offered.
+struct LognormalLengths {
+  double mean_prompt = 0;
+  double mean_output = 0;
+  std::int64_t max_sequence_tokens = 2048;
+  double prompt_sigma = 0.6;
+  double output_sigma = 0.7;
+};
+/// n requests with `lengths`, Poisson arrivals at `rate` (drawn after the filter).
+[[nodiscard]] std::vector<Request> lognormal_requests(const LognormalLengths& lengths, double rate, std::int64_t n,
+                                                      std::uint64_t seed = 0);
+/// The means vLLM reports for its ShareGPT sample (Fig. 11: 161.31 input, 337.99 output tokens,
+/// OPT tokenizer), clipped to OPT's 2048-token context. Not the paper's trace: only its means.
+[[nodiscard]] std::vector<Request> sharegpt_vllm_lengths(double rate, std::int64_t n, std::uint64_t seed = 0);
+inline constexpr double kVllmShareGptMeanPrompt = 161.31, kVllmShareGptMeanOutput = 337.99;
+inline constexpr double kVllmAlpacaMeanPrompt = 19.31, kVllmAlpacaMeanOutput = 58.45;
+
+/// Mean prompt and output tokens of a workload.
+[[nodiscard]] std::pair<double, double> mean_lengths(const std::vector<Request>& w);
+
 /// Replays `w` through a fresh backend of that name, with a progress line.
 [[nodiscard]] ReplayResult run(const FigureContext& ctx, const std::string& backend, const BackendOptions& o,
                                const std::vector<Request>& w, const ReplayConfig& c);
@@ -67,7 +100,11 @@ void publish(const FigureContext& ctx, const ReadmeText& text, const Table& tabl
 [[nodiscard]] BackendOptions opt13b_12gb();
 /// The declared A100-40GB roofline clock.
 [[nodiscard]] ReplayConfig a100_40gb();
-inline constexpr const char* kModelledA100 =
-    "modelled: declared A100-40GB roofline (1.555 TB/s, 312 TFLOP/s); no GPU was used";
+/// "modelled: declared A100-40GB roofline (...); no GPU was used", its numbers read from a100_40gb().
+[[nodiscard]] std::string modelled_a100();
+/// The README's "clock sources" line: for each constant of `device`, its value and the source that
+/// set it. The one place that text is written: when the device model carries its own sources,
+/// this reads them from there.
+[[nodiscard]] std::string clock_sources(const DeviceModel& device);
 
 }  // namespace kvlab::fig

@@ -8,6 +8,7 @@ namespace kvlab::fig {
 [[nodiscard]] Figure memory_breakdown_figure();
 [[nodiscard]] Figure batch_size_figure();
 [[nodiscard]] Figure block_size_figure();
+[[nodiscard]] Figure recompute_vs_swap_figure();
 [[nodiscard]] Figure kernel_overhead_figure();
 [[nodiscard]] Figure sharing_figure();
 [[nodiscard]] Figure prefix_cache_figure();

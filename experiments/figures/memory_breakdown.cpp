@@ -18,14 +18,15 @@ void memory_breakdown(const FigureContext& ctx) {
            pct(f.external_fragmentation), pct(f.free), pct(used > 0 ? f.token_states / used : 0), fixed(paper[i], 1)});
   }
   publish(ctx,
-          {"memory-breakdown", "vLLM (SOSP'23) Figure 2: where the KV cache memory goes", kOrcaSetup, kModelledA100,
+          {"memory-breakdown", "vLLM (SOSP'23) Figure 2: where the KV cache memory goes", kOrcaSetup, modelled_a100(),
            "Shares are averaged over the replay weighted by step time (docs/metrics.md). The paper's bars divide the "
            "*used* KV memory into four categories, which `token_states_pct_of_used` matches; the first five "
            "columns divide the whole capacity, free memory included. Differences to expect: the paper's ShareGPT "
            "sample (OPT tokenizer, mean 161 prompt / 338 output tokens) is shorter than the Llama-2-tokenized "
            "ShareGPT file read here, so sequences fill more of a max-length reservation; and the modelled "
            "roofline clock is faster than the paper's GPU, so fewer requests overlap. What reproduces is the "
-           "ordering and the gap between reservation schemes and paging."},
+           "ordering and the gap between reservation schemes and paging.",
+           clock_sources(a100_40gb().device)},
           t);
 }
 }  // namespace

@@ -4,9 +4,14 @@
 
 namespace kvlab::fig {
 
-OrcaVsVllm orca_vs_vllm(const FigureContext& ctx) {
+std::vector<Request> orca_sharegpt(const FigureContext& ctx) {
+  return sharegpt(ctx, 2.0, ctx.full ? 3000 : 400, opt13b_12gb().model.max_context);
+}
+
+OrcaVsVllm orca_vs_vllm(const FigureContext& ctx) { return orca_vs_vllm(ctx, orca_sharegpt(ctx)); }
+
+OrcaVsVllm orca_vs_vllm(const FigureContext& ctx, const std::vector<Request>& w) {
   OrcaVsVllm r;
-  const auto w = sharegpt(ctx, 2.0, ctx.full ? 3000 : 400, opt13b_12gb().model.max_context);
   for (const auto& b : r.backends) r.results.push_back(run(ctx, b, opt13b_12gb(), w, a100_40gb()).summary);
   return r;
 }

@@ -6,6 +6,7 @@
 
 #include "experiments/figures.hpp"
 #include "experiments/replayer.hpp"
+#include "experiments/workload.hpp"
 
 namespace kvlab::fig {
 
@@ -15,7 +16,12 @@ struct OrcaVsVllm {
   std::vector<ReplaySummary> results;  ///< one per backend, in that order
 };
 
+/// The four systems on the ShareGPT workload of kOrcaSetup.
 [[nodiscard]] OrcaVsVllm orca_vs_vllm(const FigureContext& ctx);
+/// The four systems on workload `w` (OPT-13B, 12 GB, the A100 clock).
+[[nodiscard]] OrcaVsVllm orca_vs_vllm(const FigureContext& ctx, const std::vector<Request>& w);
+/// The ShareGPT workload of kOrcaSetup: 2 req/s, 400 requests (3000 with --full).
+[[nodiscard]] std::vector<Request> orca_sharegpt(const FigureContext& ctx);
 
 inline constexpr const char* kOrcaSetup =
     "OPT-13B, 12 GB of KV cache (A100-40GB), ShareGPT request lengths (sharegpt_8k_filtered_stats_llama2_tokenizer.csv; "

@@ -35,11 +35,12 @@ void sharing(const FigureContext& ctx) {
            "tokens); parallel sampling forks the prompt into n sequences; beam search is modelled as beams that, "
            "after every step, each continue from another beam with probability 0.5 (a seeded stand-in for top-k "
            "beam selection)",
-           kModelledA100,
+           modelled_a100(),
            "Memory saving = bytes that sharing saves / bytes the sequences would hold unshared, weighted by step "
            "time. Parallel sampling shares only the prompt, so its saving is small on Alpaca's short prompts; "
            "beam search also shares generated tokens, so it saves much more. The beam model is a stand-in: its "
-           "reselection rate sets how much beams share."},
+           "reselection rate sets how much beams share.",
+           clock_sources(a100_40gb().device)},
           t);
 }
 }  // namespace

@@ -29,6 +29,14 @@ set_tests_properties(cli.trace_errors_name_file_line_field PROPERTIES LABELS cli
 # Every paper figure at smoke scale, so none rots (CI runs this with the rest of ctest).
 add_test(NAME figures.smoke COMMAND $<TARGET_FILE:kvlab> figure all --no-progress --out ${CMAKE_CURRENT_BINARY_DIR}/figures)
 set_tests_properties(figures.smoke PROPERTIES LABELS figures TIMEOUT 600)
+# The figures that compare against a paper's numbers, one at a time: columns, rows, the clock sources
+# line, and that what the README says (relative errors, where the minimum lies) agrees with data.csv.
+foreach(name batch-size block-size recompute-vs-swap)
+  add_test(NAME figures.${name}
+           COMMAND ${CMAKE_COMMAND} -DBINARY=$<TARGET_FILE:kvlab> -DOUT=${CMAKE_CURRENT_BINARY_DIR}/figure-${name}
+                   -DNAME=${name} -P ${CMAKE_CURRENT_SOURCE_DIR}/cli/check_figure.cmake)
+  set_tests_properties(figures.${name} PROPERTIES LABELS figures TIMEOUT 300)
+endforeach()
 add_test(NAME cli.sweep_and_collect
          COMMAND ${CMAKE_COMMAND} -DBINARY=$<TARGET_FILE:kvlab> -DOUT=${CMAKE_CURRENT_BINARY_DIR}/cli-sweep
          -DSWEEP=${PROJECT_SOURCE_DIR}/experiments/sweeps/smoke.sweep -P ${CMAKE_CURRENT_SOURCE_DIR}/cli/check_sweep.cmake)
