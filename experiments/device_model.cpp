@@ -238,8 +238,10 @@ std::string describe_sources(const DeviceModel& m) {
   };
   for (const Scalar& s : kScalars)
     if (s.field != nullptr) add(s.key, s.key);
-  for (const Table& t : kTables)
-    for (const auto& [size, v] : (m.*(t.field)).points) add(fmt::format("{}.{}", t.key, size), std::string(t.key) + ".*");
+  for (const Table& t : kTables)  // a table by the source of its first point (the others say "same as ...")
+    if (!(m.*(t.field)).empty())
+      add(fmt::format("{}.{}", t.key, (m.*(t.field)).points.begin()->first), std::string(t.key) + ".*");
+  if (groups.empty()) return "source not recorded";
   std::string out;
   for (const auto& [src, keys] : groups) {
     if (!out.empty()) out += "; ";

@@ -210,15 +210,10 @@ std::string modelled_a100() {
 std::string clock_sources(const DeviceModel& d) {
   // Every number and every source comes from the device model itself (its file names a source for
   // each constant), so a README can never cite a source the clock did not use.
-  const auto source = [&](const std::string& key) {
-    const auto it = d.sources.find(key);
-    return it == d.sources.end() || it->second.empty() ? std::string("source not recorded") : it->second;
-  };
-  return fmt::format("device model `{}` ({}): memory_bandwidth {:.4g} TB/s ({}); peak_flops {:.4g} TFLOP/s ({}); "
-                     "host_bandwidth {:.4g} GB/s ({}); the rest: {}",
+  return fmt::format("device model `{}` ({}; memory_bandwidth {:.4g} TB/s, peak_flops {:.4g} TFLOP/s, host_bandwidth "
+                     "{:.4g} GB/s; formulas in docs/clock.md); sources: {}",
                      d.name, d.origin.empty() ? "built in code" : d.origin, d.memory_bandwidth / 1e12,
-                     source("memory_bandwidth"), d.peak_flops / 1e12, source("peak_flops"), d.host_bandwidth / 1e9,
-                     source("host_bandwidth"), describe_sources(d));
+                     d.peak_flops / 1e12, d.host_bandwidth / 1e9, describe_sources(d));
 }
 
 }  // namespace kvlab::fig

@@ -21,7 +21,7 @@ list(LENGTH lines rows)
 if(NOT command MATCHES "^# kvlab figure ${NAME}")
   message(FATAL_ERROR "${NAME}: data.csv does not start with the command: ${command}")
 endif()
-if(NOT readme MATCHES "\n- clock sources: device model `a100-40gb` [^\n]*memory_bandwidth [0-9.]+ TB/s \\([^)]+\\)")
+if(NOT readme MATCHES "\n- clock sources: device model `a100-40gb` [^\n]*memory_bandwidth [0-9.]+ TB/s[^\n]*; sources: [^\n]*datasheet")
   message(FATAL_ERROR "${NAME}: README has no clock sources line:\n${readme}")
 endif()
 
