@@ -90,7 +90,7 @@ std::string gbps(double bytes_per_s) { return fmt::format("{:.2f} GB/s", bytes_p
 
 void measure_memory_and_flops(const Session& s, DeviceModel& m) {
   const std::size_t bytes = s.quick ? 128 * kMiB : 1024 * kMiB;
-  const int reps = s.quick ? 3 : 7;
+  const int reps = s.quick ? 3 : 11;
   const double bw = median(measure_read_bandwidth_samples(s.pool, bytes, reps));
   s.set(m, &DeviceModel::memory_bandwidth, "memory_bandwidth", bw,
         s.source(fmt::format("parallel streaming read (sum of floats) of {} MiB on {} threads, {} repetitions, median",
@@ -216,7 +216,7 @@ void measure_prefill(const Session& s, DecodeData& d, DeviceModel& m, int reps) 
 }
 
 void measure_attention(const Session& s, DeviceModel& m) {
-  const int batch = s.quick ? 8 : 16, context = s.quick ? 2048 : 4096, reps = s.quick ? 3 : 9;
+  const int batch = s.quick ? 8 : 16, context = s.quick ? 2048 : 4096, reps = s.quick ? 3 : 15;
   DecodeData d(batch, context);
   const AttentionParams p = d.params();
   const std::string geometry = fmt::format("batch {} x context {}, llama-3-8b heads (32 q / 8 kv, head dim 128), fp16 KV",
@@ -232,7 +232,7 @@ void measure_attention(const Session& s, DeviceModel& m) {
   s.say(fmt::format("attention_bandwidth_efficiency = {:.3f} (decode {})", eff, gbps(rate)));
   measure_prefill(s, d, m, s.quick ? 2 : 5);
 
-  const int pairs = s.quick ? 2 : 7;
+  const int pairs = s.quick ? 2 : 11;
   for (const int b : {1, 2, 4, 8, 16, 32, 64, 128, 256}) {
     const PagedCopy paged(d, b);
     const KvView pv = erase(paged.view, kKvHeads, kHeadDim);
@@ -306,7 +306,7 @@ void measure_mapping(const Session& s, DeviceModel& m) {
 /// latency + bytes / bandwidth fitted to memmove times of chunks of 4 KiB .. 4 MiB.
 void measure_copies(const Session& s, DeviceModel& m) {
   const std::size_t buffer = s.quick ? 16 * kMiB : 64 * kMiB;
-  const int reps = s.quick ? 3 : 9;
+  const int reps = s.quick ? 3 : 15;
   std::vector<std::byte> src(buffer, std::byte{1}), dst(buffer, std::byte{2});
   std::vector<std::vector<double>> rows;
   std::vector<double> ones;
@@ -381,7 +381,7 @@ OverheadRun overhead_run(const Session& s, int block, int batch, int reps) {
 }
 
 void measure_cpu_overhead(const Session& s, DeviceModel& m) {
-  const int reps = s.quick ? 1 : 5;
+  const int reps = s.quick ? 1 : 7;
   std::vector<std::vector<double>> rows;
   std::vector<double> y;
   const std::vector<int> blocks = {1, 16, 128}, batches = s.quick ? std::vector<int>{1, 16, 64} : std::vector<int>{1, 16, 128};
