@@ -66,7 +66,13 @@ TEST(CostModel, DecodeIsBandwidthBoundAndKnownDevicesParse) {
   w.decode_tokens = 1;
   w.kv_tokens_read = 1000;
   w.attention_pairs = 1000;
-  const double expected = (m.weight_bytes() + 1001.0 * m.kv_bytes_per_token()) / d.memory_bandwidth;
+  w.sequences = 1;
+  // Weights and KV at the datasheet bandwidth (both efficiencies are 1 in this preset), the
+  // per-layer floor of the linear layers, and the CPU work of one step with one sequence.
+  ASSERT_EQ(d.linear_bandwidth_efficiency, 1.0);
+  ASSERT_EQ(d.attention_bandwidth_efficiency, 1.0);
+  const double expected = (m.weight_bytes() + 1001.0 * m.kv_bytes_per_token()) / d.memory_bandwidth +
+                          m.num_layers * d.linear_layer_overhead_s + d.step_overhead_s + d.sequence_overhead_s;
   EXPECT_NEAR(step_seconds(m, d, w), expected, expected * 1e-12);
   EXPECT_EQ(step_seconds(m, d, StepWork{}), 0.0);
   EXPECT_THROW((void)device_model_preset("tpu-v5"), InvalidArgument);
