@@ -744,7 +744,7 @@ int cmd_calibrate(const std::vector<std::string>& args) {
                  "Measures this machine (memory bandwidth, fp32 FMA peak, the attention kernel through the contiguous\n"
                  "and paged views, map/unmap per page, copies, kvlab's own CPU time per step) and writes a device\n"
                  "model file whose every constant names how it was measured; pass it to replay/compare with\n"
-                 "--device-model FILE. About 2 minutes (--quick: seconds). See docs/clock.md.\n\n"
+                 "--device-model FILE. About 15 s on 2 cores (--quick: seconds). See docs/clock.md.\n\n"
               << opts
               << "\nExamples:\n"
                  "  kvlab calibrate --device host --out experiments/devices/host.txt --name host\n"
