@@ -28,6 +28,7 @@
 #include "alloc/limiting_adaptor.hpp"
 #include "alloc/model_geometry.hpp"
 #include "experiments/backend_factory.hpp"
+#include "experiments/calibrate.hpp"
 #include "experiments/cost_model.hpp"
 #include "experiments/figures.hpp"
 #include "experiments/atomic_file.hpp"
@@ -152,6 +153,7 @@ const char* kUsage =
     "  sweep     run a grid of replays (backends x sizes x workloads x models x capacities) in parallel\n"
     "  collect   merge the points of a sweep into one CSV\n"
     "  figure    reproduce a paper figure into results/NAME (data, plot, README with the paper's numbers)\n"
+    "  calibrate measure this machine into a device model file (the modelled clock's constants)\n"
     "  devices   show the devices this binary can use (host always; CUDA when a driver and GPU exist)\n"
     "  models    list the model presets and their KV bytes per token\n"
     "  version   print the version\n"
@@ -726,6 +728,42 @@ int cmd_figure(const std::vector<std::string>& args, const std::string& invocati
   return 0;
 }
 
+int cmd_calibrate(const std::vector<std::string>& args) {
+  CalibrateOptions o;
+  std::string out;
+  po::options_description opts("kvlab calibrate options");
+  opts.add_options()("help,h", "show this help")("device", po::value(&o.device)->default_value("host"), "host or cuda")(
+      "out", po::value(&out), "the device model file to write (required)")(
+      "name", po::value(&o.name)->default_value("host"), "the model's name (one word)")(
+      "quick", po::bool_switch(&o.quick), "short measurements (seconds; for CI), noisier")(
+      "no-progress", "no progress lines on stderr");
+  po::variables_map vm;
+  po::store(po::command_line_parser(args).options(opts).positional(kNoPositional).run(), vm);
+  if (vm.count("help")) {
+    std::cout << "Usage: kvlab calibrate --device host|cuda --out FILE [--name NAME] [--quick]\n\n"
+                 "Measures this machine (memory bandwidth, fp32 FMA peak, the attention kernel through the contiguous\n"
+                 "and paged views, map/unmap per page, copies, kvlab's own CPU time per step) and writes a device\n"
+                 "model file whose every constant names how it was measured; pass it to replay/compare with\n"
+                 "--device-model FILE. About 15 s on 2 cores (--quick: seconds). See docs/clock.md.\n\n"
+              << opts
+              << "\nExamples:\n"
+                 "  kvlab calibrate --device host --out experiments/devices/host.txt --name host\n"
+                 "  kvlab calibrate --device host --out /tmp/ci.txt --quick && kvlab replay --device-model /tmp/ci.txt\n";
+    return 0;
+  }
+  po::notify(vm);
+  if (!vm.count("out")) throw UsageError("--out FILE is required (the device model file to write)");
+  if (o.device != "host" && o.device != "cuda") throw UsageError("--device must be host or cuda (got '" + o.device + "')");
+  check_calibrate_output(out);
+  if (vm.count("no-progress") == 0) o.progress = [](const std::string& line) { std::cerr << "calibrate: " << line << std::endl; };
+  const DeviceModel m = calibrate_device(o);
+  const std::string text = format_device_model(m);
+  (void)parse_device_model(text, out);  // what is written must read back
+  write_file_atomically(out, text);
+  std::cout << "wrote " << out << " (device model '" << m.name << "'; use it with --device-model " << out << ")\n";
+  return 0;
+}
+
 int run_command(int argc, char** argv) {
   const std::vector<std::string> args(argv + std::min(argc, 2), argv + argc);
   const std::string command = argc >= 2 ? argv[1] : "";
@@ -749,6 +787,7 @@ int run_command(int argc, char** argv) {
     if (command == "compare") return cmd_compare(args, command_line(argc, argv));
     if (command == "sweep") return cmd_sweep(args, command_line(argc, argv));
     if (command == "collect") return cmd_collect(args);
+    if (command == "calibrate") return cmd_calibrate(args);
     if (command == "figure") return cmd_figure(args, command_line(argc, argv));
     throw UsageError("unknown command '" + command + "' (try 'kvlab help')");
   } catch (const Interrupted& e) {  // SIGINT/SIGTERM: stopped between steps, nothing half-written

@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "experiments/benchmarks/bandwidth.hpp"
+#include "kernels/host_throughput.hpp"
 #include "kernels/attention.hpp"
 #include "kernels/kv_view.hpp"
 
@@ -110,7 +110,7 @@ void report(benchmark::State& state, double bytes, double bandwidth = g_bandwidt
 
 void BM_MemoryReadBandwidth(benchmark::State& state) {
   for (auto _ : state) {
-    const double bw = bench::measure_read_bandwidth(default_thread_pool(), std::size_t{1} << 30, 1);
+    const double bw = measure_read_bandwidth(default_thread_pool(), std::size_t{1} << 30, 1);
     state.counters["bytes_per_s"] = bw;
   }
 }
@@ -187,8 +187,8 @@ BENCHMARK(BM_DecodePaged)->RangeMultiplier(2)->Range(1, 256)->Unit(benchmark::kM
 int main(int argc, char** argv) {
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  g_bandwidth = bench::measure_read_bandwidth(default_thread_pool());
-  g_bandwidth_one_thread = bench::measure_read_bandwidth(one_thread());
+  g_bandwidth = measure_read_bandwidth(default_thread_pool());
+  g_bandwidth_one_thread = measure_read_bandwidth(one_thread());
   benchmark::AddCustomContext("memory_read_bandwidth_bytes_per_s", std::to_string(g_bandwidth));
   benchmark::AddCustomContext("memory_read_bandwidth_one_thread_bytes_per_s", std::to_string(g_bandwidth_one_thread));
   benchmark::AddCustomContext("threads", std::to_string(default_thread_pool().size()));

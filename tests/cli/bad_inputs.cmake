@@ -15,7 +15,7 @@
 # status 1, nothing on stderr and the pattern on stdout (a sweep whose points failed).
 if(NOT CMAKE_SCRIPT_MODE_FILE)
   foreach(group cli numbers choices lengths backends paths traces azure vidur kvlab mooncake llmservingsim sweep
-                collect figure table)
+                collect figure calibrate table)
     add_test(NAME cli.bad_inputs.${group}
              COMMAND ${CMAKE_COMMAND} -DBINARY=$<TARGET_FILE:kvlab> -DGROUP=${group}
                      -DOUT=${CMAKE_CURRENT_BINARY_DIR}/cli-bad-inputs -DDOC=${PROJECT_SOURCE_DIR}/docs/bad-inputs.md
@@ -67,6 +67,7 @@ function(bad id expect pattern)
   set(group_of_SW sweep)
   set(group_of_CO collect)
   set(group_of_FI figure)
+  set(group_of_CAL calibrate)
   if(NOT DEFINED group_of_${prefix})
     set(failures "${failures}\n${id}: no group for prefix ${prefix}" PARENT_SCOPE)
     return()
@@ -602,6 +603,16 @@ bad(FI-7 2 "trace not found .looked for /nonexistent-kvlab/" figure memory-break
 bad(FI-8 1 "failed: .*/proc/kvlab-no-such-dir/memory-breakdown" figure memory-breakdown --out /proc/kvlab-no-such-dir --no-progress)
 bad(FI-9 2 "--out names no directory" figure memory-breakdown --out @EMPTY@)
 bad(FI-10 2 "--out .*vidur_ok.csv: is not a directory" figure memory-breakdown --out @D@/vidur_ok.csv)
+
+# kvlab calibrate: checked before any measurement (no progress line precedes the error)
+bad(CAL-1 2 "--device must be host or cuda .got 'tpu'." calibrate --device tpu --out @D@/dev.txt)
+bad(CAL-2 2 "--out FILE is required" calibrate --device host)
+bad(CAL-3 1 "failed: cannot write /nonexistent-kvlab/dev.txt: No such file or directory" calibrate --device host --out /nonexistent-kvlab/dev.txt)
+bad(CAL-4 2 "--out .*adir: is a directory" calibrate --device host --out @D@/adir)
+bad(CAL-5 2 "--out names no file" calibrate --device host --out @EMPTY@)
+bad(CAL-6 2 "--name must be one word" calibrate --device host --out @D@/dev.txt --name "two words")
+bad(CAL-7 2 "unrecognised option '--bogus'" calibrate --device host --out @D@/dev.txt --bogus)
+bad(CAL-8 1 "failed: calibrate --device cuda: (no CUDA GPU found|found .*not implemented yet)" calibrate --device cuda --out @D@/dev.txt)
 
 # --- verdict ---------------------------------------------------------------------------------------
 if(GROUP STREQUAL "table")

@@ -59,3 +59,11 @@ set_tests_properties(cli.disk_full_no_silent_loss PROPERTIES LABELS cli)
 add_test(NAME cli.run_control COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/cli/check_run_control.sh $<TARGET_FILE:kvlab>
          ${CMAKE_CURRENT_BINARY_DIR}/cli-run-control)
 set_tests_properties(cli.run_control PROPERTIES LABELS cli TIMEOUT 300)
+# kvlab calibrate --quick: a complete device model file that replay --device-model really uses.
+add_test(NAME cli.calibrate_quick
+         COMMAND ${CMAKE_COMMAND} -DBINARY=$<TARGET_FILE:kvlab> -DOUT=${CMAKE_CURRENT_BINARY_DIR}/cli-calibrate
+         -P ${CMAKE_CURRENT_SOURCE_DIR}/cli/check_calibrate.cmake)
+set_tests_properties(cli.calibrate_quick PROPERTIES LABELS cli TIMEOUT 120)
+add_test(NAME cli.calibrate_help_has_examples COMMAND $<TARGET_FILE:kvlab> calibrate --help)
+set_tests_properties(cli.calibrate_help_has_examples PROPERTIES LABELS cli
+  PASS_REGULAR_EXPRESSION "Examples:.*kvlab calibrate --device host --out")

@@ -28,9 +28,10 @@ TEST(Replayer, OneRequestByHand) {
   const ReplayResult r = replay(b, {{0, 0.0, 4, 3}}, cfg);
   ASSERT_EQ(r.steps.size(), 3u);  // prefill, then O - 1 = 2 decode steps
   const ModelGeometry m = testing::tiny_model();
-  const double d1 = step_seconds(m, cfg.device, {4, 0, 4, 10});
-  const double d2 = step_seconds(m, cfg.device, {0, 1, 5, 5});
-  const double d3 = step_seconds(m, cfg.device, {0, 1, 6, 6});
+  // {prefill, decode, KV tokens read, attention pairs, sequences}: one sequence in every step.
+  const double d1 = step_seconds(m, cfg.device, {4, 0, 4, 10, 1});
+  const double d2 = step_seconds(m, cfg.device, {0, 1, 5, 5, 1});
+  const double d3 = step_seconds(m, cfg.device, {0, 1, 6, 6, 1});
   EXPECT_DOUBLE_EQ(r.steps[0].duration_s, d1);
   EXPECT_DOUBLE_EQ(r.steps[1].duration_s, d2);
   EXPECT_DOUBLE_EQ(r.steps[2].duration_s, d3);

@@ -1,0 +1,89 @@
+#include "kernels/host_throughput.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+namespace kvlab {
+
+namespace {
+using vec = float __attribute__((vector_size(64)));
+using Clock = std::chrono::steady_clock;
+}  // namespace
+
+std::vector<double> measure_read_bandwidth_samples(ThreadPool& pool, std::size_t bytes, int reps) {
+  const std::size_t n = bytes / sizeof(float);
+  std::unique_ptr<float[]> data(new float[n]);
+  const std::int64_t chunks = static_cast<std::int64_t>(pool.size()) * 8;
+  pool.parallel_for(chunks, [&](std::int64_t c) {  // first touch from the threads that will read
+    const std::size_t lo = n * c / chunks, hi = n * (c + 1) / chunks;
+    for (std::size_t i = lo; i < hi; ++i) data[i] = static_cast<float>(i & 1023) * 1e-3f;
+  });
+  std::vector<float> sums(static_cast<std::size_t>(chunks));
+  std::vector<double> samples;
+  for (int r = 0; r < reps; ++r) {
+    const auto t0 = Clock::now();
+    pool.parallel_for(chunks, [&](std::int64_t c) {
+      // Eight independent 16-lane accumulators, so the adds never limit the read rate.
+      const std::size_t lo = n * c / chunks / 128 * 128, hi = n * (c + 1) / chunks / 128 * 128;
+      vec acc[8] = {};
+      for (std::size_t i = lo; i < hi; i += 128)
+        for (int a = 0; a < 8; ++a) {
+          vec v;
+          std::memcpy(&v, data.get() + i + a * 16, sizeof v);
+          acc[a] += v;
+        }
+      float total = 0.f;
+      for (int a = 0; a < 8; ++a)
+        for (int l = 0; l < 16; ++l) total += acc[a][l];
+      sums[c] = total;
+    });
+    const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+    samples.push_back(static_cast<double>(n * sizeof(float)) / s);
+  }
+  volatile float sink = sums[0];
+  (void)sink;
+  return samples;
+}
+
+double measure_read_bandwidth(ThreadPool& pool, std::size_t bytes, int reps) {
+  const std::vector<double> s = measure_read_bandwidth_samples(pool, bytes, reps);
+  return s.empty() ? 0.0 : *std::max_element(s.begin(), s.end());
+}
+
+std::vector<double> measure_fma_flops_samples(ThreadPool& pool, std::int64_t fmas_per_thread, int reps) {
+  // 16 independent chains: enough to cover the FMA latency (4 cycles) on two FMA ports. The
+  // multiplier and addend are runtime values so the compiler cannot fold the loop.
+  constexpr int kChains = 16;
+  // Eight chunks per thread, handed out dynamically, so a thread that starts late costs little.
+  const auto chunks = static_cast<std::int64_t>(pool.size()) * 8;
+  const std::int64_t iters = std::max<std::int64_t>(1, fmas_per_thread / 8 / kChains);
+  volatile float mul_seed = 0.999999f, add_seed = 1e-7f;
+  const float m = mul_seed, a = add_seed;
+  std::vector<float> sums(static_cast<std::size_t>(chunks));
+  std::vector<double> samples;
+  for (int r = 0; r < reps; ++r) {
+    const auto t0 = Clock::now();
+    pool.parallel_for(chunks, [&](std::int64_t t) {
+      vec acc[kChains];
+      for (int c = 0; c < kChains; ++c) acc[c] = vec{} + static_cast<float>(c + t);
+      const vec vm = vec{} + m, va = vec{} + a;
+      for (std::int64_t i = 0; i < iters; ++i)
+        for (int c = 0; c < kChains; ++c) acc[c] = acc[c] * vm + va;  // contracted to FMA (-ffp-contract=fast)
+      float total = 0.f;
+      for (int c = 0; c < kChains; ++c)
+        for (int l = 0; l < 16; ++l) total += acc[c][l];
+      sums[static_cast<std::size_t>(t)] = total;
+    });
+    const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+    samples.push_back(2.0 * 16.0 * kChains * static_cast<double>(iters) * static_cast<double>(chunks) / s);
+  }
+  volatile float sink = sums[0];
+  (void)sink;
+  return samples;
+}
+
+}  // namespace kvlab

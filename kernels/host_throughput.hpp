@@ -1,0 +1,27 @@
+#pragma once
+// The host's own limits, measured: memory read bandwidth and fp32 FMA throughput. Kernel
+// throughput is reported as a fraction of numbers taken on the same machine in the same run
+// (experiments/benchmarks/attention_bench.cpp), and `kvlab calibrate` writes them into a device
+// model file (experiments/calibrate.hpp).
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "kernels/thread_pool.hpp"
+
+namespace kvlab {
+
+/// Bytes/s of each of `reps` parallel streaming reads (a sum of floats) over `bytes` of memory,
+/// using every thread of `pool`. The buffer is first touched by the threads that read it, outside
+/// the timing.
+[[nodiscard]] std::vector<double> measure_read_bandwidth_samples(ThreadPool& pool, std::size_t bytes, int reps);
+
+/// The best of measure_read_bandwidth_samples (the benchmarks' convention).
+[[nodiscard]] double measure_read_bandwidth(ThreadPool& pool, std::size_t bytes = std::size_t{1} << 30, int reps = 5);
+
+/// fp32 FLOP/s (2 per fused multiply-add) of each of `reps` runs of a register-resident loop of
+/// independent 16-lane FMA chains on every thread of `pool`, `fmas_per_thread` vector FMAs per
+/// thread and run: the host's vector FMA peak as compiled (-march=native).
+[[nodiscard]] std::vector<double> measure_fma_flops_samples(ThreadPool& pool, std::int64_t fmas_per_thread, int reps);
+
+}  // namespace kvlab

@@ -1,0 +1,180 @@
+// kvlab calibrate (experiments/calibrate.hpp): the statistics it fits with, and a quick host
+// calibration whose file reads back complete, with a measurement named as the source of every key,
+// and which a replay really uses.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "alloc/cuda_runtime.hpp"
+#include "alloc/error.hpp"
+#include "alloc/model_geometry.hpp"
+#include "experiments/atomic_file.hpp"
+#include "experiments/backend_factory.hpp"
+#include "experiments/calibrate.hpp"
+#include "experiments/replayer.hpp"
+#include "experiments/workload.hpp"
+
+namespace kvlab {
+namespace {
+
+namespace fs = std::filesystem;
+
+TEST(CalibrateStatistics, Median) {
+  EXPECT_DOUBLE_EQ(median({3, 1, 2}), 2);
+  EXPECT_DOUBLE_EQ(median({4, 1, 3, 2}), 2.5);
+  EXPECT_DOUBLE_EQ(median({7}), 7);
+  EXPECT_DOUBLE_EQ(median({1, 1000, 2, 3, 1e9}), 3);  // an outlier does not move it
+  EXPECT_THROW((void)median({}), InvalidArgument);
+}
+
+TEST(CalibrateStatistics, LeastSquaresRecoversAKnownLine) {
+  // y = 2 + 3 a + 0.5 b exactly, and with noise that cancels in pairs.
+  std::vector<std::vector<double>> rows;
+  std::vector<double> y;
+  for (int a = 0; a < 4; ++a)
+    for (int b = 0; b < 3; ++b) {
+      rows.push_back({1.0, double(a), double(b * b + a)});
+      y.push_back(2 + 3 * a + 0.5 * (b * b + a));
+    }
+  const auto x = least_squares(rows, y);
+  ASSERT_EQ(x.size(), 3u);
+  EXPECT_NEAR(x[0], 2, 1e-9);
+  EXPECT_NEAR(x[1], 3, 1e-9);
+  EXPECT_NEAR(x[2], 0.5, 1e-9);
+  EXPECT_THROW((void)least_squares({{1, 2}, {2, 4}, {3, 6}}, {1, 2, 3}), InvalidArgument);  // dependent columns
+  EXPECT_THROW((void)least_squares({{1, 2}}, {1}), InvalidArgument);                        // too few rows
+}
+
+TEST(CalibrateStatistics, NonNegativeLeastSquaresDropsANegativeCoefficient) {
+  // Unconstrained, y = 1 + 2 a - 0.1 b fits exactly; constrained, b's coefficient is 0 and the
+  // others are refitted, never negative.
+  std::vector<std::vector<double>> rows;
+  std::vector<double> y;
+  for (int a = 1; a <= 5; ++a)
+    for (int b = 1; b <= 5; ++b) {
+      rows.push_back({1.0, double(a), double(b)});
+      y.push_back(1 + 2 * a - 0.1 * b);
+    }
+  const auto free = least_squares(rows, y);
+  EXPECT_NEAR(free[2], -0.1, 1e-9);
+  const auto x = nonnegative_least_squares(rows, y);
+  EXPECT_DOUBLE_EQ(x[2], 0);
+  EXPECT_NEAR(x[1], 2, 1e-9);
+  EXPECT_NEAR(x[0], 1 - 0.1 * 3, 1e-9);  // the mean of the dropped term
+  // A fit that needs no constraint is the plain one.
+  const auto same = nonnegative_least_squares({{1, 0}, {0, 1}, {1, 1}}, {2, 3, 5});
+  EXPECT_NEAR(same[0], 2, 1e-9);
+  EXPECT_NEAR(same[1], 3, 1e-9);
+}
+
+/// One quick host calibration, shared by the tests below (a few seconds).
+const DeviceModel& quick_model() {
+  static const DeviceModel m = [] {
+    CalibrateOptions o;
+    o.quick = true;
+    o.name = "ci-test";
+    return calibrate_device(o);
+  }();
+  return m;
+}
+
+TEST(Calibrate, QuickHostFileReadsBackWithEveryKeyAndAMeasuredSource) {
+  const DeviceModel& m = quick_model();
+  const fs::path file = fs::temp_directory_path() / ("kvlab-calibrate-test-" + std::to_string(::getpid()) + ".txt");
+  write_file_atomically(file, format_device_model(m));
+  const DeviceModel back = read_device_model(file);
+  fs::remove(file);
+  EXPECT_EQ(back.name, "ci-test");
+  EXPECT_NE(back.description.find("kvlab calibrate --quick"), std::string::npos) << back.description;
+  EXPECT_GT(back.memory_bandwidth, 1e8);
+  EXPECT_GT(back.peak_flops, 1e8);
+  for (const int b : {1, 2, 4, 8, 16, 32, 64, 128, 256}) EXPECT_TRUE(back.paged_attention_factor.points.contains(b)) << b;
+  for (std::int64_t p = 4096; p <= 2 << 20; p *= 2) {
+    EXPECT_TRUE(back.map_s.points.contains(p)) << p;
+    EXPECT_TRUE(back.unmap_s.points.contains(p)) << p;
+    EXPECT_GT(back.map_s.at(p), 0) << p;
+  }
+  const std::string machine = host_machine_name();
+  for (const auto& [key, source] : back.sources) {
+    if (key == "format" || key == "name" || key == "description") continue;
+    const bool measured = source.rfind("measured by kvlab calibrate on " + machine + ", ", 0) == 0;
+    const bool declared = key.starts_with("linear_") && source.rfind("not calibrated on the host", 0) == 0;
+    EXPECT_TRUE(measured || declared) << key << ": " << source;
+    if (measured) EXPECT_NE(source.find("median"), std::string::npos) << key << ": " << source;
+  }
+  // Every key of the format has its own source (none fell back to "unspecified").
+  EXPECT_EQ(format_device_model(m).find("unspecified"), std::string::npos);
+}
+
+/// Makespan of the same decode-heavy synthetic workload through paged-16 on `device`: short prompts,
+/// long outputs, two sequences at a time, so the steps read weights and KV (bandwidth-bound) even on
+/// a host whose peak FLOP/s are low.
+double makespan(const DeviceModel& device) {
+  SyntheticWorkload w;
+  w.num_requests = 6;
+  w.rate = 0;
+  w.seed = 3;
+  w.prompt = LengthDistribution::parse("fixed:16", "prompt");
+  w.output = LengthDistribution::parse("fixed:64", "output");
+  BackendOptions bo;
+  bo.model = model_preset("llama-3-8b");
+  bo.capacity_bytes = std::size_t{4} << 30;
+  ReplayConfig rc;
+  rc.device = device;
+  rc.max_running = 2;
+  const auto backend = make_backend("paged-16", bo);
+  return replay(*backend, generate(w), rc).summary.makespan_s;
+}
+
+TEST(Calibrate, AReplayUsesTheCalibratedModel) {
+  const DeviceModel& m = quick_model();
+  DeviceModel faster = m;
+  faster.memory_bandwidth *= 2;
+  const double base = makespan(m), fast = makespan(faster);
+  EXPECT_GT(base, 0);
+  EXPECT_LT(fast, base * 0.75) << "doubling the memory bandwidth must shorten a decode-heavy replay";
+  EXPECT_NE(makespan(device_model_preset("a100-80gb")), base);  // not the default device
+}
+
+TEST(Calibrate, BadOptionsAreErrorsBeforeAnyMeasurement) {
+  CalibrateOptions o;
+  o.device = "tpu";
+  EXPECT_THROW((void)calibrate_device(o), InvalidArgument);
+  o.device = "host";
+  o.name = "two words";
+  EXPECT_THROW((void)calibrate_device(o), InvalidArgument);
+  o.name = "a/b";
+  EXPECT_THROW((void)calibrate_device(o), InvalidArgument);
+}
+
+TEST(Calibrate, CudaWithoutAGpuFailsWithOneLine) {
+  CalibrateOptions o;
+  o.device = "cuda";
+  try {
+    (void)calibrate_device(o);
+    FAIL() << "calibrate --device cuda returned a model";
+  } catch (const InvalidArgument& e) {
+    FAIL() << "not a usage error: " << e.what();
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_EQ(what.find('\n'), std::string::npos) << what;
+    if (!cuda_status().available)
+      EXPECT_EQ(what.rfind("calibrate --device cuda: no CUDA GPU found (", 0), 0u) << what;
+    else
+      EXPECT_NE(what.find("not implemented"), std::string::npos) << what;
+  }
+}
+
+TEST(Calibrate, OutputIsCheckedFirst) {
+  EXPECT_THROW(check_calibrate_output(""), InvalidArgument);
+  EXPECT_THROW(check_calibrate_output(fs::temp_directory_path()), InvalidArgument);  // a directory
+  EXPECT_THROW(check_calibrate_output("/nonexistent-kvlab/host.txt"), Error);
+  EXPECT_NO_THROW(check_calibrate_output(fs::temp_directory_path() / "kvlab-calibrate-ok.txt"));
+}
+
+}  // namespace
+}  // namespace kvlab
