@@ -75,8 +75,9 @@ def compare(directory):
 
 
 def fig_memory_breakdown(d, rows):
-    names = [r["system"] for r in rows]
-    fig, ax = plt.subplots(figsize=(11, 5))
+    names = [r["system"].replace("vLLM (paged, block 16)", "vLLM paged-16")
+             + ("\n" + r["workload"].replace("ShareGPT ", "") if "workload" in r else "") for r in rows]
+    fig, ax = plt.subplots(figsize=(max(11, 1.5 * len(rows)), 5.5))
     bottom = [0.0] * len(rows)
     keys = [("token_states_pct", CATEGORIES[0]), ("reserved_pct", CATEGORIES[1]),
             ("internal_frag_pct", CATEGORIES[2]), ("external_frag_pct", CATEGORIES[3]), ("free_pct", CATEGORIES[4])]
@@ -85,6 +86,7 @@ def fig_memory_breakdown(d, rows):
         ax.bar(names, values, bottom=bottom, label=label, color=color, edgecolor="white", linewidth=0.5)
         bottom = [b + v for b, v in zip(bottom, values)]
     paper = [float(r["paper_token_states_pct_of_used"]) * (100 - float(r["free_pct"])) / 100 for r in rows]
+    ax.tick_params(axis="x", labelsize=7)
     ax.scatter(names, paper, marker="_", s=900, color="black", zorder=3,
                label="paper's token-state share of used memory, scaled to ours")
     for i, r in enumerate(rows):
