@@ -181,7 +181,7 @@ int cmd_models() {
 /// Options shared by replay and compare: the workload, the model and capacity, the scheduler.
 struct Common {
   std::string trace, trace_dir, trace_format, prompt_len, output_len, model_name, device_model, out_dir;
-  std::string long_policy, preemption, lengths_from, inject_faults, kernels, schedule;
+  std::string long_policy, preemption, lengths_from, inject_faults, kernels, schedule, prefill_steps;
   double lpm_max_wait = 5.0;
   double capacity_gib = 0, rate = 0, burstiness = 1, time_scale = 1;
   std::int64_t requests = 0, max_seq_len = 0, max_batched = 0, limit = 0, shared_prefix = 0;
@@ -219,6 +219,9 @@ struct Common {
         "max-running", po::value(&max_running)->default_value(256), "most sequences in a batch")(
         "max-batched-tokens", po::value(&max_batched)->default_value(8192), "tokens computed per step")(
         "chunked-prefill", po::bool_switch(&chunked), "split long prompts to fit --max-batched-tokens")(
+        "prefill-steps", po::value(&prefill_steps)->default_value("mixed"),
+        "mixed (new prompts join the decode step, vLLM v1) or separate (a step runs the prompts it can admit "
+        "or the decodes, never both: vLLM v0, the vLLM paper's system)")(
         "samples", po::value(&samples)->default_value(1), "parallel sampling: sequences per request (shared prompt)")(
         "beam-reselect", po::value(&beam_reselect)->default_value(0.0),
         "beam search with --samples N beams: after each decode step a beam continues, with this probability, "
@@ -291,6 +294,10 @@ struct Common {
     if (!inject_faults.empty()) (void)fault_plan();  // validate now
     if (preemption != "recompute" && preemption != "swap")
       throw UsageError("--preemption must be recompute or swap (got '" + preemption + "')");
+    if (prefill_steps != "mixed" && prefill_steps != "separate")
+      throw UsageError("--prefill-steps must be mixed or separate (got '" + prefill_steps + "')");
+    if (prefill_steps == "separate" && chunked)
+      throw UsageError("--prefill-steps separate runs whole prompts: it cannot be combined with --chunked-prefill");
     if (schedule != "fcfs" && schedule != "lpm")
       throw UsageError("--schedule must be fcfs or lpm (got '" + schedule + "')");
     if (!(lpm_max_wait >= 0) || !std::isfinite(lpm_max_wait))
@@ -385,6 +392,7 @@ struct Common {
     rc.max_running = max_running;
     rc.max_batched_tokens = max_batched;
     rc.chunked_prefill = chunked;
+    rc.prefill_steps = prefill_steps == "separate" ? PrefillSteps::separate : PrefillSteps::mixed;
     rc.samples_per_request = samples;
     rc.beam_reselect_probability = beam_reselect;
     rc.preemption = preemption == "swap" ? PreemptionMode::swap : PreemptionMode::recompute;

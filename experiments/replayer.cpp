@@ -99,6 +99,7 @@ class Replay {
   void summarize();
   // The four phases of a step.
   void claim_running();
+  [[nodiscard]] bool prompt_step();
   [[nodiscard]] bool settle();
   void account();
   void retire();
@@ -134,6 +135,7 @@ class Replay {
   double now_ = 0;
   std::int64_t budget_ = 0;
   int seqs_in_step_ = 0;
+  int paused_ = 0;  // separate prefill steps: running sequences sitting out this prompt step
   std::int64_t step_ = 0;  // steps begun (slot bookkeeping)
   std::optional<SequenceSpec> blocked_;
   double shared_savings_time_ = 0;  // integral of shared_savings over busy time
@@ -384,7 +386,7 @@ void Replay::admit_waiting() {
   if (c_.schedule.policy == SchedulePolicy::lpm && swapped_.empty()) order_waiting();
   while (!waiting_.empty() && swapped_.empty()) {
     Group& g = waiting_.front();
-    if (seqs_in_step_ + c_.samples_per_request > c_.max_running) return;
+    if (seqs_in_step_ + paused_ + c_.samples_per_request > c_.max_running) return;
     // With chunked prefill the first chunk is the cached prefix plus what the budget allows, so a
     // prompt whose cached part is longer than a chunk still gets its whole hit.
     const SequenceSpec lookup = spec_of(g);
@@ -720,7 +722,7 @@ void Replay::account() {
   now_ += dt;
   rec.time_s = now_;
   rec.duration_s = dt;
-  rec.running = seqs_in_step_;
+  rec.running = seqs_in_step_ + paused_;
   rec.waiting = static_cast<int>(waiting_.size() + swapped_.size());
   rec.prefill_tokens = work.prefill_tokens;
   rec.decode_tokens = work.decode_tokens;
@@ -783,6 +785,21 @@ void Replay::retire() {
   }
 }
 
+/// Separate prefill steps (vLLM v0): with nothing swapped out, a step that can admit waiting
+/// prompts admits only those and the running decoders sit it out. False: not a prompt step (the
+/// caller runs a decode step).
+bool Replay::prompt_step() {
+  if (c_.prefill_steps != PrefillSteps::separate || !swapped_.empty() || waiting_.empty()) return false;
+  for (Group& g : running_) {
+    g.in_step = false;
+    for (const Seq& q : g.seqs) paused_ += !q.done;
+  }
+  admit_waiting();
+  if (seqs_in_step_ > 0) return true;
+  paused_ = 0;
+  return false;
+}
+
 void Replay::run_step() {
   // Background work begun last step for this one (vmm: prefetched pages) finishes first; an error
   // it met is counted like an allocation that failed, and the step's own calls map what it could not.
@@ -790,10 +807,13 @@ void Replay::run_step() {
   ++step_;
   budget_ = c_.max_batched_tokens;
   seqs_in_step_ = 0;
+  paused_ = 0;
   blocked_.reset();
-  claim_running();
-  swap_in_groups();
-  admit_waiting();
+  if (!prompt_step()) {
+    claim_running();
+    swap_in_groups();
+    if (c_.prefill_steps == PrefillSteps::mixed) admit_waiting();
+  }
   if (!settle()) return;
   account();
   if (integrity_) check_integrity();
@@ -808,6 +828,8 @@ ReplayResult Replay::run() {
   KVLAB_EXPECTS(b_.num_sequences() == 0, "replay needs an empty backend");
   KVLAB_EXPECTS(c_.max_running >= 1, "max_running must be at least 1");
   KVLAB_EXPECTS(c_.max_batched_tokens >= 1, "max_batched_tokens must be at least 1");
+  KVLAB_EXPECTS(c_.prefill_steps == PrefillSteps::mixed || !c_.chunked_prefill,
+                "separate prefill steps run whole prompts: turn chunked prefill off");
   KVLAB_EXPECTS(c_.samples_per_request >= 1, "samples per request must be at least 1");
   KVLAB_EXPECTS(c_.samples_per_request <= c_.max_running, "samples per request must fit max_running");
   KVLAB_EXPECTS(!c_.execute || b_.has_storage(), "execute mode needs a backend with KV storage");

@@ -40,6 +40,11 @@ namespace kvlab {
 
 enum class LongRequestPolicy { reject, truncate };
 enum class PreemptionMode { recompute, swap };
+/// How a step mixes prompts and decodes. mixed: new prompts join the decoders' step (vLLM v1,
+/// Sarathi). separate: a step that can admit waiting prompts runs only those prompts and the
+/// running decoders wait for the next step (vLLM v0's scheduler, the system of the vLLM paper:
+/// prompts are scheduled first, and a step is a prompt step or a decode step, never both).
+enum class PrefillSteps { mixed, separate };
 
 /// Runs attention for one layer of a prepared batch.
 using AttentionFn = std::function<void(const AttentionParams&, const KvView&)>;
@@ -48,6 +53,7 @@ struct ReplayConfig {
   int max_running = 256;                    ///< sequences in a batch
   std::int64_t max_batched_tokens = 8192;  ///< tokens computed per step (decodes + prefill chunks)
   bool chunked_prefill = false;            ///< split prompts to fit max_batched_tokens
+  PrefillSteps prefill_steps = PrefillSteps::mixed;  ///< separate needs chunked_prefill off
   PreemptionMode preemption = PreemptionMode::recompute;
   LongRequestPolicy long_requests = LongRequestPolicy::reject;
   /// Which waiting request is admitted next: FCFS or longest prefix match (experiments/schedule_policy.hpp).
@@ -79,7 +85,9 @@ struct ReplayConfig {
 struct StepRecord {
   double time_s = 0;  ///< clock at the end of the step
   double duration_s = 0;
-  int running = 0;  ///< sequences that did work this step
+  /// Sequences that did work this step; with separate prefill steps, also the decoders that sat
+  /// out a prompt step (they keep their place in the running batch, as in vLLM v0's running queue).
+  int running = 0;
   int waiting = 0;  ///< arrived requests not running (waiting + swapped)
   std::int64_t prefill_tokens = 0, decode_tokens = 0;
   MemoryFractions fractions;

@@ -197,6 +197,12 @@ BackendOptions opt13b_12gb() {
 ReplayConfig a100_40gb() {
   ReplayConfig c;
   c.device = device_model_preset("a100-40gb");
+  // The scheduler of the system the vLLM paper measured (vLLM v0, 2023): a step runs either the
+  // waiting prompts it can admit or the running decodes, never both; at most 256 sequences
+  // (max_num_seqs) and 2560 tokens (max_num_batched_tokens) per step, its defaults then.
+  c.prefill_steps = PrefillSteps::separate;
+  c.max_running = 256;
+  c.max_batched_tokens = 2560;
   return c;
 }
 

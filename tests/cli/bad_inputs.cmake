@@ -364,6 +364,8 @@ bad(CH-20 2 "cannot read device model file '.*no_such_device.txt'" replay --devi
 bad(CH-21 2 "dev_nosource.txt:1: key 'format': every value needs a '# source' comment" replay --device-model @D@/dev_nosource.txt --requests 1)
 bad(CH-22 2 "dev_unknown_key.txt:2: key 'bandwith': unknown" replay --device-model @D@/dev_unknown_key.txt --requests 1)
 bad(CH-23 2 "dev_partial.txt: key 'memory_bandwidth' is missing" replay --device-model @D@/dev_partial.txt --requests 1)
+bad(CH-25 2 "--prefill-steps must be mixed or separate .got 'v0'." replay --prefill-steps v0 --requests 1)
+bad(CH-26 2 "--prefill-steps separate runs whole prompts: it cannot be combined with --chunked-prefill" replay --prefill-steps separate --chunked-prefill --requests 1)
 bad(CH-24 2 "dev_badnum.txt:2: key 'memory_bandwidth': 'fast' is not a finite number" compare --device-model @D@/dev_badnum.txt --requests 1)
 bad(LEN-1 2 "--prompt-len length 'foo': unknown form" replay --prompt-len foo --requests 1)
 bad(LEN-2 2 "--prompt-len length '': unknown form" replay --prompt-len @EMPTY@ --requests 1)

@@ -51,6 +51,43 @@ TEST(Replayer, OneRequestByHand) {
   EXPECT_EQ(b.num_sequences(), 0u);
 }
 
+TEST(Replayer, SeparatePrefillStepsNeverMixPromptsAndDecodes) {
+  // Request 1 arrives while request 0 decodes. Mixed: its prompt joins request 0's decode step.
+  // Separate (vLLM v0): that step runs only the prompt; request 0 sits it out, still in the batch.
+  const std::vector<Request> w = {{0, 0.0, 4, 6}, {1, 1e-9, 8, 3}};
+  int mixed_steps[2] = {0, 0};
+  for (const PrefillSteps mode : {PrefillSteps::mixed, PrefillSteps::separate}) {
+    ContiguousBackend b = contiguous(ReservationPolicy::oracle, 100, 64);
+    ReplayConfig cfg;
+    cfg.prefill_steps = mode;
+    const ReplayResult r = replay(b, w, cfg);
+    EXPECT_EQ(r.summary.completed, 2);
+    EXPECT_EQ(r.summary.generated_tokens, 9);
+    const int m = mode == PrefillSteps::separate;
+    for (const StepRecord& st : r.steps) mixed_steps[m] += st.prefill_tokens > 0 && st.decode_tokens > 0;
+    if (mode == PrefillSteps::separate) {
+      ASSERT_GE(r.steps.size(), 2u);
+      EXPECT_EQ(r.steps[1].prefill_tokens, 8);  // request 1's prompt step
+      EXPECT_EQ(r.steps[1].decode_tokens, 0);
+      EXPECT_EQ(r.steps[1].running, 2);  // request 0 paused, not gone
+      // One more step than mixed: request 0 lost a step to the prompt.
+      EXPECT_EQ(r.summary.steps, 7);
+    } else {
+      EXPECT_EQ(r.summary.steps, 6);
+    }
+  }
+  EXPECT_GT(mixed_steps[0], 0);
+  EXPECT_EQ(mixed_steps[1], 0);
+}
+
+TEST(Replayer, SeparatePrefillStepsRefuseChunkedPrefill) {
+  ContiguousBackend b = contiguous(ReservationPolicy::oracle, 100, 64);
+  ReplayConfig cfg;
+  cfg.prefill_steps = PrefillSteps::separate;
+  cfg.chunked_prefill = true;
+  EXPECT_THROW((void)replay(b, {{0, 0.0, 4, 3}}, cfg), std::exception);
+}
+
 TEST(Replayer, WaitingRequestSeesExternalFragmentation) {
   // max policy: each request reserves 60 of 100 tokens, so the second waits for the first, and
   // meanwhile the 40-token hole is external fragmentation for it.
