@@ -117,7 +117,7 @@ void batch_size(const FigureContext& ctx) {
              std::to_string(r.results[i].preemptions)});
   }
   ReadmeText text{"batch-size", "vLLM (SOSP'23) Figure 13: average number of batched requests",
-                  "OPT-13B, 12 GB of KV cache (A100-40GB), FCFS continuous batching, recompute preemption; Orca "
+                  "OPT-13B, 12 GB of KV cache (A100-40GB), FCFS continuous batching as vLLM v0 scheduled it (prompt steps and decode steps apart, at most 256 sequences and 2560 tokens a step), recompute preemption; Orca "
                   "Max / Pow2 / Oracle reservations and paging (block 16) on three workloads: the shared ShareGPT "
                   "trace at 2 req/s (requests longer than OPT's 2048-token context dropped first, Poisson arrivals "
                   "drawn after the filter), lognormal lengths with the means vLLM reports for its ShareGPT sample "

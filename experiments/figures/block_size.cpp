@@ -81,7 +81,7 @@ void block_size(const FigureContext& ctx) {
   }
   publish(ctx,
           {"block-size", "vLLM (SOSP'23) Figure 18b: latency and fragmentation against block size",
-           "OPT-13B, 12 GB of KV, paged backend at block sizes 1..256; ShareGPT lengths (those within OPT's 2048 "
+           "OPT-13B, 12 GB of KV, vLLM v0 scheduling (prompt steps and decode steps apart), paged backend at block sizes 1..256; ShareGPT lengths (those within OPT's 2048 "
            "tokens, filtered before arrivals are drawn) at 2 req/s and "
            "Alpaca-like lengths (lognormal, means ~19 / ~58 tokens) at 30 req/s",
            modelled_a100(),

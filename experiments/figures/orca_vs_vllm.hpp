@@ -27,6 +27,7 @@ inline constexpr const char* kOrcaSetup =
     "OPT-13B, 12 GB of KV cache (A100-40GB), ShareGPT request lengths (sharegpt_8k_filtered_stats_llama2_tokenizer.csv; "
     "requests longer than OPT's 2048-token context dropped first, as vLLM's benchmarks filter them), Poisson "
     "arrivals at 2 req/s drawn after the filter (so 2 req/s is the load offered to every system), "
-    "FCFS continuous batching, recompute preemption";
+    "FCFS continuous batching as vLLM v0 scheduled it (prompt steps and decode steps apart, at most 256 sequences and "
+    "2560 tokens a step), recompute preemption";
 
 }  // namespace kvlab::fig

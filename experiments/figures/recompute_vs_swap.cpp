@@ -107,7 +107,7 @@ void recompute_vs_swap(const FigureContext& ctx) {
            fmt::format("OPT-13B, 12 GB of KV. (a) The modelled time to swap the KV of {} tokens out to host memory "
                        "and back, and to recompute them as one prefill, at block sizes 1..256. (b) ShareGPT "
                        "lengths (within OPT's 2048 tokens, filtered before arrivals are drawn) at 2 req/s through "
-                       "paged-B with swap or with recompute preemption, FCFS continuous batching",
+                       "paged-B with swap or with recompute preemption, FCFS continuous batching as vLLM v0 scheduled it (prompt steps and decode steps apart)",
                        kMicroTokens),
            modelled_a100(),
            fmt::format("Paper (Fig. 19): swapping's overhead is large at small block sizes, where it issues many "
