@@ -25,6 +25,7 @@
 #include "experiments/workload.hpp"
 #include "kernels/attention.hpp"
 #include "kernels/host_throughput.hpp"
+#include "kernels/huge_pages.hpp"
 #include "kernels/kv_view.hpp"
 #include "vmm/posix_vm_driver.hpp"
 
@@ -121,7 +122,7 @@ constexpr std::int64_t kRow = static_cast<std::int64_t>(kKvHeads) * kHeadDim;
 /// One layer's KV of a batch, stored contiguously per sequence (fp16), with decode queries.
 struct DecodeData {
   int batch, context;
-  std::vector<half_t> k, v;  // [batch][context][kv_heads][head_dim]
+  std::vector<half_t, HugePageAllocator<half_t>> k, v;  // [batch][context][kv_heads][head_dim]
   std::vector<half_t*> kptr, vptr;
   std::vector<float> q, out;
   std::vector<std::int32_t> lens;
@@ -164,7 +165,7 @@ struct DecodeData {
 
 /// The same KV as a shuffled block pool with block tables (the paged backend's view).
 struct PagedCopy {
-  std::vector<half_t> k, v;
+  std::vector<half_t, HugePageAllocator<half_t>> k, v;
   std::vector<std::int32_t> table;
   PagedKv<half_t> view;
   PagedCopy(const DecodeData& d, int block_size) {

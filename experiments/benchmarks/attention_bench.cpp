@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "kernels/host_throughput.hpp"
+#include "kernels/huge_pages.hpp"
 #include "kernels/attention.hpp"
 #include "kernels/kv_view.hpp"
 
@@ -35,7 +36,7 @@ ThreadPool& one_thread() {
 /// One KV cache, stored once contiguously and once per block size as a shuffled block pool.
 struct DecodeData {
   std::int64_t row = static_cast<std::int64_t>(kKvHeads) * kHeadDim;
-  std::vector<half_t> k, v;  // [batch][context][kv_heads][head_dim]
+  std::vector<half_t, HugePageAllocator<half_t>> k, v;  // [batch][context][kv_heads][head_dim]
   std::vector<half_t*> kptr, vptr;
   std::vector<float> q, out;
   std::vector<std::int32_t> lens;
@@ -77,7 +78,7 @@ DecodeData& data() {
 }
 
 struct PagedCopy {
-  std::vector<half_t> k, v;
+  std::vector<half_t, HugePageAllocator<half_t>> k, v;
   std::vector<std::int32_t> table;
   PagedKv<half_t> view;
   explicit PagedCopy(int block_size) {
