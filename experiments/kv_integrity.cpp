@@ -16,7 +16,8 @@ std::uint64_t mix(std::uint64_t x) noexcept {  // splitmix64 finaliser
 
 KvIntegrity::KvIntegrity(KvBackend& backend) : b_(backend) {
   KVLAB_EXPECTS(backend.has_storage(), "KV integrity checks need a backend with KV storage");
-  KVLAB_EXPECTS(backend.device() == Device::host, "KV integrity checks read KV on the host");
+  KVLAB_EXPECTS(host_addressable(backend.device()),
+                "KV integrity checks read KV through host pointers: a backend on the host or the emulated device");
 }
 
 float KvIntegrity::pattern(std::uint64_t tag, int layer, int kv, int head, int d) noexcept {
