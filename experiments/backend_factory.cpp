@@ -60,9 +60,9 @@ void open_cuda(DeviceContext::Impl& d) {
   if (!status.available)
     throw Error("--device " + d.spec.name() + ": no CUDA GPU found (" + status.message +
                 "); use --device host, or --device emulated to run the CUDA code path on the host");
-  if (d.spec.index >= status.device_count)
-    KVLAB_THROW(InvalidArgument, fmt::format("--device {}: this machine has {} CUDA device(s) (cuda:0..cuda:{})",
-                                             d.spec.name(), status.device_count, status.device_count - 1));
+  if (d.spec.index >= status.device_count)  // like a missing GPU: a fact of this machine, exit 1
+    throw Error(fmt::format("--device {}: this machine has {} CUDA device(s) (cuda:0..cuda:{})", d.spec.name(),
+                            status.device_count, status.device_count - 1));
 #if KVLAB_HAS_CUDA
   KVLAB_CUDA_TRY(cudaSetDevice(d.spec.index));  // the runtime (kernels, copies) on the same GPU
   d.swap = std::make_unique<CudaPinnedMemoryResource>();

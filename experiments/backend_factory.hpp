@@ -32,8 +32,8 @@ class FaultInjector;     // alloc/faults/fault_injection.hpp
 class DeviceContext {
  public:
   /// `device_bytes`: the emulated device's memory (the KV capacity plus headroom; 0: 8 GiB).
-  /// Throws Error "--device cuda: no CUDA GPU found (...)" without a usable GPU, InvalidArgument
-  /// for a GPU index this machine does not have or a build without the CUDA headers.
+  /// Throws Error "--device cuda:0: no CUDA GPU found (...)" without a usable GPU and for a GPU
+  /// index this machine does not have; InvalidArgument in a build without the CUDA headers.
   explicit DeviceContext(const DeviceSpec& spec, std::size_t device_bytes = 0);
   ~DeviceContext();
   DeviceContext(const DeviceContext&) = delete;
