@@ -567,7 +567,9 @@ const char* kReplayExamples =
     "  kvlab replay --backend paged-16                      # synthetic workload, OPT-13B, 12 GiB of KV\n"
     "  kvlab replay --backend contiguous-pow2 --trace AzureLLMInferenceTrace_conv.csv --limit 2000\n"
     "  kvlab replay --backend paged-16 --trace sharegpt_8k_filtered_stats_llama2_tokenizer.csv --rate 2\n"
-    "  kvlab replay --backend paged-16 --model llama-3-8b --capacity-gib 1 --execute --execute-layers 2\n";
+    "  kvlab replay --backend paged-16 --model llama-3-8b --capacity-gib 1 --execute --execute-layers 2\n"
+    "  kvlab replay --backend vmm-2m --device emulated --execute --verify-kv --execute-layers 1 --model yi-6b \\\n"
+    "      --capacity-gib 0.25 --max-seq-len 256 --requests 8   # the CUDA code path without a GPU (docs/devices.md)\n";
 
 int cmd_replay(const std::vector<std::string>& args, const std::string& invocation) {
   Common c;

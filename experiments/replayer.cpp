@@ -506,7 +506,7 @@ double Replay::execute_kernels(double& prepare_s) {
 }
 
 Replay::KernelArgs Replay::kernel_args() {
-  if (b_.device() == Device::host) return {q_.data(), out_.data(), q_indptr_.data()};
+  if (b_.device() == Device::host || c_.device_memory == nullptr) return {q_.data(), out_.data(), q_indptr_.data()};
   // Device kernels read their arguments from device memory: q and the offsets in one upload, the
   // output buffer beside them (staging grows as needed and is reused across steps).
   const std::size_t n = static_cast<std::size_t>(q_indptr_.back()) * b_.model().num_q_heads * b_.model().head_dim;
