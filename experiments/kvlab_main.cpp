@@ -551,7 +551,8 @@ int run_backends(const Common& c, const std::vector<std::string>& names, const s
     if (c.verify_kv && r.summary.kv_mismatches > 0) corrupted = true;
     rows.push_back(r.summary);
     if (!c.out_dir.empty())
-      write_replay_files(c.out_dir, RunInfo{invocation, model.name, description, r.summary.clock, rc.device.name}, r);
+      write_replay_files(c.out_dir,
+                         RunInfo{invocation, model.name, description, r.summary.clock, rc.device.name, c.device.name()}, r);
   }
   print_summary_table(std::cout, rows);
   if (corrupted) {
