@@ -39,9 +39,9 @@ struct DeviceContext::Impl {
 };
 
 namespace {
+#if KVLAB_HAS_CUDA_HEADERS
 constexpr std::size_t kStockGranularity = std::size_t{2} << 20;  // what NVIDIA drivers report
 
-#if KVLAB_HAS_CUDA_HEADERS
 void open_emulated(DeviceContext::Impl& d, std::size_t device_bytes) {
   CudaDriverDoubleConfig dc;
   dc.granularity = kStockGranularity;
