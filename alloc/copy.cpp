@@ -20,7 +20,7 @@ void maybe_inject(const char* site) {
 void copy_bytes(Device device, void* dst, const void* src, std::size_t bytes) {
   if (bytes == 0) return;
   maybe_inject("copy");
-  if (device == Device::host) {
+  if (host_addressable(device)) {  // host, or the emulated device's host-backed memory
     std::memmove(dst, src, bytes);
     return;
   }
@@ -36,7 +36,7 @@ void copy_bytes(Device device, void* dst, const void* src, std::size_t bytes) {
 void upload_bytes(Device device, void* dst, const void* host_src, std::size_t bytes) {
   if (bytes == 0) return;
   maybe_inject("upload");
-  if (device == Device::host) {
+  if (host_addressable(device)) {
     std::memmove(dst, host_src, bytes);
     return;
   }

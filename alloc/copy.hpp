@@ -1,5 +1,5 @@
 #pragma once
-// Byte copies for a backend on `device` (host: memmove; cuda: cudaMemcpy with cudaMemcpyDefault,
+// Byte copies for a backend on `device` (host and emulated: memmove; cuda: cudaMemcpy with cudaMemcpyDefault,
 // synchronous, so either side may be device or pinned host memory).
 #include <cstddef>
 

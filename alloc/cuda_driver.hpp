@@ -6,7 +6,7 @@
 // cuMemMap, ...) exist only in the driver API, so they are fetched once, through the runtime's
 // cudaGetDriverEntryPointByVersion, into a CudaDriverApi table. Code that manages GPU memory takes
 // a `const CudaDriverApi&` instead of calling cu* functions directly: production passes
-// cuda_driver(); tests pass the host-memory double's table (tests/support/cuda_driver_double.hpp), which
+// cuda_driver(); tests pass the host-memory double's table (alloc/emulated/cuda_driver_double.hpp), which
 // holds the same signatures and enforces the documented contract.
 //
 // Needs the CUDA toolkit headers (KVLAB_HAS_CUDA_HEADERS, set by alloc/CMakeLists.txt even in

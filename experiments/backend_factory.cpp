@@ -1,12 +1,20 @@
 #include "experiments/backend_factory.hpp"
 
 #include "alloc/contiguous_backend.hpp"
+#include "alloc/cuda_runtime.hpp"
 #include "alloc/error.hpp"
+#include "alloc/faults/fault_injection.hpp"
 #include "paged/paged_backend.hpp"
 #include "vmm/posix_vm_driver.hpp"
 #include "vmm/vmm_backend.hpp"
 #if KVLAB_HAS_CUDA_HEADERS
+#include "alloc/cuda_vmm_memory_resource.hpp"
+#include "alloc/emulated/cuda_driver_double.hpp"
 #include "vmm/cuda_vm_driver.hpp"
+#endif
+#if KVLAB_HAS_CUDA
+#include "alloc/cuda_check.hpp"
+#include "alloc/cuda_memory_resource.hpp"
 #endif
 
 #include <fmt/format.h>
@@ -16,6 +24,137 @@
 #include <mutex>
 
 namespace kvlab {
+
+// --- devices ---
+
+struct DeviceContext::Impl {
+  DeviceSpec spec;
+  std::string description;
+#if KVLAB_HAS_CUDA_HEADERS
+  std::unique_ptr<CudaDriverDouble> dbl;  // emulated: destroyed last, after everything using it
+  std::unique_ptr<CudaVmmMemoryResource> device_memory;
+  const CudaDriverApi* api = nullptr;
+#endif
+  std::unique_ptr<MemoryResource> swap;  // pinned host memory on a GPU
+};
+
+namespace {
+#if KVLAB_HAS_CUDA_HEADERS
+constexpr std::size_t kStockGranularity = std::size_t{2} << 20;  // what NVIDIA drivers report
+
+void open_emulated(DeviceContext::Impl& d, std::size_t device_bytes) {
+  CudaDriverDoubleConfig dc;
+  dc.granularity = kStockGranularity;
+  dc.capacity = device_bytes == 0 ? std::size_t{8} << 30 : (device_bytes + dc.granularity - 1) / dc.granularity * dc.granularity;
+  dc.device_name = "kvlab emulated GPU (CUDA driver double)";
+  d.dbl = std::make_unique<CudaDriverDouble>(dc);
+  d.api = &d.dbl->api();
+  d.device_memory = std::make_unique<CudaVmmMemoryResource>(*d.api, Device::emulated, 0);
+  d.description = fmt::format("emulated GPU (CUDA driver double, {} MiB granularity, {} MiB; CUDA kernels under the "
+                              "SIMT emulator)",
+                              dc.granularity >> 20, dc.capacity >> 20);
+}
+
+void open_cuda(DeviceContext::Impl& d) {
+  const CudaStatus& status = cuda_status();
+  if (!status.available)
+    throw Error("--device " + d.spec.name() + ": no CUDA GPU found (" + status.message +
+                "); use --device host, or --device emulated to run the CUDA code path on the host");
+  if (d.spec.index >= status.device_count)  // like a missing GPU: a fact of this machine, exit 1
+    throw Error(fmt::format("--device {}: this machine has {} CUDA device(s) (cuda:0..cuda:{})", d.spec.name(),
+                            status.device_count, status.device_count - 1));
+#if KVLAB_HAS_CUDA
+  KVLAB_CUDA_TRY(cudaSetDevice(d.spec.index));  // the runtime (kernels, copies) on the same GPU
+  d.swap = std::make_unique<CudaPinnedMemoryResource>();
+#endif
+  d.api = &cuda_driver();
+  d.device_memory = std::make_unique<CudaVmmMemoryResource>(*d.api, Device::cuda, d.spec.index);
+  d.description = fmt::format("CUDA device {} ({})", d.spec.index, status.device_name);
+}
+#endif
+}  // namespace
+
+DeviceContext::DeviceContext(const DeviceSpec& spec, std::size_t device_bytes) : impl_(std::make_unique<Impl>()) {
+  impl_->spec = spec;
+  if (spec.kind == Device::host) {
+    impl_->description = "host memory";
+    return;
+  }
+#if KVLAB_HAS_CUDA_HEADERS
+  if (spec.kind == Device::emulated) {
+    open_emulated(*impl_, device_bytes);
+  } else {
+    open_cuda(*impl_);
+  }
+#else
+  (void)device_bytes;
+  KVLAB_THROW(InvalidArgument, "--device " + spec.name() + " needs a build with the CUDA toolkit headers");
+#endif
+}
+
+DeviceContext::~DeviceContext() = default;
+
+const DeviceSpec& DeviceContext::spec() const noexcept { return impl_->spec; }
+
+MemoryResource& DeviceContext::memory() noexcept {
+#if KVLAB_HAS_CUDA_HEADERS
+  if (impl_->device_memory) return *impl_->device_memory;
+#endif
+  return host_memory_resource();
+}
+
+MemoryResource* DeviceContext::swap_memory() noexcept { return impl_->swap.get(); }
+
+std::size_t DeviceContext::granularity() const noexcept {
+#if KVLAB_HAS_CUDA_HEADERS
+  if (impl_->device_memory) return impl_->device_memory->granularity();
+#endif
+  return 0;
+}
+
+CudaDriverDouble* DeviceContext::driver_double() noexcept {
+#if KVLAB_HAS_CUDA_HEADERS
+  return impl_->dbl.get();
+#else
+  return nullptr;
+#endif
+}
+
+void DeviceContext::inject_driver_faults(FaultInjector* faults) {
+#if KVLAB_HAS_CUDA_HEADERS
+  if (!impl_->dbl) return;
+  impl_->dbl->use_fault_injector(faults, {CuEntry::cuMemCreate, CuEntry::cuMemMap, CuEntry::cuMemSetAccess,
+                                          CuEntry::cuMemUnmap, CuEntry::cuMemRelease, CuEntry::cuMemAddressReserve,
+                                          CuEntry::cuMemAddressFree, CuEntry::cuCtxSynchronize});
+#else
+  (void)faults;
+#endif
+}
+
+std::string DeviceContext::problems() {
+  std::string out;
+#if KVLAB_HAS_CUDA_HEADERS
+  if (!impl_->dbl) return out;
+  impl_->device_memory->flush_pending();  // deallocations a fault deferred
+  const CudaDriverDoubleUsage u = impl_->dbl->usage();
+  if (u.reservations + u.handles + u.allocations + u.mappings > 0) {
+    // The memory resource's own primary-context reference is not a leak; anything else is.
+    const std::string report = impl_->dbl->leak_report();
+    for (std::size_t at = 0; at < report.size();) {
+      const std::size_t end = report.find('\n', at);
+      const std::string line = report.substr(at, end - at);
+      if (!line.starts_with("primary context")) out += (out.empty() ? "" : "; ") + line;
+      at = end == std::string::npos ? report.size() : end + 1;
+    }
+  }
+  for (const std::string& v : impl_->dbl->violations()) out += (out.empty() ? "" : "; ") + v;
+#endif
+  return out;
+}
+
+std::string DeviceContext::describe() const { return impl_->description; }
+
+// --- backends ---
 
 std::string default_compare_backends() {
   // vmm at vAttention's two page sizes, the 2 MiB one also with layers interleaved (megacache).
@@ -29,6 +168,22 @@ long long suffix_number(std::string_view name, std::string_view prefix) {
   long long v = -1;
   const auto [ptr, ec] = std::from_chars(rest.data(), rest.data() + rest.size(), v);
   return ec == std::errc() && ptr == rest.data() + rest.size() && !rest.empty() ? v : -1;
+}
+
+/// The virtual-memory driver of a vmm backend with storage on `device`.
+std::shared_ptr<VmDriver> make_vm_driver(std::string_view name, Device device, const BackendOptions& options) {
+  if (device == Device::host) return std::make_shared<PosixVmDriver>(options.capacity_bytes);
+#if KVLAB_HAS_CUDA_HEADERS
+  const int ordinal = options.device != nullptr ? options.device->spec().index : 0;
+  if (device == Device::emulated) {
+    KVLAB_EXPECTS(options.device != nullptr && options.device->driver_double() != nullptr,
+                  fmt::format("backend '{}' on the emulated device needs its DeviceContext", name));
+    return std::make_shared<CudaVmDriver>(options.device->driver_double()->api(), CudaVmOptions{0, false, true});
+  }
+  return std::make_shared<CudaVmDriver>(cuda_driver(), CudaVmOptions{ordinal, false, false});
+#else
+  KVLAB_THROW(InvalidArgument, fmt::format("backend '{}' on a GPU needs a build with the CUDA headers", name));
+#endif
 }
 
 /// "vmm-64k" -> 64 KiB page, per-layer layout; "vmm-2m-mega" -> 2 MiB page, megacache layout.
@@ -78,19 +233,24 @@ std::unique_ptr<KvBackend> make_vmm_backend(std::string_view name, const Backend
   c.model = options.model;
   c.capacity_bytes = options.capacity_bytes;
   c.max_seq_len = options.max_seq_len;
+  const Device device = options.device != nullptr ? options.device->device()
+                       : options.memory != nullptr ? options.memory->device()
+                                                   : Device::host;
+  if (device != Device::host && options.device != nullptr && c.page_bytes % options.device->granularity() != 0) {
+    // Checked even for accounting only, so a run fails before its first replay (the backend checks
+    // again against its driver).
+    KVLAB_THROW(InvalidArgument,
+                fmt::format("backend '{}' on --device {}: vmm page size {} is not a multiple of the CUDA driver's "
+                            "granularity ({}): use vmm-{} or a multiple of it (smaller pages need vAttention's "
+                            "modified driver)",
+                            name, options.device->spec().name(), page_size_name(c.page_bytes),
+                            page_size_name(options.device->granularity()), page_size_name(options.device->granularity())));
+  }
   if (options.memory != nullptr) {
-    // Storage: KV bytes come from the VM driver of the resource's device; the resource itself only
-    // serves the per-batch arrays on a GPU.
+    // Storage: KV bytes come from the VM driver of the device; the resource itself only serves
+    // the per-batch arrays on a device.
     c.memory = options.memory;
-    if (options.memory->device() == Device::host) {
-      c.driver = std::make_shared<PosixVmDriver>(options.capacity_bytes);
-    } else {
-#if KVLAB_HAS_CUDA_HEADERS
-      c.driver = std::make_shared<CudaVmDriver>(cuda_driver());
-#else
-      KVLAB_THROW(InvalidArgument, fmt::format("backend '{}' on a GPU needs a build with the CUDA headers", name));
-#endif
-    }
+    c.driver = make_vm_driver(name, device, options);
   }
   return std::make_unique<VmmBackend>(std::move(c));
 }
@@ -132,6 +292,7 @@ std::unique_ptr<KvBackend> make_paged_backend(std::string_view name, const Backe
   c.block_size = static_cast<std::int32_t>(bs);
   c.prefix_cache = cache;
   c.host_cache_bytes = host_gib << 30;
+  if (options.device != nullptr) c.swap_memory = options.device->swap_memory();  // pinned on a GPU
   if (host_gib > 0 && cache != PrefixCacheMode::hash)
     KVLAB_THROW(InvalidArgument, fmt::format("backend '{}': a host tier needs the hash prefix cache", name));
   return std::make_unique<PagedBackend>(std::move(c));

@@ -10,16 +10,69 @@
 #include <string_view>
 #include <vector>
 
+#include "alloc/device.hpp"
 #include "alloc/kv_backend.hpp"
 #include "alloc/memory_resource.hpp"
 
 namespace kvlab {
+
+class CudaDriverDouble;  // alloc/emulated/cuda_driver_double.hpp
+class FaultInjector;     // alloc/faults/fault_injection.hpp
+
+/// What one device gives a run: the memory resource its KV pools, per-batch arrays and kernel
+/// arguments come from, its swap space, and its virtual-memory driver for vmm backends. The one
+/// place a device (`--device host|cuda[:N]|emulated`, docs/devices.md) becomes memory resources
+/// and drivers:
+///  * host: the host memory resource; vmm backends map memfd pages (PosixVmDriver).
+///  * cuda[:N]: device memory through the real driver's VMM calls (CudaVmmMemoryResource over
+///    cuda_driver()), pinned host swap space, vmm through CudaVmDriver on the real driver.
+///  * emulated: a contract-checking CUDA driver double (2 MiB granularity, as stock drivers) in
+///    place of the driver, and then the very code of cuda: the same memory resource and vmm driver
+///    over the double's table; the kernels are the CUDA ones under the SIMT emulator.
+class DeviceContext {
+ public:
+  /// `device_bytes`: the emulated device's memory (the KV capacity plus headroom; 0: 8 GiB).
+  /// Throws Error "--device cuda:0: no CUDA GPU found (...)" without a usable GPU and for a GPU
+  /// index this machine does not have; InvalidArgument in a build without the CUDA headers.
+  explicit DeviceContext(const DeviceSpec& spec, std::size_t device_bytes = 0);
+  ~DeviceContext();
+  DeviceContext(const DeviceContext&) = delete;
+  DeviceContext& operator=(const DeviceContext&) = delete;
+
+  [[nodiscard]] const DeviceSpec& spec() const noexcept;
+  [[nodiscard]] Device device() const noexcept { return spec().kind; }
+  /// KV pools, per-batch arrays, the kernels' queries and outputs.
+  [[nodiscard]] MemoryResource& memory() noexcept;
+  /// Swap space and host cache tiers: pinned host memory on a GPU; nullptr: the host resource.
+  [[nodiscard]] MemoryResource* swap_memory() noexcept;
+  /// The driver's allocation granularity (vmm page sizes must be multiples of it); 0 on the host.
+  [[nodiscard]] std::size_t granularity() const noexcept;
+  /// Emulated: the driver double (fault injection, call counts); nullptr otherwise.
+  [[nodiscard]] CudaDriverDouble* driver_double() noexcept;
+  /// Emulated: from now, driver calls that change memory (create, map, set access, unmap,
+  /// release, reserve, free, synchronise) also fail when `faults` says so (nullptr: stop).
+  /// Elsewhere: nothing (faults reach copies only).
+  void inject_driver_faults(FaultInjector* faults);
+  /// Emulated: device memory, mappings or reservations still held and contract violations, one
+  /// line each; empty when clean. Ask once the backends are gone. Empty on host and cuda.
+  [[nodiscard]] std::string problems();
+  /// One line for the run header: "host memory", "CUDA device 0 (NAME)", "emulated ...".
+  [[nodiscard]] std::string describe() const;
+
+  struct Impl;  // experiments/backend_factory.cpp
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
 
 struct BackendOptions {
   ModelGeometry model;
   std::size_t capacity_bytes = 0;
   std::int64_t max_seq_len = 0;      ///< 0: the model's max context
   MemoryResource* memory = nullptr;  ///< nullptr: accounting only
+  /// The device the memory is on (its vmm driver, swap space, granularity); nullptr: the host.
+  /// Given without `memory`, accounting only, but vmm page sizes are checked against the device.
+  DeviceContext* device = nullptr;
 };
 
 /// One family of backends: every name that starts with `prefix` is made by `make` (which throws

@@ -1,6 +1,7 @@
 #include "experiments/kv_integrity.hpp"
 
 #include "alloc/error.hpp"
+#include "alloc/faults/fault_injection.hpp"
 #include "kernels/dispatch.hpp"
 
 namespace kvlab {
@@ -16,7 +17,8 @@ std::uint64_t mix(std::uint64_t x) noexcept {  // splitmix64 finaliser
 
 KvIntegrity::KvIntegrity(KvBackend& backend) : b_(backend) {
   KVLAB_EXPECTS(backend.has_storage(), "KV integrity checks need a backend with KV storage");
-  KVLAB_EXPECTS(backend.device() == Device::host, "KV integrity checks read KV on the host");
+  KVLAB_EXPECTS(host_addressable(backend.device()),
+                "KV integrity checks read KV through host pointers: a backend on the host or the emulated device");
 }
 
 float KvIntegrity::pattern(std::uint64_t tag, int layer, int kv, int head, int d) noexcept {
@@ -51,6 +53,7 @@ void KvIntegrity::write(SeqId id, std::int64_t from, std::span<const std::uint64
   if (tags.empty()) return;
   expect(id, from, tags);
   const ModelGeometry& m = b_.model();
+  const ScopedFaultPause observer;  // the checker's staging (a device's per-batch arrays) never fails
   b_.prepare_batch({&id, 1});
   for (int layer = 0; layer < m.num_layers; ++layer) {
     const KvView view = b_.layer_view(layer);
@@ -81,6 +84,7 @@ void KvIntegrity::forget(SeqId id) { tags_.erase(id); }
 std::int64_t KvIntegrity::verify(std::span<const SeqId> ids) {
   if (ids.empty()) return 0;
   const ModelGeometry& m = b_.model();
+  const ScopedFaultPause observer;
   const PreparedBatch batch = b_.prepare_batch(ids);
   std::int64_t bad = 0;
   for (int layer = 0; layer < m.num_layers; ++layer) {

@@ -165,6 +165,10 @@ int cmd_devices() {
   const CudaStatus& c = cuda_status();
   std::cout << "cuda: " << (c.available ? "available - " : "unavailable - ") << c.message << "\n";
   if (c.compiled) std::cout << "      runtime " << c.runtime_version << " (static), driver " << c.driver_version << "\n";
+  std::cout << "emulated: "
+            << (KVLAB_HAS_CUDA_HEADERS ? "available - the CUDA code path on the host (driver double, SIMT emulator)"
+                                       : "unavailable - built without the CUDA toolkit headers")
+            << "\n";
   return 0;
 }
 
@@ -181,7 +185,8 @@ int cmd_models() {
 /// Options shared by replay and compare: the workload, the model and capacity, the scheduler.
 struct Common {
   std::string trace, trace_dir, trace_format, prompt_len, output_len, model_name, device_model, out_dir;
-  std::string long_policy, preemption, lengths_from, inject_faults, kernels, schedule, prefill_steps;
+  std::string long_policy, preemption, lengths_from, inject_faults, kernels, schedule, device_text, prefill_steps;
+  DeviceSpec device;
   double lpm_max_wait = 5.0;
   double capacity_gib = 0, rate = 0, burstiness = 1, time_scale = 1;
   std::int64_t requests = 0, max_seq_len = 0, max_batched = 0, limit = 0, shared_prefix = 0;
@@ -237,7 +242,11 @@ struct Common {
         "device of the modelled clock: a preset (a100-40gb, a100-80gb, h100-sxm, h200, host) or a device model "
         "file (kvlab calibrate --out FILE); see docs/clock.md")(
         "execute", po::bool_switch(&execute),
-        "execute mode: run the host attention kernels over real KV memory; the clock is their measured time")(
+        "execute mode: run the attention kernels over real KV memory; the clock is their measured time")(
+        "device", po::value(&device_text)->default_value("host"),
+        "where KV memory lives and execute mode's kernels run: host, cuda[:N] (a GPU), or emulated (the CUDA code "
+        "path on the host: the CUDA driver double and the SIMT emulator); needs --execute or --verify-kv unless host; "
+        "see docs/devices.md")(
         "execute-layers", po::value(&execute_layers)->default_value(0), "execute mode: run N layers, scale to all (0: all)")(
         "kernels", po::value(&kernels)->default_value("native"),
         "execute mode: native (host or CUDA kernels) or emulated (the CUDA kernels under the host SIMT emulator)")(
@@ -289,6 +298,7 @@ struct Common {
       throw UsageError("--long-requests must be reject or truncate (got '" + long_policy + "')");
     if (kernels != "native" && kernels != "emulated")
       throw UsageError("--kernels must be native or emulated (got '" + kernels + "')");
+    device = parse_device_spec(device_text);  // InvalidArgument naming the value: exit 2
     if (!inject_faults.empty() && !execute && !verify_kv)
       throw UsageError("--inject-faults needs KV storage: add --execute or --verify-kv");
     if (!inject_faults.empty()) (void)fault_plan();  // validate now
@@ -312,9 +322,23 @@ struct Common {
     if (!execute)
       for (const char* option : {"kernels", "execute-layers"})
         if (given(option)) throw UsageError(fmt::format("--{} applies only with --execute", option));
+    check_device();
     if (!trace.empty())
       for (const char* option : {"requests", "prompt-len", "output-len", "lengths-from", "prefix-groups", "shared-prefix", "turns"})
         if (given(option)) throw UsageError(fmt::format("--{} describes a synthetic workload; it does not apply with --trace", option));
+  }
+
+  /// --device combinations that would mean nothing or read device memory from the host.
+  void check_device() const {
+    if (device.kind == Device::host) return;
+    if (!execute && !verify_kv)
+      throw UsageError("--device " + device_text + " needs KV storage: add --execute or --verify-kv (memory mode keeps "
+                       "no KV bytes, on any device)");
+    if (verify_kv && !host_addressable(device.kind))
+      throw UsageError("--verify-kv reads KV through host pointers: use --device host or emulated, not " + device_text);
+    if (execute && kernels == "emulated")
+      throw UsageError("--kernels emulated runs the CUDA kernels on host memory: it applies only with --device host "
+                       "(--device emulated runs them on the emulated device)");
   }
 
   /// --inject-faults nth:N | random:P[:SEED] as an armed injector.
@@ -410,13 +434,30 @@ struct Common {
     return rc;
   }
 
-  BackendOptions backend_options(MemoryResource* memory) const {
+  BackendOptions backend_options(MemoryResource* memory, DeviceContext* ctx = nullptr) const {
     BackendOptions bo;
+    bo.device = ctx;
     bo.model = model_preset(model_name);
     bo.capacity_bytes = static_cast<std::size_t>(capacity_gib * static_cast<double>(1ull << 30));
     bo.max_seq_len = max_seq_len;
     bo.memory = memory;
     return bo;
+  }
+
+  /// The run's device: host memory, a GPU, or the emulated device sized for the KV capacity plus
+  /// headroom for per-batch arrays and kernel arguments.
+  std::unique_ptr<DeviceContext> open_device() const {
+    const std::size_t capacity = static_cast<std::size_t>(capacity_gib * static_cast<double>(1ull << 30));
+    return std::make_unique<DeviceContext>(device, capacity + (std::size_t{1} << 30));
+  }
+
+  /// What execute mode's clock measures, for the header line.
+  std::string clock_description(const DeviceModel& model) const {
+    if (!execute) return "modelled on " + model.name;
+    if (device.kind == Device::cuda) return "measured (CUDA attention kernels, CUDA events)";
+    if (device.kind == Device::emulated) return "measured (CUDA attention kernels under the SIMT emulator)";
+    return kernels == "emulated" ? "measured (CUDA attention kernels under the SIMT emulator, host memory)"
+                                 : "measured (host attention kernels)";
   }
 };
 
@@ -440,13 +481,55 @@ void finish_output_dir(const fs::path& dir, const std::string& invocation, const
   write_completion_marker(dir, invocation, files);
 }
 
+/// Replays the workload through one backend on the run's device, with the faults armed (copies,
+/// and on the emulated device driver calls too); prints the fault and integrity line. Afterwards the
+/// emulated device must hold nothing and have seen no contract violation.
+ReplayResult replay_one(const Common& c, const std::string& name, DeviceContext& device,
+                        const std::vector<Request>& workload, const ReplayConfig& rc) {
+  const bool storage = c.execute || c.verify_kv;
+  auto backend = make_backend(name, c.backend_options(storage ? &device.memory() : nullptr, &device));
+  Progress progress("replay " + backend->name(), c.progress);
+  std::unique_ptr<FaultInjector> faults = c.inject_faults.empty() ? nullptr : c.fault_plan();
+  std::optional<ScopedCopyFaults> guard;
+  struct DriverFaults {  // disarmed however the replay ends, before the backend's teardown
+    DeviceContext& device;
+    ~DriverFaults() {
+      try {
+        device.inject_driver_faults(nullptr);
+      } catch (...) {  // only a failed allocation of the entry list; never let it escape a destructor
+      }
+    }
+  } driver_faults{device};
+  if (faults) {
+    guard.emplace(*faults);
+    device.inject_driver_faults(faults.get());
+  }
+  ReplayResult r = replay(*backend, workload, rc, [&](auto d, auto t) { progress.update(d, t); });
+  device.inject_driver_faults(nullptr);  // teardown runs without faults: what it frees must come back
+  guard.reset();
+  if (faults || c.verify_kv)
+    std::cout << r.summary.backend << ": " << (faults ? std::to_string(faults->injected()) + " faults injected, " : "")
+              << r.summary.failed << " requests failed with a reason, " << r.summary.rejected << " rejected"
+              << (c.verify_kv ? ", " + std::to_string(r.summary.kv_tokens_checked) + " token reads verified, " +
+                                    std::to_string(r.summary.kv_mismatches) + " KV mismatches"
+                              : std::string())
+              << "\n";
+  backend.reset();
+  if (const std::string problems = device.problems(); !problems.empty())
+    throw Error("--device " + device.spec().name() + ": backend " + r.summary.backend +
+                " left the device unclean: " + problems);
+  return r;
+}
+
 /// Replays one workload through each named backend; prints the table; writes files.
 int run_backends(const Common& c, const std::vector<std::string>& names, const std::string& invocation,
                  bool chart) {
   if (names.empty()) throw UsageError("no backend named");
   const ModelGeometry model = model_preset(c.model_name);
-  // Execute mode needs real KV bytes: host memory, capped at the capacity (one backend at a time).
-  const BackendOptions probe = c.backend_options(nullptr);
+  // Execute mode needs real KV bytes: the device's memory (host memory by default), one backend at
+  // a time. The device is opened first: without the GPU asked for, nothing else runs.
+  const std::unique_ptr<DeviceContext> device = c.open_device();
+  const BackendOptions probe = c.backend_options(nullptr, device.get());
   for (const auto& n : names) {  // fail on a bad name, or a preemption it cannot do, before any long run
     const auto b = make_backend(n, probe);
     if (c.preemption == "swap" && !b->supports_swap())
@@ -463,32 +546,21 @@ int run_backends(const Common& c, const std::vector<std::string>& names, const s
   }
   ReplayConfig rc = c.replay_config();
   rc.at_step_boundary = throw_if_interrupted;  // SIGINT/SIGTERM stop the replay between steps
+  if (c.device.kind != Device::host) rc.device_memory = &device->memory();  // the kernels' q, out, offsets
   std::cout << "workload: " << description << "\n"
             << "model: " << model.name << " (" << model.kv_bytes_per_token() << " KV bytes/token), capacity "
-            << c.capacity_gib << " GiB, clock "
-            << (c.execute ? "measured (host attention kernels)" : "modelled on " + rc.device.name) << "\n\n";
+            << c.capacity_gib << " GiB, clock " << c.clock_description(rc.device) << "\n";
+  if (c.device.kind != Device::host) std::cout << "device: " << device->describe() << "\n";
+  std::cout << "\n";
   std::vector<ReplaySummary> rows;
   bool corrupted = false;
   for (const auto& name : names) {
-    const bool storage = c.execute || c.verify_kv;
-    auto backend = make_backend(name, c.backend_options(storage ? &host_memory_resource() : nullptr));
-    Progress progress("replay " + backend->name(), c.progress);
-    std::unique_ptr<FaultInjector> faults = c.inject_faults.empty() ? nullptr : c.fault_plan();
-    std::optional<ScopedCopyFaults> guard;
-    if (faults) guard.emplace(*faults);
-    const ReplayResult r = replay(*backend, workload, rc, [&](auto d, auto t) { progress.update(d, t); });
-    guard.reset();
-    if (faults || c.verify_kv)
-      std::cout << r.summary.backend << ": " << (faults ? std::to_string(faults->injected()) + " faults injected, " : "")
-                << r.summary.failed << " requests failed with a reason, " << r.summary.rejected << " rejected"
-                << (c.verify_kv ? ", " + std::to_string(r.summary.kv_tokens_checked) + " token reads verified, " +
-                                      std::to_string(r.summary.kv_mismatches) + " KV mismatches"
-                                : std::string())
-                << "\n";
+    const ReplayResult r = replay_one(c, name, *device, workload, rc);
     if (c.verify_kv && r.summary.kv_mismatches > 0) corrupted = true;
     rows.push_back(r.summary);
     if (!c.out_dir.empty())
-      write_replay_files(c.out_dir, RunInfo{invocation, model.name, description, r.summary.clock, rc.device.name}, r);
+      write_replay_files(c.out_dir,
+                         RunInfo{invocation, model.name, description, r.summary.clock, rc.device.name, c.device.name()}, r);
   }
   print_summary_table(std::cout, rows);
   if (corrupted) {
@@ -504,7 +576,9 @@ const char* kReplayExamples =
     "  kvlab replay --backend paged-16                      # synthetic workload, OPT-13B, 12 GiB of KV\n"
     "  kvlab replay --backend contiguous-pow2 --trace AzureLLMInferenceTrace_conv.csv --limit 2000\n"
     "  kvlab replay --backend paged-16 --trace sharegpt_8k_filtered_stats_llama2_tokenizer.csv --rate 2\n"
-    "  kvlab replay --backend paged-16 --model llama-3-8b --capacity-gib 1 --execute --execute-layers 2\n";
+    "  kvlab replay --backend paged-16 --model llama-3-8b --capacity-gib 1 --execute --execute-layers 2\n"
+    "  kvlab replay --backend vmm-2m --device emulated --execute --verify-kv --execute-layers 1 --model yi-6b \\\n"
+    "      --capacity-gib 0.25 --max-seq-len 256 --requests 8   # the CUDA code path without a GPU (docs/devices.md)\n";
 
 int cmd_replay(const std::vector<std::string>& args, const std::string& invocation) {
   Common c;

@@ -8,11 +8,13 @@
 #include <numeric>
 #include <random>
 
+#include "alloc/device_staging.hpp"
 #include "alloc/error.hpp"
 #include "experiments/kv_integrity.hpp"
 #include "experiments/token_ids.hpp"
 #include "kernels/attention.hpp"
 #include "kernels/batch_attention_params.hpp"
+#include "kernels/device_timer.hpp"
 
 namespace kvlab {
 
@@ -121,6 +123,15 @@ class Replay {
   [[nodiscard]] const std::vector<std::uint64_t>& prompt_tags(Group& g) const;
   void check_integrity();
   double execute_kernels(double& prepare_s);
+  /// The step's kernels under the catch ladder: a device error fails the step's requests.
+  double execute_step(double& prepare_s);
+  /// Where the kernels read q and q_indptr and write out: host vectors, or their device copies.
+  struct KernelArgs {
+    const float* q;
+    float* out;
+    const std::int32_t* q_indptr;
+  };
+  [[nodiscard]] KernelArgs kernel_args();
 
   KvBackend& b_;
   const std::vector<Request>& w_;
@@ -145,6 +156,8 @@ class Replay {
   // Execute mode buffers.
   std::vector<float> q_, out_;
   std::vector<std::int32_t> q_indptr_;
+  DeviceStaging q_device_, out_device_;  // device copies (backends on a device)
+  std::optional<DeviceTimer> timer_;
   std::mt19937_64 rng_{12345};
   std::mt19937_64 beam_rng_;
 };
@@ -476,9 +489,12 @@ double Replay::execute_kernels(double& prepare_s) {
   }
   const auto t0 = Clock::now();
   const PreparedBatch batch = b_.prepare_batch(ids);
+  const KernelArgs a = kernel_args();
   const auto t1 = Clock::now();
-  const AttentionParams p = batch_attention_params(m, batch, q_.data(), out_.data(), q_indptr_.data());
+  const AttentionParams p = batch_attention_params(m, batch, a.q, a.out, a.q_indptr);
   const int layers = c_.execute_layers > 0 ? std::min(c_.execute_layers, m.num_layers) : m.num_layers;
+  if (!timer_) timer_.emplace(b_.device());
+  timer_->start();
   for (int l = 0; l < layers; ++l) {
     if (c_.attention) {
       c_.attention(p, b_.layer_view(l));
@@ -486,9 +502,39 @@ double Replay::execute_kernels(double& prepare_s) {
       attention(b_.device(), p, b_.layer_view(l));
     }
   }
-  const auto t2 = Clock::now();
+  const double kernels_s = timer_->stop();  // waits for the device's kernels
   prepare_s = std::chrono::duration<double>(t1 - t0).count();
-  return std::chrono::duration<double>(t2 - t1).count() * m.num_layers / layers;
+  return kernels_s * m.num_layers / layers;
+}
+
+Replay::KernelArgs Replay::kernel_args() {
+  if (b_.device() == Device::host || c_.device_memory == nullptr) return {q_.data(), out_.data(), q_indptr_.data()};
+  // Device kernels read their arguments from device memory: q and the offsets in one upload, the
+  // output buffer beside them (staging grows as needed and is reused across steps).
+  const std::size_t n = static_cast<std::size_t>(q_indptr_.back()) * b_.model().num_q_heads * b_.model().head_dim;
+  std::byte* qi = q_device_.upload(*c_.device_memory, std::as_bytes(std::span(q_.data(), n)),
+                                   std::as_bytes(std::span(q_indptr_)));
+  std::byte* out = out_device_.upload(*c_.device_memory, std::as_bytes(std::span(out_.data(), n)), {});
+  return {reinterpret_cast<const float*>(qi), reinterpret_cast<float*>(out),
+          reinterpret_cast<const std::int32_t*>(qi + n * sizeof(float))};
+}
+
+double Replay::execute_step(double& prepare_s) {
+  double kernel_s = 0;
+  std::string error;
+  if (attempt([&] { kernel_s = execute_kernels(prepare_s); }, &error) == Outcome::ok) return kernel_s;
+  // The kernels only read KV: nothing of it is lost, but the step's tokens were not computed. Its
+  // requests fail with the reason, as a serving engine aborts the requests of a failed step.
+  for (std::size_t i = 0; i < running_.size();) {
+    if (!running_[i].in_step) {
+      ++i;
+      continue;
+    }
+    Group dead = std::move(running_[i]);
+    running_.erase(running_.begin() + static_cast<std::ptrdiff_t>(i));
+    finish(dead, RequestRecord::Status::failed, "attention step failed: " + error);
+  }
+  return 0;
 }
 
 /// Integrity tags of a group's tokens: chained over token ids when known (so cached blocks carry
@@ -701,7 +747,7 @@ void Replay::account() {
   if (c_.execute) {
     // Measured: the kernels' and the mapping's wall time. Copies to the host and copy-on-write
     // stay modelled (execute mode copies host memory, which is not what a GPU would wait for).
-    rec.kernel_s = execute_kernels(rec.prepare_s);
+    rec.kernel_s = execute_step(rec.prepare_s);
     rec.mapping_s = costs.mapping_s;
     rec.parts = StepTime{.transfer = rec.parts.transfer, .copy = rec.parts.copy};
     dt = rec.kernel_s + rec.mapping_s + rec.parts.total();  // mapping on the critical path delays the step
@@ -833,6 +879,8 @@ ReplayResult Replay::run() {
   KVLAB_EXPECTS(c_.samples_per_request >= 1, "samples per request must be at least 1");
   KVLAB_EXPECTS(c_.samples_per_request <= c_.max_running, "samples per request must fit max_running");
   KVLAB_EXPECTS(!c_.execute || b_.has_storage(), "execute mode needs a backend with KV storage");
+  KVLAB_EXPECTS(!c_.execute || b_.device() == Device::host || c_.attention || c_.device_memory != nullptr,
+                "execute mode on a device needs ReplayConfig::device_memory for the kernels' arguments");
   for (std::size_t i = 1; i < w_.size(); ++i)
     KVLAB_EXPECTS(w_[i].arrival_s >= w_[i - 1].arrival_s, "workload must be sorted by arrival");
   KVLAB_EXPECTS(c_.beam_reselect_probability >= 0 && c_.beam_reselect_probability <= 1,

@@ -15,7 +15,9 @@
 //     split across steps to fit the budget; without it a prompt is prefilled in one step.
 //  4. The clock advances: in memory mode by the declared roofline cost model; in execute mode by
 //     the measured time of the attention kernels that really ran over the backend's memory (all
-//     layers, or the first `execute_layers` scaled up). Memory accounting is identical.
+//     layers, or the first `execute_layers` scaled up; CUDA events on a GPU). Memory accounting is
+//     identical. A device error in the step's kernels (or in staging their arguments) fails the
+//     requests of that step, with the reason, and the replay goes on.
 //  5. Every sequence that did work samples a token; finished requests release their memory.
 //
 // Token semantics (vLLM's): a request with P prompt and O output tokens holds P tokens after its
@@ -31,6 +33,7 @@
 
 #include "alloc/kv_backend.hpp"
 #include "alloc/memory_breakdown.hpp"
+#include "alloc/memory_resource.hpp"
 #include "experiments/cost_model.hpp"
 #include "experiments/schedule_policy.hpp"
 #include "experiments/workload.hpp"
@@ -77,6 +80,10 @@ struct ReplayConfig {
   /// device's native kernels (kvlab::attention: host kernels on the host, CUDA kernels on a GPU).
   /// `kvlab replay --kernels emulated` passes the CUDA kernels under the host SIMT emulator.
   AttentionFn attention;
+  /// Execute mode with a backend on a device (cuda, emulated): device memory for the queries,
+  /// outputs and query offsets the kernels read and write (the backend's own memory resource, from
+  /// the factory's DeviceContext). Needed exactly when the backend's device is not the host.
+  MemoryResource* device_memory = nullptr;
   /// Called before every step; it may throw to stop the replay there (kvlab's SIGINT/SIGTERM
   /// handling: experiments/run_control.hpp). Empty: nothing.
   std::function<void()> at_step_boundary;

@@ -33,7 +33,7 @@ void print_summary_table(std::ostream& os, const std::vector<ReplaySummary>& row
   }
   const bool measured = !rows.empty() && rows.front().clock == "measured";
   os << "fractions are time-weighted shares of the KV capacity (vLLM Fig. 2 categories); "
-     << (measured ? "times are measured (host attention kernels over the real KV memory).\n"
+     << (measured ? "times are measured (the attention kernels over the real KV memory).\n"
                   : "times are modelled per operation from the device model (docs/clock.md).\n");
 }
 

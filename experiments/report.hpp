@@ -19,6 +19,7 @@ struct RunInfo {
   std::string workload;
   std::string clock = "modelled";  ///< "modelled" (memory mode) or "measured" (execute mode)
   std::string device_model;
+  std::string device = "host";  ///< where KV lived and kernels ran (--device): host, cuda:N, emulated
 };
 
 /// Writes DIR/<backend>/{summary.json,steps.csv,requests.csv}; creates directories as needed.

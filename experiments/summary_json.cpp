@@ -45,6 +45,7 @@ void add_run(Json& j, const RunInfo& info, const ReplaySummary& s) {
   j["workload"] = info.workload;
   j["clock"] = info.clock;
   j["device_model"] = info.device_model;
+  j["device"] = info.device;
   j["capacity_bytes"] = s.capacity_bytes;
 }
 
@@ -81,7 +82,7 @@ void add_results(Json& j, const ReplaySummary& s) {
 }
 
 /// How many keys each line of the file holds, in order.
-constexpr int kKeysPerLine[] = {1, 1, 1, 1, 1, 1, 1, 5, 3, 2, 1, 1, 1, 2, 1, 6, 4, 1, 3, 1, 1};
+constexpr int kKeysPerLine[] = {1, 1, 1, 1, 1, 1, 1, 1, 5, 3, 2, 1, 1, 1, 2, 1, 6, 4, 1, 3, 1, 1};
 
 /// A value on one line: nested objects as {"key": value, ...}, the rest as nlohmann prints them
 /// (invalid UTF-8 in a string replaced rather than thrown on: the command line is user text).

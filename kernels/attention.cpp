@@ -2,7 +2,9 @@
 
 #include "alloc/error.hpp"
 #include "kernels/dispatch.hpp"
+#include "kernels/simt/emulated_attention.hpp"
 #if KVLAB_HAS_CUDA
+#include "alloc/cuda_check.hpp"
 #include "kernels/cuda/cuda_attention.hpp"
 #endif
 
@@ -37,13 +39,31 @@ void validate_host_lengths(const AttentionParams& p) {
 void attention(Device device, const AttentionParams& p, const KvView& kv) {
   switch (device) {
     case Device::host: return host_attention(p, kv);
+    // The CUDA kernels' source under the host SIMT emulator, split-KV as on a GPU.
+    case Device::emulated: return emulated_attention(p, kv, /*num_partitions=*/2);
     case Device::cuda:
 #if KVLAB_HAS_CUDA
-      return cuda_attention(p, kv, 1);
+      return cuda_attention(p, kv, 2);
 #else
       KVLAB_THROW(InvalidArgument, "CUDA attention is not built into this binary (configured without nvcc)");
 #endif
   }
+}
+
+void block_copy(Device device, const simt::BlockCopyParams& c) {
+  switch (device) {
+    case Device::emulated: return emulated_block_copy(c);
+    case Device::cuda:
+#if KVLAB_HAS_CUDA
+      cuda_block_copy(c);
+      KVLAB_CUDA_TRY(cudaDeviceSynchronize());
+      return;
+#else
+      KVLAB_THROW(InvalidArgument, "the CUDA block copy is not built into this binary (configured without nvcc)");
+#endif
+    case Device::host: break;
+  }
+  KVLAB_THROW(InvalidArgument, "block_copy runs on a device (cuda or emulated); host backends copy with memmove");
 }
 
 }  // namespace kvlab

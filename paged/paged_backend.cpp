@@ -5,12 +5,9 @@
 
 #include "alloc/copy.hpp"
 #include "alloc/error.hpp"
+#include "kernels/attention.hpp"
 #include "paged/hash_prefix_cache.hpp"
 #include "paged/radix_cache.hpp"
-#if KVLAB_HAS_CUDA
-#include "alloc/cuda_check.hpp"
-#include "kernels/cuda/cuda_attention.hpp"
-#endif
 
 namespace kvlab {
 
@@ -342,9 +339,9 @@ void PagedBackend::do_release(SeqId id) {
 void PagedBackend::copy_blocks(const std::vector<std::pair<BlockId, BlockId>>& pairs) {
   if (region_ == nullptr || pairs.empty()) return;
   const int planes = 2 * config_.model.num_layers;
-#if KVLAB_HAS_CUDA
-  if (device() == Device::cuda) {
-    // One batched launch over every (plane, pair): plane p's block b is pool block p * N + b.
+  if (device() != Device::host) {
+    // One batched launch over every (plane, pair): plane p's block b is pool block p * N + b. The
+    // same code on a GPU and on the emulated device; only the launcher differs (kernels/attention.hpp).
     std::vector<std::int32_t> ids;
     const std::int64_t n = static_cast<std::int64_t>(pairs.size()) * planes;
     ids.reserve(static_cast<std::size_t>(2 * n));
@@ -360,7 +357,7 @@ void PagedBackend::copy_blocks(const std::vector<std::pair<BlockId, BlockId>>& p
       std::size_t n;
       ~Free() { mr->deallocate(p, n); }
     } free_ids{config_.memory, dev_ids, id_bytes};
-    upload_bytes(Device::cuda, dev_ids, ids.data(), id_bytes);
+    upload_bytes(device(), dev_ids, ids.data(), id_bytes);
     simt::BlockCopyParams c;
     c.src_pool = region_;
     c.dst_pool = region_;
@@ -368,11 +365,9 @@ void PagedBackend::copy_blocks(const std::vector<std::pair<BlockId, BlockId>>& p
     c.dst_blocks = static_cast<const std::int32_t*>(dev_ids) + n;
     c.num_pairs = n;
     c.block_bytes = static_cast<std::int64_t>(block_bytes_);
-    cuda_block_copy(c);
-    KVLAB_CUDA_TRY(cudaDeviceSynchronize());
+    block_copy(device(), c);
     return;
   }
-#endif
   for (int p = 0; p < planes; ++p) {
     std::byte* base = plane(p / 2, p % 2);
     for (const auto& [src, dst] : pairs)

@@ -1,7 +1,7 @@
 #pragma once
 // The virtual-memory driver over CUDA's VMM API (cuMemAddressReserve, cuMemCreate, cuMemMap, ...),
 // reached only through a `const CudaDriverApi&`: production passes cuda_driver(), tests the
-// contract-checking host double (tests/support/cuda_driver_double.hpp).
+// contract-checking host double (alloc/emulated/cuda_driver_double.hpp).
 #if !KVLAB_HAS_CUDA_HEADERS
 #error "vmm/cuda_vm_driver.hpp needs the CUDA toolkit headers; guard the include with KVLAB_HAS_CUDA_HEADERS"
 #endif
@@ -16,6 +16,10 @@ struct CudaVmOptions {
   /// The table is the host double: mapped "device" memory is host memory, so the backend copies
   /// and runs kernels on the host (Device::host). False for the real driver.
   bool host_memory = false;
+  /// The table is the double and the backend runs as on a GPU (`--device emulated`): device() is
+  /// Device::emulated, so per-batch arrays are staged in device memory and the CUDA kernels run
+  /// under the SIMT emulator. Takes precedence over host_memory.
+  bool emulated = false;
 };
 
 // Design note
@@ -58,7 +62,7 @@ class CudaVmDriver final : public VmDriver {
 
   [[nodiscard]] std::string name() const override { return "cuda"; }
   [[nodiscard]] Device device() const noexcept override {
-    return options_.host_memory ? Device::host : Device::cuda;
+    return options_.emulated ? Device::emulated : options_.host_memory ? Device::host : Device::cuda;
   }
   [[nodiscard]] std::size_t granularity() const noexcept override { return granularity_; }
 

@@ -22,7 +22,9 @@ VmmConfig checked(VmmConfig c, std::int64_t max_seq_len) {
   if (c.driver) {
     KVLAB_EXPECTS(c.page_bytes % c.driver->granularity() == 0,
                   "vmm page size " + page_size_name(c.page_bytes) + " is not a multiple of the " + c.driver->name() +
-                      " driver's granularity (" + page_size_name(c.driver->granularity()) + ")");
+                      " driver's granularity (" + page_size_name(c.driver->granularity()) + "): use vmm-" +
+                      page_size_name(c.driver->granularity()) + " or a multiple of it (smaller pages need vAttention's "
+                      "modified driver)");
     KVLAB_EXPECTS(c.driver->device() == Device::host || c.memory != nullptr,
                   "a vmm backend on device memory needs a memory resource for its per-batch arrays");
   }

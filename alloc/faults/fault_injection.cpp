@@ -27,7 +27,15 @@ void FaultInjector::disarm() {
   probability_ = 0;
 }
 
+namespace {
+thread_local int t_paused = 0;  // ScopedFaultPause depth on this thread
+}  // namespace
+
+ScopedFaultPause::ScopedFaultPause() noexcept { ++t_paused; }
+ScopedFaultPause::~ScopedFaultPause() { --t_paused; }
+
 bool FaultInjector::should_fail(const char* site) {
+  if (t_paused > 0) return false;  // an observer's calls (integrity checks) are not the system under test
   std::lock_guard lock(mutex_);
   ++checks_;
   bool fail = false;

@@ -42,6 +42,17 @@ class FaultInjector {
   std::string last_site_;
 };
 
+/// While one lives, every injector answers "pass" (and counts nothing) on this thread: for observers
+/// such as the KV integrity checker, whose own copies and staging are not what a fault test tests.
+/// Other threads (the vmm background mapper) still see faults.
+class ScopedFaultPause {
+ public:
+  ScopedFaultPause() noexcept;
+  ~ScopedFaultPause();
+  ScopedFaultPause(const ScopedFaultPause&) = delete;
+  ScopedFaultPause& operator=(const ScopedFaultPause&) = delete;
+};
+
 /// Device copies (alloc/copy.hpp) consult this injector while it is installed (nullptr: none).
 /// An injected copy failure throws kvlab::Error before any byte moves.
 void set_copy_fault_injector(FaultInjector* injector) noexcept;

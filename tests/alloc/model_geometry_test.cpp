@@ -56,7 +56,29 @@ TEST(Names, DtypeAndDeviceParse) {
   EXPECT_EQ(parse_dtype("float"), DType::f32);
   EXPECT_THROW((void)parse_dtype("int4"), InvalidArgument);
   EXPECT_EQ(parse_device("cuda"), Device::cuda);
+  EXPECT_EQ(parse_device("emulated"), Device::emulated);
   EXPECT_THROW((void)parse_device("tpu"), InvalidArgument);
+}
+
+TEST(Names, DeviceSpecParse) {
+  EXPECT_EQ(parse_device_spec("host").kind, Device::host);
+  EXPECT_EQ(parse_device_spec("emulated").kind, Device::emulated);
+  EXPECT_EQ(parse_device_spec("cuda").kind, Device::cuda);
+  EXPECT_EQ(parse_device_spec("cuda").index, 0);
+  EXPECT_EQ(parse_device_spec("cuda:3").index, 3);
+  EXPECT_EQ(parse_device_spec("cuda:3").name(), "cuda:3");
+  EXPECT_EQ(parse_device_spec("emulated").name(), "emulated");
+  for (const char* bad : {"", "gpu", "cuda:", "cuda:x", "cuda:-1", "cuda:1x", "cuda:1024", "emulated:0", "host:0", "CUDA"}) {
+    try {
+      (void)parse_device_spec(bad);
+      ADD_FAILURE() << "'" << bad << "' was accepted";
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find("'" + std::string(bad) + "'"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_TRUE(host_addressable(Device::host));
+  EXPECT_TRUE(host_addressable(Device::emulated));
+  EXPECT_FALSE(host_addressable(Device::cuda));
 }
 
 }  // namespace

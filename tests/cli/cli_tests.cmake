@@ -16,6 +16,11 @@ add_test(NAME cli.beam_search COMMAND $<TARGET_FILE:kvlab> replay --backend page
          --model yi-6b --capacity-gib 0.05 --no-progress)
 set_tests_properties(cli.beam_search PROPERTIES LABELS cli
   PASS_REGULAR_EXPRESSION "paged-b16: 0 requests failed with a reason, 0 rejected, [1-9][0-9]* token reads verified, 0 KV mismatches")
+# --device emulated: the CUDA code path (driver double, SIMT emulator) end to end for every family.
+add_test(NAME cli.device_emulated
+         COMMAND ${CMAKE_COMMAND} -DBINARY=$<TARGET_FILE:kvlab> -DOUT=${CMAKE_CURRENT_BINARY_DIR}/cli-device
+         -P ${CMAKE_CURRENT_SOURCE_DIR}/cli/check_device.cmake)
+set_tests_properties(cli.device_emulated PROPERTIES LABELS cli TIMEOUT 900)
 add_test(NAME cli.help_has_examples COMMAND $<TARGET_FILE:kvlab> replay --help)
 set_tests_properties(cli.help_has_examples PROPERTIES LABELS cli PASS_REGULAR_EXPRESSION "Examples:")
 add_test(NAME cli.compare_writes_csv_and_chart

@@ -36,6 +36,7 @@ TEST(SummaryJson, CarriesTheBackendsNamedCounters) {
   const auto j = nlohmann::json::parse(summary_json(RunInfo{"kvlab test", "tiny", "synthetic", "modelled", "none"}, r.summary));
   EXPECT_EQ(j.at("counters").at("cow_copies").get<double>(), cow);
   EXPECT_EQ(j.at("backend"), "paged-b7");
+  EXPECT_EQ(j.at("device"), "host");
   EXPECT_EQ(j.at("completed").get<std::int64_t>(), r.summary.completed);
 }
 

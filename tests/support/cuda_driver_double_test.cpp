@@ -13,7 +13,7 @@
 #include <thread>
 #include <vector>
 
-#include "tests/support/cuda_driver_double.hpp"
+#include "alloc/emulated/cuda_driver_double.hpp"
 
 namespace kvlab {
 namespace {

@@ -1,12 +1,12 @@
 // The CUDA virtual-memory driver and the vmm backend over it, against the contract-checking host
-// double of the driver API (tests/support/cuda_driver_double.hpp): no violation, no leak, data in place.
+// double of the driver API (alloc/emulated/cuda_driver_double.hpp): no violation, no leak, data in place.
 #include <gtest/gtest.h>
 
 #if KVLAB_HAS_CUDA_HEADERS
 #include <cstring>
 #include <vector>
 
-#include "tests/support/cuda_driver_double.hpp"
+#include "alloc/emulated/cuda_driver_double.hpp"
 #include "alloc/error.hpp"
 #include "tests/vmm/vmm_test_support.hpp"
 #include "vmm/cuda_vm_driver.hpp"

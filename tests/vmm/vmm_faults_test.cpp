@@ -12,7 +12,7 @@
 #include "alloc/error.hpp"
 #include "tests/vmm/vmm_test_support.hpp"
 #if KVLAB_HAS_CUDA_HEADERS
-#include "tests/support/cuda_driver_double.hpp"
+#include "alloc/emulated/cuda_driver_double.hpp"
 #include "vmm/cuda_vm_driver.hpp"
 #endif
 

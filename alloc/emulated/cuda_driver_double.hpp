@@ -1,8 +1,12 @@
 #pragma once
-// A test double for the CUDA driver API over host memory: a CudaDriverApi table whose functions
-// enforce the documented virtual-memory contract and return the documented CUresult codes.
+// A double of the CUDA driver API over host memory: a CudaDriverApi table whose functions enforce
+// the documented virtual-memory contract and return the documented CUresult codes.
+//
+// It ships (part of kvlab_alloc, in a folder of its own that says what it is for): the tests use it
+// in place of a GPU, and `kvlab replay --device emulated` runs the CUDA code path on it
+// (docs/devices.md), so the same contract is checked end to end without a GPU.
 #if !KVLAB_HAS_CUDA_HEADERS
-#error "tests/support/cuda_driver_double.hpp needs the CUDA toolkit headers; guard the include with KVLAB_HAS_CUDA_HEADERS"
+#error "alloc/emulated/cuda_driver_double.hpp needs the CUDA toolkit headers; guard the include with KVLAB_HAS_CUDA_HEADERS"
 #endif
 
 #include <cstddef>
@@ -14,6 +18,8 @@
 #include "alloc/cuda_driver.hpp"
 
 namespace kvlab {
+
+class FaultInjector;  // alloc/faults/fault_injection.hpp
 
 namespace detail {
 class CudaDriverDoubleState;
@@ -153,6 +159,13 @@ class CudaDriverDouble {
   /// same way for the same seed.
   void fail_randomly(double probability, std::uint64_t seed, CUresult result = CUDA_ERROR_UNKNOWN,
                      std::vector<CuEntry> entries = {});
+  /// From now, calls of `entries` (all entries when empty) also ask `injector` (alloc/faults; its
+  /// site is the entry's name) and fail with `result` when it says so: one plan shared with device
+  /// copies (`kvlab replay --device emulated --inject-faults`). nullptr: stop asking. The injector
+  /// must outlive its use here.
+  void use_fault_injector(FaultInjector* injector, std::vector<CuEntry> entries = {},
+                          CUresult result = CUDA_ERROR_UNKNOWN);
+  /// Disarms every plan above (fail_nth_call, fail_randomly, use_fault_injector).
   void clear_faults();
   [[nodiscard]] std::uint64_t injected_faults() const;
   /// Calls of `entry` so far, failed ones included.

@@ -1,6 +1,8 @@
 // Compiles to nothing without the CUDA toolkit headers (KVLAB_HAS_CUDA_HEADERS, set by kvlab_alloc).
 #if KVLAB_HAS_CUDA_HEADERS
-#include "tests/support/cuda_driver_double.hpp"
+#include "alloc/emulated/cuda_driver_double.hpp"
+
+#include "alloc/faults/fault_injection.hpp"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -130,6 +132,13 @@ class CudaDriverDoubleState {
         nth_faults_.erase(it);
         ++injected_;
         return result;
+      }
+    }
+    if (injector_ != nullptr && (injector_entries_.empty() || std::find(injector_entries_.begin(), injector_entries_.end(),
+                                                                        entry) != injector_entries_.end())) {
+      if (injector_->should_fail(kEntryNames[index])) {
+        ++injected_;
+        return injector_result_;
       }
     }
     if (random_probability_ > 0.0 && (random_entries_.empty() || std::find(random_entries_.begin(),
@@ -565,6 +574,13 @@ class CudaDriverDoubleState {
     nth_faults_.clear();
     random_probability_ = 0.0;
     random_entries_.clear();
+    injector_ = nullptr;
+    injector_entries_.clear();
+  }
+  void use_fault_injector(FaultInjector* injector, std::vector<CuEntry> entries, CUresult result) {
+    injector_ = injector;
+    injector_entries_ = std::move(entries);
+    injector_result_ = result;
   }
 
   std::uint64_t injected_faults() const { return injected_; }
@@ -704,6 +720,9 @@ class CudaDriverDoubleState {
   CUresult random_result_ = CUDA_ERROR_UNKNOWN;
   std::vector<CuEntry> random_entries_;
   std::uint64_t injected_ = 0;
+  FaultInjector* injector_ = nullptr;  // a shared plan (alloc/faults), asked after the double's own
+  std::vector<CuEntry> injector_entries_;
+  CUresult injector_result_ = CUDA_ERROR_UNKNOWN;
   std::vector<std::string> violations_;
 };
 
@@ -879,6 +898,12 @@ void CudaDriverDouble::fail_randomly(double probability, std::uint64_t seed, CUr
   KVLAB_EXPECTS(result != CUDA_SUCCESS, "an injected failure must not be CUDA_SUCCESS");
   std::lock_guard lock(g_mutex);
   state_->fail_randomly(probability, seed, result, std::move(entries));
+}
+
+void CudaDriverDouble::use_fault_injector(FaultInjector* injector, std::vector<CuEntry> entries, CUresult result) {
+  KVLAB_EXPECTS(result != CUDA_SUCCESS, "an injected failure must not be CUDA_SUCCESS");
+  std::lock_guard lock(g_mutex);
+  state_->use_fault_injector(injector, std::move(entries), result);
 }
 
 void CudaDriverDouble::clear_faults() {

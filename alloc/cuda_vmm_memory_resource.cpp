@@ -1,0 +1,127 @@
+// Compiled in every build; the body exists only where the CUDA toolkit headers were found.
+#if KVLAB_HAS_CUDA_HEADERS
+#include "alloc/cuda_vmm_memory_resource.hpp"
+
+#include <algorithm>
+#include <cstdint>
+
+namespace kvlab {
+
+namespace {
+void* host_ptr(CUdeviceptr p) { return reinterpret_cast<void*>(static_cast<std::uintptr_t>(p)); }  // NOLINT
+}  // namespace
+
+CudaVmmMemoryResource::CudaVmmMemoryResource(const CudaDriverApi& api, Device reported, int ordinal)
+    : api_(api), reported_(reported) {
+  KVLAB_CU_TRY(api_, cuInit(0));
+  KVLAB_CU_TRY(api_, cuDeviceGet(&device_, ordinal));
+  KVLAB_CU_TRY(api_, cuDevicePrimaryCtxRetain(&context_, device_));
+  try {
+    const CUmemAllocationProp p = prop();
+    KVLAB_CU_TRY(api_, cuMemGetAllocationGranularity(&granularity_, &p, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
+    KVLAB_ASSERT(granularity_ > 0);
+  } catch (...) {
+    (void)api_.cuDevicePrimaryCtxRelease(device_);
+    throw;
+  }
+}
+
+CudaVmmMemoryResource::~CudaVmmMemoryResource() {
+  std::lock_guard lock(mutex_);
+  retry_pending();
+  // Whatever is still live or pending leaked from its owner or the driver refused it: the driver
+  // (the double's leak report) shows it; freeing it here would hide the owner's bug.
+  (void)api_.cuDevicePrimaryCtxRelease(device_);
+}
+
+CUmemAllocationProp CudaVmmMemoryResource::prop() const noexcept {
+  CUmemAllocationProp p{};
+  p.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  p.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  p.location.id = device_;
+  return p;
+}
+
+std::string CudaVmmMemoryResource::do_name() const {
+  return std::string(to_string(reported_)) + "-vmm:" + std::to_string(device_);
+}
+
+std::size_t CudaVmmMemoryResource::live_allocations() const {
+  std::lock_guard lock(mutex_);
+  return live_.size();
+}
+
+std::size_t CudaVmmMemoryResource::pending_frees() const {
+  std::lock_guard lock(mutex_);
+  return pending_.size();
+}
+
+void CudaVmmMemoryResource::flush_pending() noexcept {
+  std::lock_guard lock(mutex_);
+  retry_pending();
+}
+
+void* CudaVmmMemoryResource::do_allocate(std::size_t bytes, std::size_t alignment) {
+  std::lock_guard lock(mutex_);
+  retry_pending();
+  const std::size_t size = (bytes + granularity_ - 1) / granularity_ * granularity_;
+  CUdeviceptr base = 0;
+  KVLAB_CU_TRY(api_, cuMemAddressReserve(&base, size, std::max(alignment, granularity_), 0, 0));
+  CUmemGenericAllocationHandle handle = 0;
+  int done = 0;  // 1: created, 2: mapped
+  try {
+    const CUmemAllocationProp p = prop();
+    KVLAB_CU_TRY(api_, cuMemCreate(&handle, size, &p, 0));
+    done = 1;
+    KVLAB_CU_TRY(api_, cuMemMap(base, size, 0, handle, 0));
+    done = 2;
+    CUmemAccessDesc desc{};
+    desc.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    desc.location.id = device_;
+    desc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    KVLAB_CU_TRY(api_, cuMemSetAccess(base, size, &desc, 1));
+  } catch (...) {
+    // Undo in reverse; a failing undo parks the block for a later retry instead of leaking it.
+    Block b{size, handle, done >= 2, done < 1};
+    if (!free_block(base, b)) pending_.emplace_back(base, b);
+    throw;
+  }
+  live_[base] = Block{size, handle, true, false};
+  return host_ptr(base);
+}
+
+bool CudaVmmMemoryResource::free_block(CUdeviceptr base, Block& b) noexcept {
+  if (b.mapped) {
+    // A kernel of this context may still read the memory: wait for it before unmapping.
+    if (api_.cuCtxSetCurrent(context_) != CUDA_SUCCESS || api_.cuCtxSynchronize() != CUDA_SUCCESS) return false;
+    if (api_.cuMemUnmap(base, b.size) != CUDA_SUCCESS) return false;
+    b.mapped = false;
+  }
+  if (!b.released) {
+    if (api_.cuMemRelease(b.handle) != CUDA_SUCCESS) return false;
+    b.released = true;
+  }
+  return api_.cuMemAddressFree(base, b.size) == CUDA_SUCCESS;
+}
+
+void CudaVmmMemoryResource::retry_pending() noexcept {
+  std::erase_if(pending_, [&](auto& entry) { return free_block(entry.first, entry.second); });
+}
+
+void CudaVmmMemoryResource::do_deallocate(void* p, std::size_t, std::size_t) noexcept {
+  std::lock_guard lock(mutex_);
+  retry_pending();
+  const auto it = live_.find(static_cast<CUdeviceptr>(reinterpret_cast<std::uintptr_t>(p)));
+  if (it == live_.end()) return;  // not ours: nothing to give back (the owner's bug shows as its leak)
+  Block b = it->second;
+  const CUdeviceptr base = it->first;
+  live_.erase(it);
+  try {
+    if (!free_block(base, b)) pending_.emplace_back(base, b);
+  } catch (...) {  // emplace_back's allocation: the driver's leak report shows the block
+  }
+}
+
+}  // namespace kvlab
+
+#endif  // KVLAB_HAS_CUDA_HEADERS

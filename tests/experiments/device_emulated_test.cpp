@@ -1,0 +1,175 @@
+// `--device emulated` end to end, as the factory builds it (DeviceContext): every backend family on
+// the CUDA driver double's memory — contiguous and paged pools from cuMemCreate + cuMemMap, vmm
+// pages through CudaVmDriver — with the CUDA kernels under the SIMT emulator, their arguments in
+// device memory, and every KV byte verified after every step. Then faults injected at the driver's
+// calls and at device copies: every request ends completed, rejected or failed with a reason, the
+// KV that remains reads back as written, and the double holds nothing once the backend is gone.
+#include <gtest/gtest.h>
+
+#include "alloc/cuda_runtime.hpp"
+#include "alloc/error.hpp"
+#include "alloc/faults/fault_injection.hpp"
+#include "experiments/backend_factory.hpp"
+#include "experiments/replayer.hpp"
+#include "tests/support/tiny_model.hpp"
+
+#if KVLAB_HAS_CUDA_HEADERS
+#include "alloc/emulated/cuda_driver_double.hpp"
+
+namespace kvlab {
+namespace {
+
+struct Case {
+  std::string backend;
+  int samples = 1;  // > 1 with beam reselection: forks and copy-on-write
+};
+
+std::vector<Request> workload(int n, std::uint64_t seed) {
+  SyntheticWorkload w;
+  w.num_requests = n;
+  w.rate = 100;
+  w.prompt = LengthDistribution::parse("uniform:8:60", "p");
+  w.output = LengthDistribution::parse("uniform:2:10", "o");
+  w.seed = seed;
+  return generate(w);
+}
+
+BackendOptions options(DeviceContext& device, bool vmm) {
+  BackendOptions o;
+  o.model = testing::tiny_model();
+  o.max_seq_len = 128;
+  // vmm-2m holds a 2 MiB page per tensor (4 tensors) for each sequence: 64 MiB is 8 sequences.
+  o.capacity_bytes = vmm ? std::size_t{64} << 20 : 600 * o.model.kv_bytes_per_token();
+  o.memory = &device.memory();
+  o.device = &device;
+  return o;
+}
+
+ReplayConfig config(const Case& c, DeviceContext& device) {
+  ReplayConfig rc;
+  rc.execute = true;
+  rc.verify_kv = true;
+  rc.execute_layers = 1;
+  rc.device_memory = &device.memory();
+  rc.samples_per_request = c.samples;
+  rc.beam_reselect_probability = c.samples > 1 ? 0.3 : 0.0;
+  rc.seed = 3;
+  rc.max_batched_tokens = 256;
+  return rc;
+}
+
+double counter(const ReplaySummary& s, const std::string& name) {
+  for (const auto& [n, v] : s.backend_counters)
+    if (n == name) return v;
+  return -1;
+}
+
+class EmulatedDevice : public ::testing::TestWithParam<Case> {};
+
+TEST_P(EmulatedDevice, ReplaysVerifiedOnDeviceMemory) {
+  const Case& c = GetParam();
+  DeviceContext device(parse_device_spec("emulated"), std::size_t{256} << 20);
+  CudaDriverDouble& dbl = *device.driver_double();
+  {
+    auto b = make_backend(c.backend, options(device, c.backend.starts_with("vmm")));
+    EXPECT_EQ(b->device(), Device::emulated);
+    const ReplayResult r = replay(*b, workload(8, 1), config(c, device));
+    EXPECT_EQ(r.summary.completed, 8) << c.backend;
+    EXPECT_EQ(r.summary.failed, 0) << c.backend;
+    EXPECT_EQ(r.summary.kv_mismatches, 0) << c.backend;
+    EXPECT_GT(r.summary.kv_tokens_checked, 0) << c.backend;
+    EXPECT_GT(r.summary.kernel_s, 0.0) << c.backend;
+    EXPECT_GT(dbl.call_count(CuEntry::cuMemMap), 0u) << c.backend;
+    if (c.samples > 1 && c.backend.starts_with("paged")) EXPECT_GT(counter(r.summary, "cow_copies"), 0.0);
+  }
+  EXPECT_EQ(device.problems(), "") << c.backend;
+}
+
+INSTANTIATE_TEST_SUITE_P(EveryFamily, EmulatedDevice,
+                         ::testing::Values(Case{"contiguous-max"}, Case{"contiguous-oracle", 3}, Case{"paged-16", 3},
+                                           Case{"paged-16-hash"}, Case{"vmm-2m"}, Case{"vmm-2m-mega-overlap"}),
+                         [](const auto& info) {
+                           std::string n = info.param.backend + (info.param.samples > 1 ? "_beams" : "");
+                           for (char& ch : n)
+                             if (ch == '-') ch = '_';
+                           return n;
+                         });
+
+/// One replay with `faults` armed at device copies and the emulated driver's calls.
+void replay_under_faults(const Case& c, FaultInjector& faults, std::int64_t& failed, std::uint64_t& at_driver) {
+  DeviceContext device(parse_device_spec("emulated"), std::size_t{256} << 20);
+  {
+    auto b = make_backend(c.backend, options(device, c.backend.starts_with("vmm")));
+    ReplayResult r;
+    {
+      ScopedCopyFaults guard(faults);
+      device.inject_driver_faults(&faults);
+      r = replay(*b, workload(10, 2), config(c, device));
+      device.inject_driver_faults(nullptr);
+    }
+    const ReplaySummary& s = r.summary;
+    EXPECT_EQ(s.completed + s.truncated + s.rejected + s.failed, 10) << c.backend;
+    EXPECT_EQ(s.kv_mismatches, 0) << c.backend;
+    for (const RequestRecord& q : r.requests)
+      if (q.status == RequestRecord::Status::failed) EXPECT_FALSE(q.reason.empty()) << c.backend;
+    EXPECT_EQ(b->num_sequences(), 0u) << c.backend;
+    failed += s.failed;
+  }
+  at_driver += device.driver_double()->injected_faults();
+  EXPECT_EQ(device.problems(), "") << c.backend << " after " << faults.injected() << " faults";
+}
+
+TEST_P(EmulatedDevice, DriverAndCopyFaultsLoseNothing) {
+  const Case& c = GetParam();
+  std::int64_t failed = 0;
+  std::uint64_t injected = 0, at_driver = 0;
+  for (std::uint64_t seed = 1; seed <= 3; ++seed) {
+    FaultInjector faults;
+    faults.fail_randomly(0.02, seed);
+    replay_under_faults(c, faults, failed, at_driver);
+    injected += faults.injected();
+  }
+  for (std::uint64_t n : {1, 2, 5, 13}) {  // the first calls, where one failure hits one request
+    FaultInjector faults;
+    faults.fail_nth(n);
+    replay_under_faults(c, faults, failed, at_driver);
+    injected += faults.injected();
+  }
+  EXPECT_GT(injected, 0u) << c.backend << ": no fault was injected";
+  EXPECT_GT(at_driver, 0u) << c.backend << ": no fault reached a driver call";
+  EXPECT_GT(failed, 0) << c.backend << ": no injected fault failed a request";
+}
+
+TEST(EmulatedDevice, VmmPagesBelowTheDriverGranularityAreRefused) {
+  DeviceContext device(parse_device_spec("emulated"));
+  EXPECT_EQ(device.granularity(), std::size_t{2} << 20);
+  BackendOptions o = options(device, true);
+  o.memory = nullptr;  // the check comes first, even for accounting only (a run's probe)
+  try {
+    (void)make_backend("vmm-64k", o);
+    ADD_FAILURE() << "vmm-64k was accepted on a 2 MiB driver";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("not a multiple of the CUDA driver's granularity (2m)"), std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(EmulatedDevice, CudaWithoutAGpuFailsWithOneLine) {
+  if (cuda_status().available) GTEST_SKIP() << "a GPU is here";
+  try {
+    DeviceContext device(parse_device_spec("cuda"));
+    ADD_FAILURE() << "opened a GPU that is not there";
+  } catch (const InvalidArgument&) {
+    ADD_FAILURE() << "a missing GPU is not a bad argument";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("no CUDA GPU found"), std::string::npos) << what;
+    EXPECT_EQ(what.find('\n'), std::string::npos) << what;
+  }
+}
+
+}  // namespace
+}  // namespace kvlab
+#else
+TEST(EmulatedDevice, NeedsToolkitHeaders) { GTEST_SKIP() << "CUDA toolkit headers not found: no driver double"; }
+#endif
