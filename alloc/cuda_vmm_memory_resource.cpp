@@ -12,38 +12,18 @@ void* host_ptr(CUdeviceptr p) { return reinterpret_cast<void*>(static_cast<std::
 }  // namespace
 
 CudaVmmMemoryResource::CudaVmmMemoryResource(const CudaDriverApi& api, Device reported, int ordinal)
-    : api_(api), reported_(reported) {
-  KVLAB_CU_TRY(api_, cuInit(0));
-  KVLAB_CU_TRY(api_, cuDeviceGet(&device_, ordinal));
-  KVLAB_CU_TRY(api_, cuDevicePrimaryCtxRetain(&context_, device_));
-  try {
-    const CUmemAllocationProp p = prop();
-    KVLAB_CU_TRY(api_, cuMemGetAllocationGranularity(&granularity_, &p, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
-    KVLAB_ASSERT(granularity_ > 0);
-  } catch (...) {
-    (void)api_.cuDevicePrimaryCtxRelease(device_);
-    throw;
-  }
-}
+    : api_(api), reported_(reported), ctx_(api, ordinal) {}
 
 CudaVmmMemoryResource::~CudaVmmMemoryResource() {
   std::lock_guard lock(mutex_);
   retry_pending();
   // Whatever is still live or pending leaked from its owner or the driver refused it: the driver
-  // (the double's leak report) shows it; freeing it here would hide the owner's bug.
-  (void)api_.cuDevicePrimaryCtxRelease(device_);
-}
-
-CUmemAllocationProp CudaVmmMemoryResource::prop() const noexcept {
-  CUmemAllocationProp p{};
-  p.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-  p.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-  p.location.id = device_;
-  return p;
+  // (the double's leak report) shows it; freeing it here would hide the owner's bug. ctx_ releases
+  // the primary context after this body.
 }
 
 std::string CudaVmmMemoryResource::do_name() const {
-  return std::string(to_string(reported_)) + "-vmm:" + std::to_string(device_);
+  return std::string(to_string(reported_)) + "-vmm:" + std::to_string(ctx_.device());
 }
 
 std::size_t CudaVmmMemoryResource::live_allocations() const {
@@ -64,21 +44,19 @@ void CudaVmmMemoryResource::flush_pending() noexcept {
 void* CudaVmmMemoryResource::do_allocate(std::size_t bytes, std::size_t alignment) {
   std::lock_guard lock(mutex_);
   retry_pending();
-  const std::size_t size = (bytes + granularity_ - 1) / granularity_ * granularity_;
+  const std::size_t granularity = ctx_.granularity();
+  const std::size_t size = (bytes + granularity - 1) / granularity * granularity;
   CUdeviceptr base = 0;
-  KVLAB_CU_TRY(api_, cuMemAddressReserve(&base, size, std::max(alignment, granularity_), 0, 0));
+  KVLAB_CU_TRY(api_, cuMemAddressReserve(&base, size, std::max(alignment, granularity), 0, 0));
   CUmemGenericAllocationHandle handle = 0;
   int done = 0;  // 1: created, 2: mapped
   try {
-    const CUmemAllocationProp p = prop();
+    const CUmemAllocationProp p = ctx_.pinned_prop();
     KVLAB_CU_TRY(api_, cuMemCreate(&handle, size, &p, 0));
     done = 1;
     KVLAB_CU_TRY(api_, cuMemMap(base, size, 0, handle, 0));
     done = 2;
-    CUmemAccessDesc desc{};
-    desc.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    desc.location.id = device_;
-    desc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    const CUmemAccessDesc desc = ctx_.read_write_access();
     KVLAB_CU_TRY(api_, cuMemSetAccess(base, size, &desc, 1));
   } catch (...) {
     // Undo in reverse; a failing undo parks the block for a later retry instead of leaking it.
@@ -93,7 +71,7 @@ void* CudaVmmMemoryResource::do_allocate(std::size_t bytes, std::size_t alignmen
 bool CudaVmmMemoryResource::free_block(CUdeviceptr base, Block& b) noexcept {
   if (b.mapped) {
     // A kernel of this context may still read the memory: wait for it before unmapping.
-    if (api_.cuCtxSetCurrent(context_) != CUDA_SUCCESS || api_.cuCtxSynchronize() != CUDA_SUCCESS) return false;
+    if (ctx_.synchronize() != CUDA_SUCCESS) return false;
     if (api_.cuMemUnmap(base, b.size) != CUDA_SUCCESS) return false;
     b.mapped = false;
   }

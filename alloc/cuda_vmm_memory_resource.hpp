@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "alloc/cuda_driver.hpp"
+#include "alloc/cuda_primary_context.hpp"
 #include "alloc/memory_resource.hpp"
 
 namespace kvlab {
@@ -42,7 +43,7 @@ class CudaVmmMemoryResource final : public MemoryResource {
   CudaVmmMemoryResource(const CudaDriverApi& api, Device reported, int ordinal = 0);
   ~CudaVmmMemoryResource() override;
 
-  [[nodiscard]] std::size_t granularity() const noexcept { return granularity_; }
+  [[nodiscard]] std::size_t granularity() const noexcept { return ctx_.granularity(); }
   /// Allocations not yet given back, and deallocations still waiting for the driver.
   [[nodiscard]] std::size_t live_allocations() const;
   [[nodiscard]] std::size_t pending_frees() const;
@@ -62,16 +63,13 @@ class CudaVmmMemoryResource final : public MemoryResource {
   [[nodiscard]] Device do_device() const noexcept override { return reported_; }
   [[nodiscard]] std::string do_name() const override;
 
-  [[nodiscard]] CUmemAllocationProp prop() const noexcept;
   /// Tries to finish a deallocation; false when a driver call failed (the block says how far it got).
   bool free_block(CUdeviceptr base, Block& b) noexcept;
   void retry_pending() noexcept;  // needs mutex_
 
   const CudaDriverApi& api_;
   Device reported_;
-  CUdevice device_ = 0;
-  CUcontext context_ = nullptr;
-  std::size_t granularity_ = 0;
+  CudaPrimaryContext ctx_;
   mutable std::mutex mutex_;
   std::map<CUdeviceptr, Block> live_;
   std::vector<std::pair<CUdeviceptr, Block>> pending_;

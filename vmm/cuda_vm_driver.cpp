@@ -11,29 +11,8 @@ namespace {
 CUdeviceptr dptr(const void* p) { return static_cast<CUdeviceptr>(reinterpret_cast<std::uintptr_t>(p)); }
 }  // namespace
 
-CudaVmDriver::CudaVmDriver(const CudaDriverApi& api, CudaVmOptions options) : api_(api), options_(options) {
-  KVLAB_CU_TRY(api_, cuInit(0));
-  KVLAB_CU_TRY(api_, cuDeviceGet(&device_, options_.device_ordinal));
-  KVLAB_CU_TRY(api_, cuDevicePrimaryCtxRetain(&context_, device_));
-  try {
-    const CUmemAllocationProp p = prop();
-    KVLAB_CU_TRY(api_, cuMemGetAllocationGranularity(&granularity_, &p, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
-    KVLAB_ASSERT(granularity_ > 0);
-  } catch (...) {
-    (void)api_.cuDevicePrimaryCtxRelease(device_);
-    throw;
-  }
-}
-
-CudaVmDriver::~CudaVmDriver() { (void)api_.cuDevicePrimaryCtxRelease(device_); }
-
-CUmemAllocationProp CudaVmDriver::prop() const noexcept {
-  CUmemAllocationProp p{};
-  p.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-  p.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-  p.location.id = device_;
-  return p;
-}
+CudaVmDriver::CudaVmDriver(const CudaDriverApi& api, CudaVmOptions options)
+    : api_(api), options_(options), ctx_(api, options.device_ordinal) {}
 
 void* CudaVmDriver::reserve(std::size_t bytes, std::size_t alignment) {
   CUdeviceptr base = 0;
@@ -46,7 +25,7 @@ void CudaVmDriver::free_reservation(void* base, std::size_t bytes) {
 }
 
 std::optional<PhysHandle> CudaVmDriver::create(std::size_t bytes) {
-  const CUmemAllocationProp p = prop();
+  const CUmemAllocationProp p = ctx_.pinned_prop();
   CUmemGenericAllocationHandle handle = 0;
   const CUresult r = api_.cuMemCreate(&handle, bytes, &p, 0);
   if (r == CUDA_ERROR_OUT_OF_MEMORY) return std::nullopt;
@@ -66,10 +45,7 @@ bool CudaVmDriver::map(void* va, std::size_t bytes, PhysHandle handle) {
 }
 
 void CudaVmDriver::set_access(void* va, std::size_t bytes) {
-  CUmemAccessDesc desc{};
-  desc.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-  desc.location.id = device_;
-  desc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  const CUmemAccessDesc desc = ctx_.read_write_access();
   KVLAB_CU_TRY(api_, cuMemSetAccess(dptr(va), bytes, &desc, 1));
 }
 
@@ -77,8 +53,8 @@ void CudaVmDriver::unmap(void* va, std::size_t bytes) { KVLAB_CU_TRY(api_, cuMem
 
 void CudaVmDriver::synchronize() {
   // The calling thread (the background mapper's, say) may have no current context yet.
-  KVLAB_CU_TRY(api_, cuCtxSetCurrent(context_));
-  KVLAB_CU_TRY(api_, cuCtxSynchronize());
+  const CUresult r = ctx_.synchronize();
+  if (r != CUDA_SUCCESS) detail::throw_cu_error(api_, r, "cuCtxSetCurrent + cuCtxSynchronize", __FILE__, __LINE__);
 }
 
 }  // namespace kvlab

@@ -7,6 +7,7 @@
 #endif
 
 #include "alloc/cuda_driver.hpp"
+#include "alloc/cuda_primary_context.hpp"
 #include "vmm/vm_driver.hpp"
 
 namespace kvlab {
@@ -58,13 +59,12 @@ class CudaVmDriver final : public VmDriver {
   /// Initialises the driver and retains the primary context; throws CudaError when the driver or
   /// device is not there.
   explicit CudaVmDriver(const CudaDriverApi& api, CudaVmOptions options = {});
-  ~CudaVmDriver() override;
 
   [[nodiscard]] std::string name() const override { return "cuda"; }
   [[nodiscard]] Device device() const noexcept override {
     return options_.emulated ? Device::emulated : options_.host_memory ? Device::host : Device::cuda;
   }
-  [[nodiscard]] std::size_t granularity() const noexcept override { return granularity_; }
+  [[nodiscard]] std::size_t granularity() const noexcept override { return ctx_.granularity(); }
 
   [[nodiscard]] void* reserve(std::size_t bytes, std::size_t alignment) override;
   void free_reservation(void* base, std::size_t bytes) override;
@@ -78,13 +78,9 @@ class CudaVmDriver final : public VmDriver {
   [[nodiscard]] const CudaDriverApi& api() const noexcept { return api_; }
 
  private:
-  [[nodiscard]] CUmemAllocationProp prop() const noexcept;
-
   const CudaDriverApi& api_;
   CudaVmOptions options_;
-  CUdevice device_ = 0;
-  CUcontext context_ = nullptr;
-  std::size_t granularity_ = 0;
+  CudaPrimaryContext ctx_;
 };
 
 }  // namespace kvlab
