@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "alloc/kv_backend.hpp"
 #include "alloc/kv_view.hpp"
 #include "alloc/model_geometry.hpp"
 #include "experiments/device_model.hpp"
@@ -25,17 +26,12 @@ struct StepWork {
   std::int64_t kv_tokens_read = 0;   ///< cache tokens attended to (summed over the step's sequences)
   std::int64_t attention_pairs = 0;  ///< query-token x key-token products
   std::int64_t sequences = 0;        ///< sequences in the step (CPU work per sequence)
-  // The view the attention kernels read: paged at block_tokens, or contiguous (contiguous, vmm).
-  KvLayout layout = KvLayout::contiguous;
-  std::int32_t block_tokens = 0;
   std::int64_t block_table_entries = 0;  ///< paged: blocks in the step's block tables
-  // Backend operations on the critical path (StepCosts).
-  std::int64_t maps = 0, unmaps = 0;  ///< vmm pages mapped / unmapped
-  std::size_t page_bytes = 0;         ///< vmm page size
-  std::int64_t host_transfers = 0;    ///< contiguous host<->device copies (swap, host cache tier)
-  double host_transfer_bytes = 0;
-  std::int64_t device_copies = 0;     ///< device-to-device copy launches (copy-on-write)
-  double device_copy_bytes = 0;
+  /// The view the attention kernels read (paged at block_tokens, or contiguous) and vmm's page size.
+  ViewShape view;
+  /// The backend's operations on the critical path: maps/unmaps, host transfers, device copies
+  /// (mapping_s, a measurement, is not priced).
+  StepCosts ops;
 };
 
 /// A step's modelled seconds, by operation.
@@ -47,6 +43,15 @@ struct StepTime {
   double transfer = 0;   ///< host<->device copies (swap, host tier)
   double copy = 0;       ///< device copies (copy-on-write)
   [[nodiscard]] double total() const noexcept { return linear + attention + cpu + mapping + transfer + copy; }
+  StepTime& operator+=(const StepTime& o) noexcept {
+    linear += o.linear;
+    attention += o.attention;
+    cpu += o.cpu;
+    mapping += o.mapping;
+    transfer += o.transfer;
+    copy += o.copy;
+    return *this;
+  }
 };
 
 /// Modelled time of one step of `model` on `device`. A step with no tokens costs only the copies

@@ -679,10 +679,8 @@ bool Replay::settle() {
 
 StepWork Replay::step_work() const {
   StepWork work;
-  const ViewShape shape = b_.view_shape();
-  work.layout = shape.layout;
-  work.block_tokens = shape.block_tokens;
-  work.page_bytes = shape.page_bytes;
+  work.view = b_.view_shape();
+  const ViewShape& shape = work.view;
   const auto blocks = [&](std::int64_t len) {
     return shape.layout == KvLayout::paged && shape.block_tokens > 0 ? (len + shape.block_tokens - 1) / shape.block_tokens : 0;
   };
@@ -736,12 +734,7 @@ void Replay::account() {
   if (c_.execute) b_.prefetch(next_decoders_);
   const StepCosts costs = b_.step_costs();
   StepWork work = step_work();
-  work.maps = costs.maps;
-  work.unmaps = costs.unmaps;
-  work.host_transfers = costs.host_transfers;
-  work.host_transfer_bytes = costs.host_transfer_bytes;
-  work.device_copies = costs.device_copies;
-  work.device_copy_bytes = costs.device_copy_bytes;
+  work.ops = costs;
   rec.parts = step_time(b_.model(), c_.device, work);
   double dt = 0;
   if (c_.execute) {
@@ -758,12 +751,7 @@ void Replay::account() {
     dt = rec.parts.total();
   }
   sum.mapping_s += rec.mapping_s;
-  sum.clock_parts.linear += rec.parts.linear;
-  sum.clock_parts.attention += rec.parts.attention;
-  sum.clock_parts.cpu += rec.parts.cpu;
-  sum.clock_parts.mapping += rec.parts.mapping;
-  sum.clock_parts.transfer += rec.parts.transfer;
-  sum.clock_parts.copy += rec.parts.copy;
+  sum.clock_parts += rec.parts;
   const MemoryBreakdown mem = b_.breakdown(blocked_ ? &*blocked_ : nullptr);
   now_ += dt;
   rec.time_s = now_;

@@ -36,8 +36,8 @@ PreemptionCost preemption_cost(const ModelGeometry& model, const DeviceModel& de
   const std::int64_t blocks = (tokens + block_size - 1) / block_size;
   c.copies = 2 * static_cast<std::int64_t>(model.num_layers) * blocks;
   StepWork swap;
-  swap.host_transfers = c.copies;
-  swap.host_transfer_bytes = static_cast<double>(blocks * block_size) * static_cast<double>(model.kv_bytes_per_token());
+  swap.ops.host_transfers = c.copies;
+  swap.ops.host_transfer_bytes = static_cast<double>(blocks * block_size) * static_cast<double>(model.kv_bytes_per_token());
   c.swap_out_s = c.swap_in_s = step_time(model, device, swap).transfer;
   StepWork prefill;
   prefill.prefill_tokens = tokens;

@@ -111,15 +111,15 @@ TEST(CostModel, ThePagedViewCostsItsFactorAndItsBlockTables) {
   w.kv_tokens_read = 500;
   w.attention_pairs = 500;
   const StepTime contiguous = step_time(m, d, w);
-  w.layout = KvLayout::paged;
-  w.block_tokens = 16;
+  w.view.layout = KvLayout::paged;
+  w.view.block_tokens = 16;
   w.block_table_entries = 32;
   const StepTime paged16 = step_time(m, d, w);
   EXPECT_DOUBLE_EQ(paged16.attention, contiguous.attention * 1.25);
   EXPECT_DOUBLE_EQ(paged16.cpu, contiguous.cpu + 32 * 1e-7);
-  w.block_tokens = 4;  // halfway between 1 and 16 in log2: halfway between 4.0 and 1.25
+  w.view.block_tokens = 4;  // halfway between 1 and 16 in log2: halfway between 4.0 and 1.25
   EXPECT_DOUBLE_EQ(step_time(m, d, w).attention, contiguous.attention * 2.625);
-  w.block_tokens = 1024;  // past the last point: clamped
+  w.view.block_tokens = 1024;  // past the last point: clamped
   EXPECT_DOUBLE_EQ(step_time(m, d, w).attention, contiguous.attention);
 }
 
@@ -127,13 +127,13 @@ TEST(CostModel, MappingTransfersAndCopiesArePricedPerOperation) {
   const ModelGeometry m = model_preset("llama-2-7b");
   const DeviceModel d = round_device();
   StepWork w;  // no tokens: a step that only moved memory costs just that
-  w.maps = 10;
-  w.unmaps = 4;
-  w.page_bytes = 16384;  // log2 halfway between 4 KiB and 64 KiB
-  w.host_transfers = 64;
-  w.host_transfer_bytes = 2e6;
-  w.device_copies = 3;
-  w.device_copy_bytes = 1e6;
+  w.ops.maps = 10;
+  w.ops.unmaps = 4;
+  w.view.page_bytes = 16384;  // log2 halfway between 4 KiB and 64 KiB
+  w.ops.host_transfers = 64;
+  w.ops.host_transfer_bytes = 2e6;
+  w.ops.device_copies = 3;
+  w.ops.device_copy_bytes = 1e6;
   const StepTime t = step_time(m, d, w);
   EXPECT_DOUBLE_EQ(t.mapping, 10 * 5e-6 + 4 * 2.5e-6);
   EXPECT_DOUBLE_EQ(t.transfer, 64 * 1e-5 + 2e6 / 2e10);
@@ -141,8 +141,20 @@ TEST(CostModel, MappingTransfersAndCopiesArePricedPerOperation) {
   EXPECT_EQ(t.linear + t.attention + t.cpu, 0.0);
   // Many small transfers of the same bytes cost more than few large ones.
   StepWork few = w;
-  few.host_transfers = 2;
+  few.ops.host_transfers = 2;
   EXPECT_LT(step_time(m, d, few).transfer, t.transfer);
+}
+
+TEST(CostModel, StepTimesAddPartByPart) {
+  StepTime sum{.linear = 1, .attention = 2, .cpu = 3, .mapping = 4, .transfer = 5, .copy = 6};
+  sum += StepTime{.linear = 10, .attention = 20, .cpu = 30, .mapping = 40, .transfer = 50, .copy = 60};
+  EXPECT_EQ(sum.linear, 11);
+  EXPECT_EQ(sum.attention, 22);
+  EXPECT_EQ(sum.cpu, 33);
+  EXPECT_EQ(sum.mapping, 44);
+  EXPECT_EQ(sum.transfer, 55);
+  EXPECT_EQ(sum.copy, 66);
+  EXPECT_EQ(sum.total(), 231);
 }
 
 TEST(CostModel, EveryPresetParsesAndNamesASourceForEveryKey) {
