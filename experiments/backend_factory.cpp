@@ -154,6 +154,17 @@ std::string DeviceContext::problems() {
 
 std::string DeviceContext::describe() const { return impl_->description; }
 
+std::shared_ptr<VmDriver> make_vm_driver(DeviceContext* device, std::size_t host_capacity) {
+  if (device == nullptr || device->device() == Device::host) return std::make_shared<PosixVmDriver>(host_capacity);
+#if KVLAB_HAS_CUDA_HEADERS
+  if (device->device() == Device::emulated)
+    return std::make_shared<CudaVmDriver>(device->driver_double()->api(), CudaVmOptions{0, false, true});
+  return std::make_shared<CudaVmDriver>(cuda_driver(), CudaVmOptions{device->spec().index, false, false});
+#else
+  KVLAB_THROW(InvalidArgument, "--device " + device->spec().name() + " needs a build with the CUDA headers");
+#endif
+}
+
 // --- backends ---
 
 std::string default_compare_backends() {
@@ -168,22 +179,6 @@ long long suffix_number(std::string_view name, std::string_view prefix) {
   long long v = -1;
   const auto [ptr, ec] = std::from_chars(rest.data(), rest.data() + rest.size(), v);
   return ec == std::errc() && ptr == rest.data() + rest.size() && !rest.empty() ? v : -1;
-}
-
-/// The virtual-memory driver of a vmm backend with storage on `device`.
-std::shared_ptr<VmDriver> make_vm_driver(std::string_view name, Device device, const BackendOptions& options) {
-  if (device == Device::host) return std::make_shared<PosixVmDriver>(options.capacity_bytes);
-#if KVLAB_HAS_CUDA_HEADERS
-  const int ordinal = options.device != nullptr ? options.device->spec().index : 0;
-  if (device == Device::emulated) {
-    KVLAB_EXPECTS(options.device != nullptr && options.device->driver_double() != nullptr,
-                  fmt::format("backend '{}' on the emulated device needs its DeviceContext", name));
-    return std::make_shared<CudaVmDriver>(options.device->driver_double()->api(), CudaVmOptions{0, false, true});
-  }
-  return std::make_shared<CudaVmDriver>(cuda_driver(), CudaVmOptions{ordinal, false, false});
-#else
-  KVLAB_THROW(InvalidArgument, fmt::format("backend '{}' on a GPU needs a build with the CUDA headers", name));
-#endif
 }
 
 /// "vmm-64k" -> 64 KiB page, per-layer layout; "vmm-2m-mega" -> 2 MiB page, megacache layout.
@@ -250,7 +245,9 @@ std::unique_ptr<KvBackend> make_vmm_backend(std::string_view name, const Backend
     // Storage: KV bytes come from the VM driver of the device; the resource itself only serves
     // the per-batch arrays on a device.
     c.memory = options.memory;
-    c.driver = make_vm_driver(name, device, options);
+    KVLAB_EXPECTS(device == Device::host || options.device != nullptr,
+                  fmt::format("backend '{}' on a device needs its DeviceContext", name));
+    c.driver = make_vm_driver(device == Device::host ? nullptr : options.device, options.capacity_bytes);
   }
   return std::make_unique<VmmBackend>(std::move(c));
 }

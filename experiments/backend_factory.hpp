@@ -13,6 +13,7 @@
 #include "alloc/device.hpp"
 #include "alloc/kv_backend.hpp"
 #include "alloc/memory_resource.hpp"
+#include "vmm/vm_driver.hpp"
 
 namespace kvlab {
 
@@ -94,6 +95,11 @@ void register_backend_family(BackendFamily family);
 /// (SIZE a multiple of 4 KiB written with k or m: vmm-4k, vmm-64k, vmm-2m; deferred reclamation on
 /// unless -nodefer).
 [[nodiscard]] std::unique_ptr<KvBackend> make_backend(std::string_view name, const BackendOptions& options);
+
+/// The virtual-memory driver for storage on `device` (nullptr: the host): memfd + mmap with
+/// `host_capacity` bytes of address space on the host, the CUDA VMM calls on a GPU (the real
+/// driver, or the emulated device's double).
+[[nodiscard]] std::shared_ptr<VmDriver> make_vm_driver(DeviceContext* device, std::size_t host_capacity);
 /// The test forms of every family (what the conformance suite and the fuzzer run).
 [[nodiscard]] std::vector<std::string> backend_forms();
 /// What `kvlab compare` runs by default: every contiguous policy, paged and vmm at a few sizes.

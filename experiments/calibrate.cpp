@@ -12,22 +12,24 @@
 #include <memory>
 #include <numeric>
 #include <random>
+#include <span>
 #include <thread>
 
 #include <fmt/format.h>
 
 #include "alloc/copy.hpp"
 #include "alloc/cuda_runtime.hpp"
+#include "alloc/device_staging.hpp"
 #include "alloc/error.hpp"
 #include "alloc/model_geometry.hpp"
 #include "experiments/backend_factory.hpp"
 #include "experiments/replayer.hpp"
 #include "experiments/workload.hpp"
 #include "kernels/attention.hpp"
+#include "kernels/device_timer.hpp"
 #include "kernels/host_throughput.hpp"
 #include "kernels/huge_pages.hpp"
 #include "kernels/kv_view.hpp"
-#include "vmm/posix_vm_driver.hpp"
 
 namespace kvlab {
 
@@ -38,6 +40,35 @@ constexpr std::size_t kKiB = 1024, kMiB = 1024 * kKiB;
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
+/// Where the measured kernels, copies and mappings run: the host, or a GPU (real, or the emulated
+/// one: the driver double and the SIMT emulator) through a DeviceContext whose memory holds the
+/// data the kernels read.
+struct Target {
+  DeviceContext* context = nullptr;  // nullptr: the host
+  [[nodiscard]] bool host() const noexcept { return context == nullptr; }
+  [[nodiscard]] Device device() const noexcept { return context ? context->device() : Device::host; }
+};
+
+/// How much each measurement does. The emulated GPU runs the CUDA kernels under the SIMT emulator,
+/// orders of magnitude slower than any device: its sizes only prove the code path.
+struct Sizes {
+  int batch = 16, context = 4096, reps = 15;   // decode attention (and copies: repetitions per size)
+  int prefill_seqs = 2, prefill_tokens = 128;  // prefill attention
+  int pairs = 11;                              // contiguous/paged pairs per block size
+  std::size_t map_region = 64 * kMiB;          // address space mapped page by page
+  int map_multiples = 1;                       // GPU page sizes: granularity x 1, 2, 4, .. this
+  std::size_t copy_buffer = 64 * kMiB, copy_bytes = 32 * kMiB;  // copies rotate in the buffer
+  std::size_t bandwidth_bytes = 1024 * kMiB;   // memory bandwidth: bytes read (host) or copied (GPU)
+
+  static Sizes of(Device device, bool quick) {
+    if (device == Device::emulated) return {1, 64, 2, 1, 8, 1, 8 * kMiB, 4, 8 * kMiB, 1 * kMiB, 16 * kMiB};
+    if (device == Device::cuda)
+      return quick ? Sizes{16, 2048, 5, 2, 128, 3, 64 * kMiB, 8, 64 * kMiB, 16 * kMiB, 256 * kMiB}
+                   : Sizes{64, 4096, 15, 4, 512, 11, 256 * kMiB, 16, 256 * kMiB, 64 * kMiB, 1024 * kMiB};
+    return quick ? Sizes{8, 2048, 3, 1, 64, 2, 8 * kMiB, 1, 16 * kMiB, 4 * kMiB, 128 * kMiB} : Sizes{};
+  }
+};
+
 /// What every measurement needs: where and when, how long to measure, where to report.
 struct Session {
   std::string machine;
@@ -45,6 +76,9 @@ struct Session {
   bool quick = false;
   ThreadPool& pool;
   const std::function<void(const std::string&)>& progress;
+  Target target;
+  Sizes size;
+  std::string kernels;  ///< whose kernels run, for sources: "host", "CUDA", "emulated CUDA"
 
   /// "measured by kvlab calibrate on MACHINE, DATE, WHAT"
   [[nodiscard]] std::string source(const std::string& what) const {
@@ -90,7 +124,7 @@ std::string gbps(double bytes_per_s) { return fmt::format("{:.2f} GB/s", bytes_p
 // --- memory bandwidth and FMA peak ------------------------------------------------------------------
 
 void measure_memory_and_flops(const Session& s, DeviceModel& m) {
-  const std::size_t bytes = s.quick ? 128 * kMiB : 1024 * kMiB;
+  const std::size_t bytes = s.size.bandwidth_bytes;
   const int reps = s.quick ? 3 : 11;
   const double bw = median(measure_read_bandwidth_samples(s.pool, bytes, reps));
   s.set(m, &DeviceModel::memory_bandwidth, "memory_bandwidth", bw,
@@ -114,20 +148,94 @@ void measure_memory_and_flops(const Session& s, DeviceModel& m) {
   s.set(m, &DeviceModel::linear_layer_overhead_s, "linear_layer_overhead_s", 0, linear);
 }
 
+/// The keys a GPU calibration does not measure (no GEMM or FMA kernel of kvlab's runs on the GPU),
+/// taken from preset `base` with its sources, so the file says where each came from.
+void take_from_base(const Session& s, DeviceModel& m, const std::string& base) {
+  const DeviceModel b = device_model_preset(base);
+  const auto take = [&](double DeviceModel::* field, const std::string& key) {
+    const auto src = b.sources.find(key);
+    s.set(m, field, key, b.*field,
+          fmt::format("not measured by kvlab calibrate --device {} (kvlab runs no GEMM on the GPU): from preset {} "
+                      "(kvlab calibrate --base), whose source is: {}",
+                      s.target.context->spec().name(), base, src == b.sources.end() ? "unspecified" : src->second));
+  };
+  take(&DeviceModel::peak_flops, "peak_flops");
+  take(&DeviceModel::linear_bandwidth_efficiency, "linear_bandwidth_efficiency");
+  take(&DeviceModel::linear_flops_efficiency, "linear_flops_efficiency");
+  take(&DeviceModel::linear_layer_overhead_s, "linear_layer_overhead_s");
+  s.say(fmt::format("peak_flops and linear_* from preset {} (peak {:.0f} TFLOP/s)", base, b.peak_flops / 1e12));
+}
+
+/// GPU memory bandwidth: device-to-device copies of a large buffer, read + written bytes over the
+/// time CUDA events measure.
+void measure_device_bandwidth(const Session& s, DeviceModel& m) {
+  MemoryResource& memory = s.target.context->memory();
+  const std::size_t bytes = s.size.bandwidth_bytes / 2;
+  void* a = memory.allocate(bytes);
+  void* b = memory.allocate(bytes);
+  std::vector<double> rates;
+  try {
+    const int reps = s.quick ? 3 : 11;
+    for (int r = 0; r <= reps; ++r) {  // round 0 warms up
+      DeviceTimer timer(s.target.device());
+      timer.start();
+      copy_bytes(s.target.device(), r % 2 ? a : b, r % 2 ? b : a, bytes);
+      const double t = timer.stop();
+      if (r > 0) rates.push_back(2.0 * static_cast<double>(bytes) / t);
+    }
+  } catch (...) {
+    memory.deallocate(a, bytes);
+    memory.deallocate(b, bytes);
+    throw;
+  }
+  memory.deallocate(a, bytes);
+  memory.deallocate(b, bytes);
+  const double bw = median(rates);
+  s.set(m, &DeviceModel::memory_bandwidth, "memory_bandwidth", bw,
+        s.source(fmt::format("device-to-device copy (alloc/copy.hpp copy_bytes: cudaMemcpy) of {} MiB, bytes read + "
+                             "written over the time kernels/device_timer measures, {} repetitions, median",
+                             bytes / kMiB, rates.size())));
+  s.say(fmt::format("memory_bandwidth = {} (device-to-device copy, read + write)", gbps(bw)));
+}
+
 // --- attention: contiguous vs paged view on the same data -------------------------------------------
 
 constexpr int kQHeads = 32, kKvHeads = 8, kHeadDim = 128;  // llama-3-8b
 constexpr std::int64_t kRow = static_cast<std::int64_t>(kKvHeads) * kHeadDim;
 
-/// One layer's KV of a batch, stored contiguously per sequence (fp16), with decode queries.
+/// Host arrays where the target's kernels read them: the arrays themselves on the host; device
+/// copies on a GPU (uploaded once, freed with this object, so nothing outlives the measurement).
+class Staged {
+ public:
+  explicit Staged(const Target& target) : target_(target) {}
+  template <class T>
+  T* put(std::span<T> host) {
+    if (target_.host()) return host.data();
+    auto& buffer = *buffers_.emplace_back(std::make_unique<DeviceStaging>());
+    return reinterpret_cast<T*>(buffer.upload(target_.context->memory(), std::as_bytes(host), {}));  // NOLINT
+  }
+
+ private:
+  const Target& target_;
+  std::vector<std::unique_ptr<DeviceStaging>> buffers_;
+};
+
+/// One layer's KV of a batch, stored contiguously per sequence (fp16), with decode queries; the
+/// host arrays, and where the target's kernels read them.
 struct DecodeData {
   int batch, context;
   std::vector<half_t, HugePageAllocator<half_t>> k, v;  // [batch][context][kv_heads][head_dim]
-  std::vector<half_t*> kptr, vptr;
+  std::vector<half_t*> kptr, vptr;                      // the target's addresses of each sequence
   std::vector<float> q, out;
   std::vector<std::int32_t> lens;
+  Staged staged;
+  half_t *k_at = nullptr, *v_at = nullptr;
+  half_t* const* kptr_at = nullptr;
+  half_t* const* vptr_at = nullptr;
+  float *q_at = nullptr, *out_at = nullptr;
+  std::int32_t* lens_at = nullptr;
 
-  DecodeData(int b, int c) : batch(b), context(c) {
+  DecodeData(const Target& target, int b, int c) : batch(b), context(c), staged(target) {
     std::mt19937_64 rng(42);
     std::uniform_real_distribution<float> uni(-1.f, 1.f);
     k.resize(static_cast<std::size_t>(batch) * context * kRow);
@@ -136,39 +244,48 @@ struct DecodeData {
       k[i] = from_float<half_t>(uni(rng));
       v[i] = from_float<half_t>(uni(rng));
     }
-    for (int s = 0; s < batch; ++s) {
-      kptr.push_back(k.data() + static_cast<std::size_t>(s) * context * kRow);
-      vptr.push_back(v.data() + static_cast<std::size_t>(s) * context * kRow);
-    }
     q.resize(static_cast<std::size_t>(batch) * kQHeads * kHeadDim);
     for (auto& x : q) x = uni(rng);
     out.resize(q.size());
     lens.assign(static_cast<std::size_t>(batch), context);
+    k_at = staged.put(std::span(k));
+    v_at = staged.put(std::span(v));
+    for (int s = 0; s < batch; ++s) {
+      kptr.push_back(k_at + static_cast<std::size_t>(s) * context * kRow);
+      vptr.push_back(v_at + static_cast<std::size_t>(s) * context * kRow);
+    }
+    kptr_at = staged.put(std::span(kptr));
+    vptr_at = staged.put(std::span(vptr));
+    q_at = staged.put(std::span(q));
+    out_at = staged.put(std::span(out));
+    lens_at = staged.put(std::span(lens));
   }
-  [[nodiscard]] AttentionParams params() {
+  [[nodiscard]] AttentionParams params() const {
     AttentionParams p;
     p.batch = batch;
     p.num_q_heads = kQHeads;
     p.num_kv_heads = kKvHeads;
     p.head_dim = kHeadDim;
     p.scale = 1.f / std::sqrt(static_cast<float>(kHeadDim));
-    p.q = q.data();
-    p.out = out.data();
-    p.seq_lens = lens.data();
+    p.q = q_at;
+    p.out = out_at;
+    p.seq_lens = lens_at;
     return p;
   }
   [[nodiscard]] KvView contiguous() const {
-    return erase(ContiguousKv<half_t>{kptr.data(), vptr.data(), kRow, kHeadDim}, kKvHeads, kHeadDim);
+    return erase(ContiguousKv<half_t>{kptr_at, vptr_at, kRow, kHeadDim}, kKvHeads, kHeadDim);
   }
   [[nodiscard]] double kv_bytes() const { return 2.0 * static_cast<double>(k.size()) * sizeof(half_t); }
 };
 
-/// The same KV as a shuffled block pool with block tables (the paged backend's view).
+/// The same KV as a shuffled block pool with block tables (the paged backend's view), where the
+/// target's kernels read it.
 struct PagedCopy {
   std::vector<half_t, HugePageAllocator<half_t>> k, v;
   std::vector<std::int32_t> table;
+  Staged staged;
   PagedKv<half_t> view;
-  PagedCopy(const DecodeData& d, int block_size) {
+  PagedCopy(const Target& target, const DecodeData& d, int block_size) : staged(target) {
     const int per_seq = (d.context + block_size - 1) / block_size;
     table.resize(static_cast<std::size_t>(per_seq) * d.batch);
     std::iota(table.begin(), table.end(), 0);
@@ -179,93 +296,115 @@ struct PagedCopy {
     for (int s = 0; s < d.batch; ++s)
       for (int t = 0; t < d.context; ++t) {
         const std::int64_t dst = table[static_cast<std::size_t>(s) * per_seq + t / block_size] * bstride + (t % block_size) * kRow;
-        std::copy_n(d.kptr[s] + t * kRow, kRow, &k[dst]);
-        std::copy_n(d.vptr[s] + t * kRow, kRow, &v[dst]);
+        const std::int64_t src = (static_cast<std::int64_t>(s) * d.context + t) * kRow;
+        std::copy_n(&d.k[static_cast<std::size_t>(src)], kRow, &k[static_cast<std::size_t>(dst)]);
+        std::copy_n(&d.v[static_cast<std::size_t>(src)], kRow, &v[static_cast<std::size_t>(dst)]);
       }
-    view = {k.data(), v.data(), table.data(), per_seq, block_size, bstride, kRow, kHeadDim};
+    view = {staged.put(std::span(k)), staged.put(std::span(v)), staged.put(std::span(table)), per_seq, block_size,
+            bstride, kRow, kHeadDim};
   }
 };
 
-double time_attention(const AttentionParams& p, const KvView& view, ThreadPool& pool) {
-  const auto t0 = Clock::now();
-  host_attention(p, view, pool);
-  return seconds_since(t0);
+/// Seconds of one attention call on the target: the host kernels on the session's threads, or the
+/// device's kernels timed by DeviceTimer (CUDA events on a GPU: the kernels' time, not the launch's).
+double time_attention(const Session& s, const AttentionParams& p, const KvView& view) {
+  if (s.target.host()) {
+    const auto t0 = Clock::now();
+    host_attention(p, view, s.pool);
+    return seconds_since(t0);
+  }
+  DeviceTimer timer(s.target.device());
+  timer.start();
+  attention(s.target.device(), p, view);
+  return timer.stop();
 }
 
 /// Prefill: the last `fresh` tokens of `seqs` sequences arrive at once, causal over the cached rest.
 void measure_prefill(const Session& s, DecodeData& d, DeviceModel& m, int reps) {
-  const int seqs = s.quick ? 1 : 2, fresh = s.quick ? 64 : 128;
+  const int seqs = std::min(d.batch, s.size.prefill_seqs), fresh = s.size.prefill_tokens;
   std::vector<float> q(static_cast<std::size_t>(seqs) * fresh * kQHeads * kHeadDim, 0.5f), out(q.size());
   std::vector<std::int32_t> indptr(static_cast<std::size_t>(seqs) + 1);
   for (int i = 0; i <= seqs; ++i) indptr[static_cast<std::size_t>(i)] = i * fresh;
+  Staged staged(s.target);
   AttentionParams p = d.params();
   p.batch = seqs;
-  p.q = q.data();
-  p.out = out.data();
-  p.q_indptr = indptr.data();
+  p.q = staged.put(std::span(q));
+  p.out = staged.put(std::span(out));
+  p.q_indptr = staged.put(std::span(indptr));
   double flops = 0;
   for (int i = 0; i < fresh; ++i) flops += 4.0 * kHeadDim * (d.context - fresh + i + 1) * kQHeads * seqs;
   std::vector<double> t;
-  for (int r = 0; r < reps; ++r) t.push_back(time_attention(p, d.contiguous(), s.pool));
+  for (int r = 0; r < reps; ++r) t.push_back(time_attention(s, p, d.contiguous()));
   const double rate = flops / median(t);
   const double eff = clamp_to(rate / m.peak_flops, 1e-3, 2);
   s.set(m, &DeviceModel::attention_flops_efficiency, "attention_flops_efficiency", eff,
-        s.source(fmt::format("host prefill attention FLOP/s ({} sequences x {} new tokens over {} cached, llama-3-8b "
+        s.source(fmt::format("{} prefill attention FLOP/s ({} sequences x {} new tokens over {} cached, llama-3-8b "
                              "heads, fp16 KV, contiguous view; {:.1f} GFLOP/s) over peak_flops, {} repetitions, median",
-                             seqs, fresh, d.context - fresh, rate / 1e9, reps)));
+                             s.kernels, seqs, fresh, d.context - fresh, rate / 1e9, reps)));
   s.say(fmt::format("attention_flops_efficiency = {:.3f} (prefill {:.1f} GFLOP/s)", eff, rate / 1e9));
 }
 
-void measure_attention(const Session& s, DeviceModel& m) {
-  const int batch = s.quick ? 8 : 16, context = s.quick ? 2048 : 4096, reps = s.quick ? 3 : 15;
-  DecodeData d(batch, context);
+void measure_paged_factors(const Session& s, DeviceModel& m, const DecodeData& d, const std::string& geometry) {
   const AttentionParams p = d.params();
-  const std::string geometry = fmt::format("batch {} x context {}, llama-3-8b heads (32 q / 8 kv, head dim 128), fp16 KV",
-                                           batch, context);
-  (void)time_attention(p, d.contiguous(), s.pool);  // warm up
-  std::vector<double> t;
-  for (int r = 0; r < reps; ++r) t.push_back(time_attention(p, d.contiguous(), s.pool));
-  const double rate = d.kv_bytes() / median(t);
-  const double eff = clamp_to(rate / m.memory_bandwidth, 1e-3, 2);
-  s.set(m, &DeviceModel::attention_bandwidth_efficiency, "attention_bandwidth_efficiency", eff,
-        s.source(fmt::format("host decode attention ({}, contiguous view, {} threads) KV bytes/s ({}) over "
-                             "memory_bandwidth, {} repetitions, median", geometry, s.pool.size(), gbps(rate), reps)));
-  s.say(fmt::format("attention_bandwidth_efficiency = {:.3f} (decode {})", eff, gbps(rate)));
-  measure_prefill(s, d, m, s.quick ? 2 : 5);
-
-  const int pairs = s.quick ? 2 : 11;
+  const int pairs = s.size.pairs;
   for (const int b : {1, 2, 4, 8, 16, 32, 64, 128, 256}) {
-    const PagedCopy paged(d, b);
+    const PagedCopy paged(s.target, d, b);
     const KvView pv = erase(paged.view, kKvHeads, kHeadDim);
-    (void)time_attention(p, pv, s.pool);
+    (void)time_attention(s, p, pv);
     std::vector<double> ratios;  // interleaved pairs, so drift in the machine's load cancels
     for (int r = 0; r < pairs; ++r) {
-      const double tc = time_attention(p, d.contiguous(), s.pool);
-      ratios.push_back(time_attention(p, pv, s.pool) / tc);
+      const double tc = time_attention(s, p, d.contiguous());
+      ratios.push_back(time_attention(s, p, pv) / tc);
     }
     const double f = clamp_to(median(ratios), 0.1, 1000);
     const std::string key = fmt::format("paged_attention_factor.{}", b);
     m.paged_attention_factor.points[b] = f;
-    m.sources[key] = s.source(fmt::format("host decode attention time through the paged view (block {}, shuffled "
+    m.sources[key] = s.source(fmt::format("{} decode attention time through the paged view (block {}, shuffled "
                                           "blocks) over the contiguous view on the same data ({}), {} interleaved "
-                                          "pairs, median ratio", b, geometry, pairs));
+                                          "pairs, median ratio", s.kernels, b, geometry, pairs));
     s.say(fmt::format("{} = {:.3f}", key, f));
   }
 }
 
+void measure_attention(const Session& s, DeviceModel& m) {
+  const int batch = s.size.batch, context = s.size.context, reps = s.size.reps;
+  DecodeData d(s.target, batch, context);
+  const AttentionParams p = d.params();
+  const std::string geometry = fmt::format("batch {} x context {}, llama-3-8b heads (32 q / 8 kv, head dim 128), fp16 KV",
+                                           batch, context);
+  (void)time_attention(s, p, d.contiguous());  // warm up
+  std::vector<double> t;
+  for (int r = 0; r < reps; ++r) t.push_back(time_attention(s, p, d.contiguous()));
+  const double rate = d.kv_bytes() / median(t);
+  const double eff = clamp_to(rate / m.memory_bandwidth, 1e-3, 2);
+  s.set(m, &DeviceModel::attention_bandwidth_efficiency, "attention_bandwidth_efficiency", eff,
+        s.source(fmt::format("{} decode attention ({}, contiguous view) KV bytes/s ({}) over memory_bandwidth, {} "
+                             "repetitions, median", s.kernels, geometry, gbps(rate), reps)));
+  s.say(fmt::format("attention_bandwidth_efficiency = {:.3f} (decode {})", eff, gbps(rate)));
+  measure_prefill(s, d, m, std::max(2, reps / 3));
+  measure_paged_factors(s, m, d, geometry);
+}
+
 // --- mapping ----------------------------------------------------------------------------------------
 
-/// Per-page map (map + set_access, as the vmm backend maps) and unmap times of the POSIX driver.
-void measure_mapping_at(const Session& s, DeviceModel& m, std::size_t page) {
-  const std::size_t region = s.quick ? 8 * kMiB : 64 * kMiB;
+/// Per-page map (map + set_access, as the vmm backend maps) and unmap times of the target's
+/// virtual-memory driver (memfd + mmap on the host, the CUDA VMM calls on a GPU).
+void measure_mapping_at(const Session& s, DeviceModel& m, VmDriver& driver, std::size_t page) {
+  const std::size_t region = std::max(s.size.map_region, 4 * page);
   const std::size_t n = region / page;
   const std::size_t want = s.quick ? 200 : 2000;
   const std::size_t reps = std::max<std::size_t>(s.quick ? 1 : 3, (want + n - 1) / n);
-  PosixVmDriver driver(region);
   std::vector<PhysHandle> handles;
+  const auto release_all = [&] {
+    for (const PhysHandle h : handles) driver.release(h);
+  };
   for (std::size_t i = 0; i < n; ++i) {
     const auto h = driver.create(page);
-    if (!h) KVLAB_THROW(Error, "calibrate: the POSIX driver could not create a page");
+    if (!h) {
+      release_all();
+      KVLAB_THROW(Error, fmt::format("calibrate: the {} driver could not create a {} KiB page (out of memory)",
+                                     driver.name(), page / kKiB));
+    }
     handles.push_back(*h);
   }
   auto* base = static_cast<std::byte*>(driver.reserve(region, page));
@@ -277,8 +416,9 @@ void measure_mapping_at(const Session& s, DeviceModel& m, std::size_t page) {
       driver.set_access(base + i * page, page);
       if (r > 0) maps.push_back(seconds_since(t0));
     }
-    if (r == 0)
+    if (r == 0 && s.target.host())
       for (std::size_t b = 0; b < region; b += 4 * kKiB) base[b] = std::byte{1};
+    driver.synchronize();  // as the vmm backend does once before a batch of unmaps (untimed)
     for (std::size_t i = 0; i < n; ++i) {
       const auto t0 = Clock::now();
       driver.unmap(base + i * page, page);
@@ -286,61 +426,128 @@ void measure_mapping_at(const Session& s, DeviceModel& m, std::size_t page) {
     }
   }
   driver.free_reservation(base, region);
-  for (const PhysHandle h : handles) driver.release(h);
+  release_all();
   const auto p = static_cast<std::int64_t>(page);
   m.map_s.points[p] = median(maps);
   m.unmap_s.points[p] = median(unmaps);
-  const std::string what = fmt::format("host vmm driver (vmm/posix_vm_driver: memfd + mmap), {} KiB pages, {} of them "
-                                       "{} times ({} calls), median per page",
-                                       page / kKiB, n, reps, maps.size());
+  const std::string what = fmt::format("{} vmm driver ({}), {} KiB pages, {} of them {} times ({} calls), median per "
+                                       "page", s.target.host() ? "host" : "CUDA", driver.name(), page / kKiB, n, reps,
+                                       maps.size());
   m.sources[fmt::format("map_s.{}", p)] = s.source("map + set_access of one page by the " + what);
   m.sources[fmt::format("unmap_s.{}", p)] = s.source("unmap of one page by the " + what);
   s.say(fmt::format("map_s.{} = {:.3g} s, unmap_s.{} = {:.3g} s", p, median(maps), p, median(unmaps)));
 }
 
+/// Every page size the target's driver can map: 4 KiB .. 2 MiB on the host (vAttention's range);
+/// the driver's granularity times 1, 2, 4 .. Sizes::map_multiples on a GPU (the stock driver maps nothing
+/// smaller; the clock takes the smallest measured size for smaller pages).
 void measure_mapping(const Session& s, DeviceModel& m) {
-  for (std::size_t page = 4 * kKiB; page <= 2 * kMiB; page *= 2) measure_mapping_at(s, m, page);
+  const std::shared_ptr<VmDriver> driver = make_vm_driver(s.target.context, s.size.map_region * 2);
+  const std::size_t first = s.target.host() ? 4 * kKiB : driver->granularity();
+  const std::size_t last = s.target.host() ? 2 * kMiB : static_cast<std::size_t>(s.size.map_multiples) * driver->granularity();
+  for (std::size_t page = first; page <= last; page *= 2) measure_mapping_at(s, m, *driver, page);
 }
 
 // --- copies -----------------------------------------------------------------------------------------
 
-/// latency + bytes / bandwidth fitted to memmove times of chunks of 4 KiB .. 4 MiB.
-void measure_copies(const Session& s, DeviceModel& m) {
-  const std::size_t buffer = s.quick ? 16 * kMiB : 64 * kMiB;
-  const int reps = s.quick ? 3 : 15;
-  std::vector<std::byte> src(buffer, std::byte{1}), dst(buffer, std::byte{2});
+/// The seconds of one copy of `size` bytes by `copy` (which copies `count` chunks at rotating
+/// offsets, so chunks come from memory, not cache), the median of the session's repetitions.
+struct CopyFit {
+  double latency = 0, bandwidth = 0;
+  std::string table;
+};
+
+CopyFit fit_copies(const Session& s, const std::function<void(std::size_t offset, std::size_t size)>& copy,
+                   std::size_t buffer) {
   std::vector<std::vector<double>> rows;
   std::vector<double> ones;
-  std::string table;
+  CopyFit fit;
   for (std::size_t size = 4 * kKiB; size <= 4 * kMiB; size *= 2) {
-    const std::size_t count = std::max<std::size_t>(4, (s.quick ? 4 * kMiB : 32 * kMiB) / size);
+    const std::size_t count = std::max<std::size_t>(4, s.size.copy_bytes / size);
     std::vector<double> per_copy;
     std::size_t off = 0;
-    for (int r = 0; r < reps; ++r) {
-      const auto t0 = Clock::now();
-      for (std::size_t c = 0; c < count; ++c) {  // rotating offsets: chunks come from memory, not cache
-        copy_bytes(Device::host, dst.data() + off, src.data() + off, size);
+    for (int r = 0; r < s.size.reps; ++r) {
+      DeviceTimer timer(s.target.device());
+      timer.start();
+      for (std::size_t c = 0; c < count; ++c) {
+        copy(off, size);
         off = (off + size) % buffer;
       }
-      per_copy.push_back(seconds_since(t0) / static_cast<double>(count));
+      per_copy.push_back(timer.stop() / static_cast<double>(count));
     }
     const double t = median(per_copy);
     rows.push_back({1.0 / t, static_cast<double>(size) / t});  // relative residuals: each size weighs the same
     ones.push_back(1.0);
-    table += fmt::format("{}{} KiB {:.3g} s", table.empty() ? "" : ", ", size / kKiB, t);
+    fit.table += fmt::format("{}{} KiB {:.3g} s", fit.table.empty() ? "" : ", ", size / kKiB, t);
   }
   const std::vector<double> x = nonnegative_least_squares(rows, ones);
-  const double latency = clamp_to(x[0], 0, 10);
-  const double bandwidth = x[1] > 0 ? clamp_to(1.0 / x[1], 1e3, 1e300) : 1e300;
+  fit.latency = clamp_to(x[0], 0, 10);
+  fit.bandwidth = x[1] > 0 ? clamp_to(1.0 / x[1], 1e3, 1e300) : 1e300;
+  return fit;
+}
+
+/// Host: latency + bytes / bandwidth fitted to memmove of chunks of 4 KiB .. 4 MiB; a device copy
+/// (copy-on-write) is the same memmove.
+void measure_host_copies(const Session& s, DeviceModel& m) {
+  const std::size_t buffer = s.size.copy_buffer;
+  std::vector<std::byte> src(buffer, std::byte{1}), dst(buffer, std::byte{2});
+  const CopyFit fit = fit_copies(
+      s, [&](std::size_t off, std::size_t size) { copy_bytes(Device::host, dst.data() + off, src.data() + off, size); },
+      buffer);
   const std::string what = fmt::format("least-squares fit (relative error) of latency + bytes / bandwidth to memmove "
                                        "(alloc/copy.hpp copy_bytes) of chunks of 4 KiB .. 4 MiB at rotating offsets in "
-                                       "{} MiB, {} repetitions per size, median per size", buffer / kMiB, reps);
-  s.set(m, &DeviceModel::host_bandwidth, "host_bandwidth", bandwidth, s.source(what));
-  s.set(m, &DeviceModel::host_transfer_latency_s, "host_transfer_latency_s", latency, s.source(what));
-  s.set(m, &DeviceModel::device_copy_latency_s, "device_copy_latency_s", latency,
+                                       "{} MiB, {} repetitions per size, median per size", buffer / kMiB, s.size.reps);
+  s.set(m, &DeviceModel::host_bandwidth, "host_bandwidth", fit.bandwidth, s.source(what));
+  s.set(m, &DeviceModel::host_transfer_latency_s, "host_transfer_latency_s", fit.latency, s.source(what));
+  s.set(m, &DeviceModel::device_copy_latency_s, "device_copy_latency_s", fit.latency,
         s.source(what + "; on the host a device copy (copy-on-write) is the same memmove as a host transfer"));
   s.say(fmt::format("host_bandwidth = {}, host_transfer_latency_s = device_copy_latency_s = {:.3g} s ({})",
-                    gbps(bandwidth), latency, table));
+                    gbps(fit.bandwidth), fit.latency, fit.table));
+}
+
+/// Device memory of `bytes` from the target, freed with the object.
+struct DeviceBuffer {
+  MemoryResource& mr;
+  std::size_t bytes;
+  std::byte* data;
+  DeviceBuffer(MemoryResource& r, std::size_t n) : mr(r), bytes(n), data(static_cast<std::byte*>(r.allocate(n))) {}
+  ~DeviceBuffer() { mr.deallocate(data, bytes); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+};
+
+/// GPU: host transfers between pinned host memory (the swap space's) and device memory, and
+/// device-to-device copies, each fitted to latency + bytes / bandwidth over 4 KiB .. 4 MiB.
+void measure_device_copies(const Session& s, DeviceModel& m) {
+  const std::size_t buffer = s.size.copy_buffer;
+  const Device device = s.target.device();
+  MemoryResource& memory = s.target.context->memory();
+  MemoryResource& pinned = s.target.context->swap_memory() ? *s.target.context->swap_memory() : host_memory_resource();
+  const DeviceBuffer a(memory, buffer), b(memory, buffer), host(pinned, buffer);
+  std::memset(host.data, 1, buffer);
+  upload_bytes(device, a.data, host.data, buffer);
+  // Swap moves blocks both ways: each sample is a device->host copy then a host->device one.
+  const CopyFit link = fit_copies(
+      s,
+      [&](std::size_t off, std::size_t size) {
+        copy_bytes(device, host.data + off, a.data + off, size / 2);
+        copy_bytes(device, a.data + off, host.data + off, size - size / 2);
+      },
+      buffer);
+  const std::string how = fmt::format("latency + bytes / bandwidth, least-squares fit (relative error) over chunks of "
+                                      "4 KiB .. 4 MiB at rotating offsets in {} MiB, {} repetitions per size timed by "
+                                      "kernels/device_timer, median per size", buffer / kMiB, s.size.reps);
+  s.set(m, &DeviceModel::host_bandwidth, "host_bandwidth", link.bandwidth,
+        s.source("copies between pinned host memory and device memory (alloc/copy.hpp copy_bytes: cudaMemcpy), half "
+                 "each way; " + how));
+  s.set(m, &DeviceModel::host_transfer_latency_s, "host_transfer_latency_s", link.latency,
+        s.source("the same fit of host<->device copies; " + how));
+  const CopyFit local = fit_copies(
+      s, [&](std::size_t off, std::size_t size) { copy_bytes(device, b.data + off, a.data + off, size); }, buffer);
+  s.set(m, &DeviceModel::device_copy_latency_s, "device_copy_latency_s", local.latency,
+        s.source("device-to-device copies (alloc/copy.hpp copy_bytes: cudaMemcpy); " + how));
+  s.say(fmt::format("host_bandwidth = {}, host_transfer_latency_s = {:.3g} s ({}); device_copy_latency_s = {:.3g} s "
+                    "({})", gbps(link.bandwidth), link.latency, link.table, local.latency, local.table));
 }
 
 // --- kvlab's own CPU work per step ------------------------------------------------------------------
@@ -405,22 +612,48 @@ void measure_cpu_overhead(const Session& s, DeviceModel& m) {
   s.say(fmt::format("step_overhead_s = {:.3g}, sequence_overhead_s = {:.3g}, block_table_entry_s = {:.3g}", x[0], x[1], x[2]));
 }
 
-DeviceModel calibrate_host(const CalibrateOptions& o) {
-  DeviceModel m;
-  m.name = o.name;
-  const Session s{host_machine_name(), today_utc(), o.quick, default_thread_pool(), o.progress};
+void describe(const Session& s, DeviceModel& m, const CalibrateOptions& o, const std::string& where) {
   const std::string load = load_average();
-  s.say(fmt::format("calibrating the host: {}, {}; load average {}{}", s.machine, s.date, load,
+  s.say(fmt::format("calibrating {}: {}, {}; load average {}{}", where, s.machine, s.date, load,
                     o.quick ? " (quick: short, noisier measurements)" : ""));
-  m.description = sanitize(fmt::format("host {} measured by kvlab calibrate{} on {} (load average at start {})",
-                                       s.machine, o.quick ? " --quick" : "", s.date, load));
+  m.name = o.name;
+  m.description = sanitize(fmt::format("{} measured by kvlab calibrate --device {}{} on {} (load average at start {}){}",
+                                       where, o.device, o.quick ? " --quick" : "", s.date, load,
+                                       s.target.device() == Device::emulated
+                                           ? "; EMULATED: these numbers time the driver double and the SIMT emulator "
+                                             "on the host, not a GPU; they test the code path only"
+                                           : ""));
   m.sources["name"] = "kvlab calibrate --name";
   m.sources["description"] = "kvlab calibrate";
+}
+
+DeviceModel calibrate_on(const CalibrateOptions& o, DeviceContext* context) {
+  DeviceModel m;
+  const Target target{context};
+  const bool host = target.host();
+  const std::string cpu = host_machine_name();
+  const Session s{host ? cpu : context->describe() + " with " + cpu,
+                  today_utc(),
+                  o.quick,
+                  default_thread_pool(),
+                  o.progress,
+                  target,
+                  Sizes::of(target.device(), o.quick),
+                  host ? "host" : target.device() == Device::emulated ? "emulated CUDA" : "CUDA"};
+  describe(s, m, o, host ? "host " + cpu : context->describe());
   const auto t0 = Clock::now();
-  measure_memory_and_flops(s, m);
+  if (host) {
+    measure_memory_and_flops(s, m);
+  } else {
+    measure_device_bandwidth(s, m);
+    take_from_base(s, m, o.base);
+  }
   measure_attention(s, m);
   measure_mapping(s, m);
-  measure_copies(s, m);
+  if (host)
+    measure_host_copies(s, m);
+  else
+    measure_device_copies(s, m);
   measure_cpu_overhead(s, m);
   s.say(fmt::format("done in {:.1f} s; load average now {}", seconds_since(t0), load_average()));
   return m;
@@ -545,14 +778,22 @@ void check_calibrate_output(const std::filesystem::path& file) {
 DeviceModel calibrate_device(const CalibrateOptions& o) {
   if (o.name.empty() || o.name.find_first_of(" \t/#\r\n") != std::string::npos)
     KVLAB_THROW(InvalidArgument, "--name must be one word without '/' or '#' (got '" + o.name + "')");
-  if (o.device == "host") return calibrate_host(o);
-  if (o.device != "cuda") KVLAB_THROW(InvalidArgument, "--device must be host or cuda (got '" + o.device + "')");
-  const CudaStatus& c = cuda_status();
-  if (!c.available) throw Error("calibrate --device cuda: no CUDA GPU found (" + c.message + ")");
-  throw Error("calibrate --device cuda: found " + c.device_name +
-              ", but GPU calibration is not implemented yet (map_s/unmap_s through vmm/cuda_vm_driver, memory "
-              "bandwidth with a device copy and attention with kernels/cuda are still to be written); use "
-              "--device host here, or write the GPU's file by hand (docs/clock.md)");
+  const DeviceSpec spec = parse_device_spec(o.device);  // InvalidArgument names the value
+  if (spec.kind == Device::host) return calibrate_on(o, nullptr);
+  (void)device_model_preset(o.base);  // an unknown --base fails before any measurement
+  try {
+    DeviceContext context(spec, std::size_t{1} << 30);
+    DeviceModel m = calibrate_on(o, &context);
+    const std::string problems = context.problems();
+    if (!problems.empty()) throw Error("calibrate --device " + spec.name() + " left device resources behind: " + problems);
+    return m;
+  } catch (const InvalidArgument&) {
+    throw;
+  } catch (const Error& e) {  // the device could not be opened: say which command asked for it
+    const std::string what = e.what();
+    if (what.rfind("--device ", 0) != 0) throw;
+    throw Error("calibrate " + what);
+  }
 }
 
 }  // namespace kvlab

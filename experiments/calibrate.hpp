@@ -9,9 +9,14 @@
 // contiguous and the paged view, POSIX map/unmap per page, memcpy of block-sized chunks, and the
 // replayer's own wall time per step fitted to steps, sequences and block-table entries); every
 // source comment names the machine, the date, what was timed, the repetitions and the statistic
-// (the median, so one preempted run does not move a constant). Limitations: the host's linear
-// layers are not calibrated (host replays run attention only); `--device cuda` is not implemented
-// yet (docs/clock.md says what it will measure).
+// (the median, so one preempted run does not move a constant). On a GPU (`--device cuda[:N]`) the
+// same measurements run through the device's code path: device memory from the CUDA VMM calls, the
+// CUDA attention kernels timed by CUDA events, the driver's map/unmap per page at multiples of its
+// granularity, cudaMemcpy between pinned host memory and the device and within the device; and
+// `--device emulated` runs that code path on the host (driver double, SIMT emulator), which tests
+// it but measures nothing about a GPU. Limitations: the linear layers are not calibrated (no GEMM of
+// kvlab's runs anywhere): the host file makes them the measured roofline, a GPU file takes them and
+// peak_flops from the preset named by `base`.
 #include <cstdint>
 #include <filesystem>
 #include <functional>
@@ -23,7 +28,9 @@
 namespace kvlab {
 
 struct CalibrateOptions {
-  std::string device = "host";  ///< host or cuda
+  std::string device = "host";  ///< host, cuda[:N] or emulated (parse_device_spec)
+  /// GPU only: the preset whose peak_flops and linear_* constants the file takes (not measured).
+  std::string base = "h100-sxm";
   std::string name = "host";    ///< the model's name (one word)
   bool quick = false;           ///< short measurements (CI: seconds, noisier)
   /// Called with one line per measurement as it finishes (kvlab prints them on stderr); may be empty.
@@ -31,8 +38,9 @@ struct CalibrateOptions {
 };
 
 /// Measures the device of `options` and returns a complete model (every key, every source).
-/// Throws InvalidArgument on a bad device or name, and Error ("calibrate --device cuda: no CUDA GPU
-/// found (...)" and the like) when the device cannot be measured here.
+/// Throws InvalidArgument on a bad device, base or name, and Error ("calibrate --device cuda:0: no
+/// CUDA GPU found (...)" and the like) when the device cannot be measured here. A GPU calibration
+/// that leaves device memory, mappings or reservations behind is an Error too.
 [[nodiscard]] DeviceModel calibrate_device(const CalibrateOptions& options);
 
 /// Checks, before any measurement, that `file` can be written: named, not a directory, in an

@@ -28,10 +28,10 @@ struct StepWork {
   std::int64_t sequences = 0;        ///< sequences in the step (CPU work per sequence)
   std::int64_t block_table_entries = 0;  ///< paged: blocks in the step's block tables
   /// The view the attention kernels read (paged at block_tokens, or contiguous) and vmm's page size.
-  ViewShape view;
+  ViewShape view{};
   /// The backend's operations on the critical path: maps/unmaps, host transfers, device copies
   /// (mapping_s, a measurement, is not priced).
-  StepCosts ops;
+  StepCosts ops{};
 };
 
 /// A step's modelled seconds, by operation.

@@ -814,7 +814,11 @@ int cmd_calibrate(const std::vector<std::string>& args) {
   CalibrateOptions o;
   std::string out;
   po::options_description opts("kvlab calibrate options");
-  opts.add_options()("help,h", "show this help")("device", po::value(&o.device)->default_value("host"), "host or cuda")(
+  opts.add_options()("help,h", "show this help")("device", po::value(&o.device)->default_value("host"),
+                                                 "host, cuda[:N] (a GPU), or emulated (the CUDA code path on the host: "
+                                                 "tests it, measures no GPU)")(
+      "base", po::value(&o.base)->default_value(o.base),
+      "GPU only: the preset whose peak_flops and linear-layer constants the file takes (not measured)")(
       "out", po::value(&out), "the device model file to write (required)")(
       "name", po::value(&o.name)->default_value("host"), "the model's name (one word)")(
       "quick", po::bool_switch(&o.quick), "short measurements (seconds; for CI), noisier")(
@@ -822,20 +826,28 @@ int cmd_calibrate(const std::vector<std::string>& args) {
   po::variables_map vm;
   po::store(po::command_line_parser(args).options(opts).positional(kNoPositional).run(), vm);
   if (vm.count("help")) {
-    std::cout << "Usage: kvlab calibrate --device host|cuda --out FILE [--name NAME] [--quick]\n\n"
+    std::cout << "Usage: kvlab calibrate --device host|cuda[:N]|emulated --out FILE [--name NAME] [--base PRESET] [--quick]\n\n"
                  "Measures this machine (memory bandwidth, fp32 FMA peak, the attention kernel through the contiguous\n"
                  "and paged views, map/unmap per page, copies, kvlab's own CPU time per step) and writes a device\n"
                  "model file whose every constant names how it was measured; pass it to replay/compare with\n"
-                 "--device-model FILE. About 15 s on 2 cores (--quick: seconds). See docs/clock.md.\n\n"
+                 "--device-model FILE. About 15 s on 2 cores (--quick: seconds). On a GPU the same measurements run\n"
+                 "through the CUDA kernels, the driver's VMM calls and cudaMemcpy; peak_flops and the linear layers\n"
+                 "come from --base. See docs/clock.md.\n\n"
               << opts
               << "\nExamples:\n"
                  "  kvlab calibrate --device host --out experiments/devices/host.txt --name host\n"
-                 "  kvlab calibrate --device host --out /tmp/ci.txt --quick && kvlab replay --device-model /tmp/ci.txt\n";
+                 "  kvlab calibrate --device host --out /tmp/ci.txt --quick && kvlab replay --device-model /tmp/ci.txt\n"
+                 "  kvlab calibrate --device cuda --base h100-sxm --name my-h100 --out my-h100.txt\n";
     return 0;
   }
   po::notify(vm);
   if (!vm.count("out")) throw UsageError("--out FILE is required (the device model file to write)");
-  if (o.device != "host" && o.device != "cuda") throw UsageError("--device must be host or cuda (got '" + o.device + "')");
+  (void)parse_device_spec(o.device);  // InvalidArgument (exit 2) before any measurement
+  try {
+    (void)device_model_preset(o.base);
+  } catch (const InvalidArgument& e) {
+    throw UsageError("--base: " + user_message(e));
+  }
   check_calibrate_output(out);
   if (vm.count("no-progress") == 0) o.progress = [](const std::string& line) { std::cerr << "calibrate: " << line << std::endl; };
   const DeviceModel m = calibrate_device(o);

@@ -627,14 +627,16 @@ bad(FI-9 2 "--out names no directory" figure memory-breakdown --out @EMPTY@)
 bad(FI-10 2 "--out .*vidur_ok.csv: is not a directory" figure memory-breakdown --out @D@/vidur_ok.csv)
 
 # kvlab calibrate: checked before any measurement (no progress line precedes the error)
-bad(CAL-1 2 "--device must be host or cuda .got 'tpu'." calibrate --device tpu --out @D@/dev.txt)
+bad(CAL-1 2 "unknown device 'tpu' .expected host, cuda, cuda:N or emulated." calibrate --device tpu --out @D@/dev.txt)
 bad(CAL-2 2 "--out FILE is required" calibrate --device host)
 bad(CAL-3 1 "failed: cannot write /nonexistent-kvlab/dev.txt: No such file or directory" calibrate --device host --out /nonexistent-kvlab/dev.txt)
 bad(CAL-4 2 "--out .*adir: is a directory" calibrate --device host --out @D@/adir)
 bad(CAL-5 2 "--out names no file" calibrate --device host --out @EMPTY@)
 bad(CAL-6 2 "--name must be one word" calibrate --device host --out @D@/dev.txt --name "two words")
 bad(CAL-7 2 "unrecognised option '--bogus'" calibrate --device host --out @D@/dev.txt --bogus)
-bad(CAL-8 1 "failed: calibrate --device cuda: (no CUDA GPU found|found .*not implemented yet)" calibrate --device cuda --out @D@/dev.txt)
+bad(CAL-8 1 "failed: calibrate --device cuda:1023: (no CUDA GPU found|this machine has [0-9]+ CUDA device)" calibrate --device cuda:1023 --out @D@/dev.txt)
+bad(CAL-9 2 "--base: unknown device model 'tpu-v5'" calibrate --device emulated --base tpu-v5 --out @D@/dev.txt)
+bad(CAL-10 2 "device 'cuda:x': the GPU index must be a number 0..1023" calibrate --device cuda:x --out @D@/dev.txt)
 
 # --- verdict ---------------------------------------------------------------------------------------
 if(GROUP STREQUAL "table")

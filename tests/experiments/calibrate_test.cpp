@@ -89,7 +89,7 @@ TEST(Calibrate, QuickHostFileReadsBackWithEveryKeyAndAMeasuredSource) {
   const DeviceModel back = read_device_model(file);
   fs::remove(file);
   EXPECT_EQ(back.name, "ci-test");
-  EXPECT_NE(back.description.find("kvlab calibrate --quick"), std::string::npos) << back.description;
+  EXPECT_NE(back.description.find("kvlab calibrate --device host --quick"), std::string::npos) << back.description;
   EXPECT_GT(back.memory_bandwidth, 1e8);
   EXPECT_GT(back.peak_flops, 1e8);
   for (const int b : {1, 2, 4, 8, 16, 32, 64, 128, 256}) EXPECT_TRUE(back.paged_attention_factor.points.contains(b)) << b;
@@ -161,21 +161,68 @@ TEST(Calibrate, BadOptionsAreErrorsBeforeAnyMeasurement) {
 }
 
 TEST(Calibrate, CudaWithoutAGpuFailsWithOneLine) {
+  if (cuda_status().available) GTEST_SKIP() << "a GPU is here: tests/gpu/run.sh calibrates it";
   CalibrateOptions o;
   o.device = "cuda";
   try {
     (void)calibrate_device(o);
-    FAIL() << "calibrate --device cuda returned a model";
+    FAIL() << "calibrate --device cuda returned a model without a GPU";
   } catch (const InvalidArgument& e) {
     FAIL() << "not a usage error: " << e.what();
   } catch (const Error& e) {
     const std::string what = e.what();
     EXPECT_EQ(what.find('\n'), std::string::npos) << what;
-    if (!cuda_status().available)
-      EXPECT_EQ(what.rfind("calibrate --device cuda: no CUDA GPU found (", 0), 0u) << what;
-    else
-      EXPECT_NE(what.find("not implemented"), std::string::npos) << what;
+    EXPECT_EQ(what.rfind("calibrate --device cuda:0: no CUDA GPU found (", 0), 0u) << what;
   }
+}
+
+/// The GPU code path on the emulated device (driver double, SIMT emulator): it completes, leaves no
+/// device memory, mapping or reservation behind (calibrate_device checks and throws otherwise),
+/// measures the driver's map/unmap at the granularity and its multiples, and every key names
+/// either a measurement on the emulated device or the --base preset it came from.
+TEST(Calibrate, TheGpuPathRunsOnTheEmulatedDevice) {
+  CalibrateOptions o;
+  o.device = "emulated";
+  o.base = "a100-80gb";
+  o.name = "emulated-test";
+  o.quick = true;
+  const DeviceModel m = calibrate_device(o);
+  const DeviceModel back = parse_device_model(format_device_model(m), "emulated.txt");
+  EXPECT_NE(back.description.find("EMULATED"), std::string::npos) << back.description;
+  const DeviceModel base = device_model_preset("a100-80gb");
+  EXPECT_EQ(back.peak_flops, base.peak_flops);
+  EXPECT_EQ(back.linear_flops_efficiency, base.linear_flops_efficiency);
+  EXPECT_EQ(back.linear_layer_overhead_s, base.linear_layer_overhead_s);
+  EXPECT_GT(back.memory_bandwidth, 1e6);
+  // The double's granularity is 2 MiB: nothing smaller is measured, 2, 4 and 8 MiB are.
+  std::vector<std::int64_t> pages;
+  for (const auto& [page, seconds] : back.map_s.points) {
+    pages.push_back(page);
+    EXPECT_GT(seconds, 0) << page;
+    EXPECT_TRUE(back.unmap_s.points.contains(page)) << page;
+  }
+  EXPECT_EQ(pages, (std::vector<std::int64_t>{2 << 20, 4 << 20, 8 << 20}));
+  for (const int b : {1, 2, 4, 8, 16, 32, 64, 128, 256}) EXPECT_TRUE(back.paged_attention_factor.points.contains(b)) << b;
+  for (const auto& [key, source] : back.sources) {
+    if (key == "format" || key == "name" || key == "description") continue;
+    const bool measured = source.rfind("measured by kvlab calibrate on emulated GPU", 0) == 0;
+    const bool from_base = source.rfind("not measured by kvlab calibrate --device emulated", 0) == 0 &&
+                           source.find("from preset a100-80gb") != std::string::npos;
+    EXPECT_TRUE(measured || from_base) << key << ": " << source;
+  }
+  for (const std::string key : {"attention_bandwidth_efficiency", "paged_attention_factor.16", "map_s.2097152",
+                                "host_bandwidth", "device_copy_latency_s"})
+    EXPECT_NE(back.sources.at(key).find("CUDA"), std::string::npos) << key << ": " << back.sources.at(key);
+}
+
+TEST(Calibrate, ABadBaseOrDeviceIsAUsageError) {
+  CalibrateOptions o;
+  o.device = "emulated";
+  o.base = "tpu-v5";
+  EXPECT_THROW((void)calibrate_device(o), InvalidArgument);
+  o.base = "h100-sxm";
+  o.device = "cuda:x";
+  EXPECT_THROW((void)calibrate_device(o), InvalidArgument);
 }
 
 TEST(Calibrate, OutputIsCheckedFirst) {

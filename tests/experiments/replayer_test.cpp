@@ -28,10 +28,14 @@ TEST(Replayer, OneRequestByHand) {
   const ReplayResult r = replay(b, {{0, 0.0, 4, 3}}, cfg);
   ASSERT_EQ(r.steps.size(), 3u);  // prefill, then O - 1 = 2 decode steps
   const ModelGeometry m = testing::tiny_model();
-  // {prefill, decode, KV tokens read, attention pairs, sequences}: one sequence in every step.
-  const double d1 = step_seconds(m, cfg.device, {4, 0, 4, 10, 1});
-  const double d2 = step_seconds(m, cfg.device, {0, 1, 5, 5, 1});
-  const double d3 = step_seconds(m, cfg.device, {0, 1, 6, 6, 1});
+  // One sequence in every step.
+  const auto work = [](std::int64_t prefill, std::int64_t decode, std::int64_t kv_read, std::int64_t pairs) {
+    return StepWork{.prefill_tokens = prefill, .decode_tokens = decode, .kv_tokens_read = kv_read,
+                    .attention_pairs = pairs, .sequences = 1};
+  };
+  const double d1 = step_seconds(m, cfg.device, work(4, 0, 4, 10));
+  const double d2 = step_seconds(m, cfg.device, work(0, 1, 5, 5));
+  const double d3 = step_seconds(m, cfg.device, work(0, 1, 6, 6));
   EXPECT_DOUBLE_EQ(r.steps[0].duration_s, d1);
   EXPECT_DOUBLE_EQ(r.steps[1].duration_s, d2);
   EXPECT_DOUBLE_EQ(r.steps[2].duration_s, d3);

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs the GPU suite on a machine with an NVIDIA GPU: builds the release preset (CUDA on), runs
-# every ctest labelled `gpu`, then the GPU microbenchmarks, writing JSON under results/gpu/.
+# every ctest labelled `gpu`, then the GPU microbenchmarks (JSON), calibrates the GPU into a device
+# model file and replays one workload through every backend on it, all under results/gpu/.
 # Without a GPU every test skips with the reason and the script says so.
 #
 #   tests/gpu/run.sh [OUT_DIR]
@@ -15,6 +16,12 @@ if build/release/kvlab devices | grep -q "^cuda: available"; then
   if [ -x build/release/bench/kvlab_bench_cuda ]; then
     build/release/bench/kvlab_bench_cuda --benchmark_out="$out/cuda_bench.json" --benchmark_out_format=json
   fi
+  # The GPU's own constants (map/unmap per page, attention per view, copies), then every backend
+  # on the GPU in execute mode with the clock those constants give.
+  build/release/kvlab calibrate --device cuda --name gpu --out "$out/device.txt" 2>&1 | tee "$out/calibrate.txt"
+  build/release/kvlab compare --device cuda --execute --device-model "$out/device.txt" --model llama-3-8b \
+    --backends contiguous-max,contiguous-oracle,paged-16,paged-64,vmm-2m,vmm-2m-mega \
+    --capacity-gib 8 --requests 64 --seed 1 --out "$out/compare" 2>&1 | tee "$out/compare.txt"
 else
   echo "tests/gpu/run.sh: no usable GPU here; the gpu-labelled tests skipped (see above)." >&2
 fi
