@@ -10,18 +10,26 @@
 
 namespace kvlab {
 
+class DeviceContext;
+
 struct FigureContext {
   bool full = false;                 ///< paper scale
   std::filesystem::path out;         ///< results/NAME
   std::filesystem::path trace_dir;   ///< where the public traces are
   std::string command;               ///< the command that reproduces this figure
   bool progress = true;
+  /// Where the measured figures (Figure::on_device) put backends and run kernels: nullptr is the
+  /// host; else the GPU or the emulated one (`kvlab figure --device`).
+  DeviceContext* device = nullptr;
 };
 
 struct Figure {
   std::string name;
   std::string title;  ///< which paper figure it reproduces
   std::function<void(const FigureContext&)> run;
+  /// It measures kernels or mappings and can do so on `--device cuda|emulated`; the others are
+  /// modelled (their clock is the device model) and run on the host only.
+  bool on_device = false;
 };
 
 /// Every figure, in the order of docs/experiments.md.

@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
@@ -755,13 +756,48 @@ std::vector<std::string> result_files(const fs::path& dir) {
   return files;
 }
 
+/// "NVIDIA H100 80GB HBM3" -> "nvidia-h100-80gb-hbm3": a directory name for a device's results.
+std::string device_slug(const std::string& name) {
+  std::string slug;
+  for (const char c : name) {
+    if (std::isalnum(static_cast<unsigned char>(c)))
+      slug += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    else if (!slug.empty() && slug.back() != '-')
+      slug += '-';
+  }
+  while (!slug.empty() && slug.back() == '-') slug.pop_back();
+  return slug.empty() ? "gpu" : slug;
+}
+
+/// The figures --device runs: every one that measures on a device (all, or the one named); a
+/// modelled figure named with a device is a usage error.
+std::vector<const Figure*> device_figures(const std::string& name, const DeviceSpec& device) {
+  std::vector<const Figure*> todo;
+  for (const Figure& f : figures())
+    if ((name == "all" || f.name == name) && (f.on_device || device.kind == Device::host)) todo.push_back(&f);
+  if (todo.empty()) {
+    const Figure& f = find_figure(name);  // unknown names fail here
+    std::string measured;
+    for (const Figure& g : figures())
+      if (g.on_device) measured += (measured.empty() ? "" : ", ") + g.name;
+    throw UsageError(fmt::format("figure {} is modelled on the host (its clock is a device model): --device {} "
+                                 "applies to the measured figures ({})",
+                                 f.name, device.name(), measured));
+  }
+  return todo;
+}
+
 int cmd_figure(const std::vector<std::string>& args, const std::string& invocation) {
-  std::string name, out, trace_dir;
+  std::string name, out, trace_dir, device_text = "host";
   bool full = false;
   po::options_description opts("kvlab figure options");
   opts.add_options()("help,h", "show this help")("name", po::value(&name), "the figure (also positional), or all")(
       "full", po::bool_switch(&full), "paper scale (default: smoke scale, seconds)")(
-      "out", po::value(&out)->default_value("results"), "figures go to OUT/NAME/")(
+      "device", po::value(&device_text)->default_value("host"),
+      "host, cuda[:N] or emulated: where the measured figures (kernel-overhead, page-size) run")(
+      "out", po::value(&out)->default_value("results"),
+      "figures go to OUT/NAME/ (with --device cuda the default is results/gpu/<GPU name>, with emulated "
+      "results/emulated)")(
       "trace-dir", po::value(&trace_dir), "where the public traces are (default: $KVLAB_TRACE_DIR or ../shared/traces)")(
       "no-progress", "no progress lines");
   po::positional_options_description pos;
@@ -775,17 +811,21 @@ int cmd_figure(const std::vector<std::string>& args, const std::string& invocati
               << "\nExamples:\n"
                  "  kvlab figure memory-breakdown            # smoke scale into results/memory-breakdown/\n"
                  "  kvlab figure block-size --full           # paper scale\n"
-                 "  kvlab figure all --out /tmp/figs\n";
+                 "  kvlab figure all --out /tmp/figs\n"
+                 "  kvlab figure kernel-overhead --device cuda    # on the GPU, into results/gpu/<GPU name>/\n";
     return vm.count("help") ? 0 : 2;
   }
   po::notify(vm);
-  check_output_dir_name(out, "--out");
-  std::vector<const Figure*> todo;
-  if (name == "all") {
-    for (const Figure& f : figures()) todo.push_back(&f);
-  } else {
-    todo.push_back(&find_figure(name));
+  const DeviceSpec device = parse_device_spec(device_text);
+  const std::vector<const Figure*> todo = device_figures(name, device);
+  std::unique_ptr<DeviceContext> device_context;
+  if (device.kind != Device::host) {
+    device_context = std::make_unique<DeviceContext>(device, std::size_t{2} << 30);
+    if (vm["out"].defaulted())
+      out = device.kind == Device::cuda ? "results/gpu/" + device_slug(cuda_status().device_name) : "results/emulated";
+    std::cout << "device: " << device_context->describe() << "\n";
   }
+  check_output_dir_name(out, "--out");
   for (const Figure* f : todo) prepare_output_dir(fs::path(out) / f->name, "--out");  // before any figure runs
   // One run per figure folder at a time, and a figure is finished only with its marker
   // (experiments/run_control.hpp), exactly as replay and compare --out.
@@ -797,12 +837,19 @@ int cmd_figure(const std::vector<std::string>& args, const std::string& invocati
     ctx.full = full;
     ctx.out = fs::path(out) / f->name;
     ctx.trace_dir = trace_dir.empty() ? default_trace_dir() : fs::path(trace_dir);
-    ctx.command = name == "all" ? "kvlab figure " + f->name + (full ? " --full" : "") : invocation;
+    ctx.command = name == "all" ? "kvlab figure " + f->name + (full ? " --full" : "") +
+                                      (device.kind == Device::host ? "" : " --device " + device.name())
+                                : invocation;
     ctx.progress = vm.count("no-progress") == 0;
+    ctx.device = device_context.get();
     const auto t0 = std::chrono::steady_clock::now();
     std::cout << "figure " << f->name << " (" << f->title << ")\n";
     f->run(ctx);
     throw_if_interrupted();  // a figure stopped by a signal gets no marker
+    if (device_context) {
+      const std::string problems = device_context->problems();
+      if (!problems.empty()) throw Error("figure " + f->name + " left device resources behind: " + problems);
+    }
     write_completion_marker(ctx.out, ctx.command, result_files(ctx.out));
     std::cout << "  -> " << ctx.out.string() << "/ in "
               << std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() << " s\n";

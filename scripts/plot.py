@@ -273,13 +273,15 @@ def fig_page_size(d, rows):
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(12, 4.5))
     per = [r for r in rows if r["layout"] == "per-layer"]
     pages = [r["page"] for r in per]
-    a1.plot(pages, [float(r["map_touch_us_per_page"]) for r in per], marker="o", label="map + first write")
+    if all(r["map_touch_us_per_page"] != "n/a" for r in per):  # n/a on a GPU: the CPU cannot write there
+        a1.plot(pages, [float(r["map_touch_us_per_page"]) for r in per], marker="o", label="map + first write")
     a1.plot(pages, [float(r["map_us_per_page"]) for r in per], marker="o", label="map only")
     a1.plot(pages, [float(r["unmap_us_per_page"]) for r in per], marker="o", label="unmap")
     a1.set_yscale("log")
-    a1.set_ylabel("microseconds per page (host, measured)")
+    on_host = pages and pages[0] == "4k"
+    a1.set_ylabel("microseconds per page (measured)")
     a1.set_xlabel("page size")
-    a1.set_title("Mapping cost per page (POSIX VM driver)", fontsize=10)
+    a1.set_title("Mapping cost per page (%s)" % ("POSIX VM driver" if on_host else "CUDA VMM driver"), fontsize=10)
     a1.legend(fontsize=8)
     x = range(len(pages))
     for j, (layout, color) in enumerate((("per-layer", "#e64a19"), ("megacache", "#2e7d32"))):

@@ -1,18 +1,21 @@
 // vLLM (SOSP'23) Fig. 18a / vAttention (ASPLOS'25): what the paged view costs the attention kernel,
-// measured with kvlab's host kernel over each backend's own memory layout.
+// measured with kvlab's attention kernels over each backend's own memory layout, on the host or, with
+// `kvlab figure kernel-overhead --device cuda|emulated`, on a GPU.
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstring>
+#include <span>
 
+#include "alloc/device_staging.hpp"
 #include "alloc/memory_resource.hpp"
 #include "experiments/figures/figure_kit.hpp"
 #include "experiments/figures/figure_list.hpp"
 #include "experiments/run_control.hpp"
 #include "kernels/attention.hpp"
 #include "kernels/batch_attention_params.hpp"
+#include "kernels/device_timer.hpp"
 
 namespace kvlab::fig {
 
@@ -31,30 +34,48 @@ double quantile(const std::vector<double>& v, double q) {
   return v[lo] + (v[hi] - v[lo]) * (pos - static_cast<double>(lo));
 }
 
-/// `reps` timed runs (after one warm-up) of attention over layer 0 of the prepared batch.
-Timing time_attention(KvBackend& b, const std::vector<SeqId>& ids, const std::vector<std::int32_t>& q_indptr,
-                      int reps) {
+/// The device the figure runs on (`kvlab figure --device`): the host when ctx.device is nullptr.
+Device device_of(const FigureContext& ctx) { return ctx.device != nullptr ? ctx.device->device() : Device::host; }
+
+/// `reps` timed runs (after one warm-up) of attention over layer 0 of the prepared batch, on the
+/// backend's device: q, out and the query offsets staged in its memory, the time from DeviceTimer
+/// (CUDA events on a GPU, so the kernels' time and not their launch).
+Timing time_attention(const FigureContext& ctx, KvBackend& b, const std::vector<SeqId>& ids,
+                      const std::vector<std::int32_t>& q_indptr, int reps) {
   const ModelGeometry& m = b.model();
+  const Device device = device_of(ctx);
   const PreparedBatch pb = b.prepare_batch(ids);
   std::vector<float> q(static_cast<std::size_t>(q_indptr.back()) * m.num_q_heads * m.head_dim, 0.5f), out(q.size());
-  const AttentionParams p =
-      batch_attention_params(m, pb, q.data(), out.data(), q_indptr.back() == pb.batch ? nullptr : q_indptr.data());
+  const float* q_at = q.data();
+  float* out_at = out.data();
+  const std::int32_t* indptr_at = q_indptr.data();
+  DeviceStaging q_dev, out_dev, indptr_dev;  // device copies (nothing on the host)
+  if (device != Device::host) {
+    MemoryResource& mr = ctx.device->memory();
+    q_at = reinterpret_cast<const float*>(q_dev.upload(mr, std::as_bytes(std::span(q)), {}));        // NOLINT
+    out_at = reinterpret_cast<float*>(out_dev.upload(mr, std::as_bytes(std::span(out)), {}));        // NOLINT
+    indptr_at = reinterpret_cast<const std::int32_t*>(indptr_dev.upload(mr, std::as_bytes(std::span(q_indptr)), {}));  // NOLINT
+  }
+  const AttentionParams p = batch_attention_params(m, pb, q_at, out_at, q_indptr.back() == pb.batch ? nullptr : indptr_at);
   const KvView view = b.layer_view(0);
-  host_attention(p, view);  // warm up
+  attention(device, p, view);  // warm up
+  DeviceTimer timer(device);
   std::vector<double> times;
   for (int r = 0; r < reps; ++r) {
     throw_if_interrupted();
-    const auto t0 = std::chrono::steady_clock::now();
-    host_attention(p, view);
-    times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    timer.start();
+    attention(device, p, view);
+    times.push_back(timer.stop());
   }
   std::sort(times.begin(), times.end());
   return {quantile(times, 0.5), times.front(), quantile(times, 0.25), quantile(times, 0.75), times.back()};
 }
 
 /// Writes the same non-trivial bytes into every token of layer 0, whatever the layout, so every
-/// backend's kernel reads alike.
+/// backend's kernel reads alike. Only where the CPU can address the memory (host, emulated): on a
+/// GPU the kernels read what the driver gave, which changes nothing in their time.
 void fill_cache(KvBackend& b, const std::vector<SeqId>& ids, std::int64_t ctx_len) {
+  if (!host_addressable(b.device())) return;
   b.prepare_batch(ids);
   const KvView v = b.layer_view(0);
   const bool paged = v.layout == KvLayout::paged;
@@ -77,13 +98,17 @@ struct Point {
   int reps = 3;
 };
 
-/// Attention seconds of one backend at one point (median and spread), in its own host memory.
-Timing measure(const ModelGeometry& m, const std::string& backend, const Point& pt) {
+/// Attention seconds of one backend at one point (median and spread), in its own memory on the
+/// figure's device.
+Timing measure(const FigureContext& ctx, const ModelGeometry& m, const std::string& backend, const Point& pt) {
   BackendOptions o;
   o.model = m;
   o.max_seq_len = 8192;
   o.capacity_bytes = static_cast<std::size_t>(pt.batch) * (pt.context + 512) * m.kv_bytes_per_token();
-  o.memory = &host_memory_resource();
+  if (backend == "vmm-2m")  // at least one 2 MiB page per sequence for each layer's K and V
+    o.capacity_bytes = std::max(o.capacity_bytes, static_cast<std::size_t>(pt.batch + 1) * 2 * m.num_layers * (2 << 20));
+  o.memory = ctx.device != nullptr ? &ctx.device->memory() : &host_memory_resource();
+  o.device = ctx.device;
   auto b = make_backend(backend, o);
   std::vector<SeqId> ids;
   std::vector<std::int32_t> q_indptr{0};
@@ -93,15 +118,20 @@ Timing measure(const ModelGeometry& m, const std::string& backend, const Point& 
     q_indptr.push_back(q_indptr.back() + pt.q_len);
   }
   fill_cache(*b, ids, pt.context);
-  const Timing sec = time_attention(*b, ids, q_indptr, pt.reps);
+  const Timing sec = time_attention(ctx, *b, ids, q_indptr, pt.reps);
   for (SeqId id : ids) b->release(id);
   return sec;
 }
 
 /// The backends compared: contiguous, paged at three block sizes, and the first vmm form (the vmm
-/// backend hands the kernel the contiguous view).
-std::vector<std::string> compared_backends() {
+/// backend hands the kernel the contiguous view); on a CUDA device vmm at the driver's 2 MiB
+/// granularity, the smallest page a stock driver maps.
+std::vector<std::string> compared_backends(Device device) {
   std::vector<std::string> backends = {"contiguous-oracle", "paged-1", "paged-16", "paged-256"};
+  if (device != Device::host) {
+    backends.push_back("vmm-2m");
+    return backends;
+  }
   for (const auto& f : backend_forms())
     if (f.starts_with("vmm-")) {
       backends.push_back(f);
@@ -110,26 +140,60 @@ std::vector<std::string> compared_backends() {
   return backends;
 }
 
+/// How much the figure measures: paper or smoke scale on the host or a GPU; on the emulated GPU
+/// (CUDA kernels under the SIMT emulator, far slower than any device) a size that only proves the
+/// code path.
+struct Scale {
+  int batch = 8, reps = 9;
+  std::vector<std::int64_t> contexts;
+  std::int32_t prefill_q = 32;
+};
+
+Scale scale_of(const FigureContext& ctx) {
+  // Enough runs for a median and quartiles that mean something (the spread is in the table).
+  switch (device_of(ctx)) {
+    case Device::emulated:
+      return {2, 2, {24}, 3};
+    case Device::cuda:
+      return ctx.full ? Scale{8, 21, {1024, 4096, 16384}, 128} : Scale{8, 9, {512, 2048, 8192}, 32};
+    case Device::host:
+      break;
+  }
+  return ctx.full ? Scale{8, 21, {512, 2048, 8192}, 128} : Scale{8, 9, {256, 1024}, 32};
+}
+
+std::string clock_text(const FigureContext& ctx, int reps) {
+  const std::string spread = fmt::format("latency_ms is the median of {} runs after a warm-up, min/q1/q3/max their "
+                                         "spread (a ratio within the spread is noise)", reps);
+  switch (device_of(ctx)) {
+    case Device::cuda:
+      return fmt::format("measured on {} with kvlab's CUDA attention kernels over device memory, timed by CUDA "
+                         "events: {}", ctx.device->describe(), spread);
+    case Device::emulated:
+      return "the CUDA code path on the emulated GPU (driver double, CUDA kernels under the SIMT emulator): it proves "
+             "the path; the times are the emulator's and say nothing about a GPU; " + spread;
+    case Device::host:
+      break;
+  }
+  return "measured on the host CPU with kvlab's host attention kernel: " + spread + "; no GPU was used";
+}
+
 void kernel_overhead(const FigureContext& ctx) {
   // One layer of Llama-3-8B's attention (32 query / 8 KV heads, head dim 128, fp16 KV).
   ModelGeometry m = model_preset("llama-3-8b");
   m.name = "llama-3-8b (1 layer)";
   m.num_layers = 1;
-  // Enough runs for a median and quartiles that mean something (the spread is in the table).
-  const int reps = ctx.full ? 21 : 9;
-  const std::vector<std::int64_t> contexts = ctx.full ? std::vector<std::int64_t>{512, 2048, 8192}
-                                                      : std::vector<std::int64_t>{256, 1024};
-  const std::int32_t prefill_q = ctx.full ? 128 : 32;
+  const Scale sc = scale_of(ctx);
   Table t{{"phase", "context", "backend", "latency_ms", "min_ms", "q1_ms", "q3_ms", "max_ms", "runs",
            "relative_to_contiguous"}};
   for (const std::string phase : {"decode", "prefill"})
-    for (std::int64_t ctx_len : contexts) {
+    for (std::int64_t ctx_len : sc.contexts) {
       double base = 0;
-      for (const auto& name : compared_backends()) {
-        const Timing sec = measure(m, name, {8, ctx_len, phase == "decode" ? 1 : prefill_q, reps});
+      for (const auto& name : compared_backends(device_of(ctx))) {
+        const Timing sec = measure(ctx, m, name, {sc.batch, ctx_len, phase == "decode" ? 1 : sc.prefill_q, sc.reps});
         if (name == "contiguous-oracle") base = sec.median;
         t.add({phase, std::to_string(ctx_len), name, fixed(sec.median * 1e3, 3), fixed(sec.min * 1e3, 3),
-               fixed(sec.q1 * 1e3, 3), fixed(sec.q3 * 1e3, 3), fixed(sec.max * 1e3, 3), std::to_string(reps),
+               fixed(sec.q1 * 1e3, 3), fixed(sec.q3 * 1e3, 3), fixed(sec.max * 1e3, 3), std::to_string(sc.reps),
                fixed(sec.median / base, 3)});
       }
     }
@@ -137,14 +201,11 @@ void kernel_overhead(const FigureContext& ctx) {
           {"kernel-overhead",
            "vLLM (SOSP'23) Figure 18a / vAttention (ASPLOS'25): attention latency through paged, contiguous and "
            "vmm views",
-           fmt::format("one attention layer of Llama-3-8B (32 query / 8 KV heads, head dim 128, fp16 KV), batch 8, "
+           fmt::format("one attention layer of Llama-3-8B (32 query / 8 KV heads, head dim 128, fp16 KV), batch {}, "
                        "decode (1 query token) and prefill ({} query tokens after the cached context), the same "
                        "cache bytes in each backend's own memory layout",
-                       prefill_q),
-           fmt::format("measured on the host CPU with kvlab's host attention kernel: latency_ms is the median of {} "
-                       "runs after a warm-up, min/q1/q3/max their spread (a ratio within the spread is noise); "
-                       "no GPU was used",
-                       reps),
+                       sc.batch, sc.prefill_q),
+           clock_text(ctx, sc.reps),
            "Paper (GPU): the paged attention kernel is 20-26 % slower than FasterTransformer's contiguous one "
            "(vLLM) and paged prefill up to 37-42 % slower (vAttention). On the host the paged view costs one "
            "block-table lookup per block; at block size 1 that is one per token, which is where it shows. The "
@@ -155,7 +216,7 @@ void kernel_overhead(const FigureContext& ctx) {
 
 Figure kernel_overhead_figure() {
   return {"kernel-overhead", "vLLM Fig. 18a / vAttention: attention through paged, contiguous, vmm views",
-          kernel_overhead};
+          kernel_overhead, true};
 }
 
 }  // namespace kvlab::fig

@@ -3,7 +3,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "alloc/error.hpp"
 #include "alloc/memory_resource.hpp"
@@ -56,7 +58,7 @@ double touch_pages(KvBackend& b, SeqId id, std::int64_t tokens) {
 /// one-layer model fills all of them at admit and gives them back at release (no deferred
 /// reclamation, so release unmaps). Every other round also writes to each page. Times are what
 /// the backend reports for its critical-path maps and unmaps.
-MapTiming time_mapping(const std::string& label, std::size_t page, int pages, int rounds) {
+MapTiming time_mapping(const FigureContext& ctx, const std::string& label, std::size_t page, int pages, int rounds) {
   BackendOptions o;
   o.model = model_preset("llama-3-8b");
   o.model.num_layers = 1;  // two tensors (K, V): pages / 2 pages each
@@ -64,12 +66,15 @@ MapTiming time_mapping(const std::string& label, std::size_t page, int pages, in
       static_cast<std::int64_t>(page * static_cast<std::size_t>(pages / 2) / o.model.kv_bytes_per_token() * 2);
   o.max_seq_len = tokens;
   o.capacity_bytes = page * static_cast<std::size_t>(pages);
-  o.memory = &host_memory_resource();
+  o.memory = ctx.device != nullptr ? &ctx.device->memory() : &host_memory_resource();
+  o.device = ctx.device;
   auto b = make_backend(fmt::format("vmm-{}-nodefer", label), o);
+  // The CPU can write only memory it can address: on a GPU the touched rounds are left out.
+  const bool can_touch = host_addressable(b->device());
   MapTiming t;
   double touch_s = 0, touch_maps = 0, plain_maps = 0;
   for (int r = 0; r < rounds; ++r) {
-    const bool touch = r % 2 == 1;
+    const bool touch = can_touch && r % 2 == 1;
     const MappingCounters before(*b);
     b->admit(0, {tokens, tokens}, tokens);
     if (touch) touch_s += touch_pages(*b, 0, tokens);
@@ -81,13 +86,45 @@ MapTiming time_mapping(const std::string& label, std::size_t page, int pages, in
     t.unmap_us += (after.unmap_s - mapped.unmap_s) * 1e6 / std::max(after.unmaps - mapped.unmaps, 1.0) / rounds;
   }
   t.map_us /= std::max(plain_maps, 1.0);
-  t.touch_map_us = (t.touch_map_us + touch_s * 1e6) / std::max(touch_maps, 1.0);
+  t.touch_map_us = can_touch ? (t.touch_map_us + touch_s * 1e6) / std::max(touch_maps, 1.0)
+                             : std::numeric_limits<double>::quiet_NaN();
   return t;
 }
 
+/// "n/a" for a number not measured (NaN), else fixed().
+std::string maybe(double v, int digits) { return std::isnan(v) ? "n/a" : fixed(v, digits); }
+
+/// The page sizes measured: vAttention's 4 KiB..2 MiB on the host; on a CUDA device (stock driver:
+/// 2 MiB granularity) 2 MiB and its multiples.
+std::vector<std::pair<std::string, std::size_t>> page_sizes(const FigureContext& ctx) {
+  if (ctx.device != nullptr) return {{"2m", 2 << 20}, {"4m", 4 << 20}, {"8m", 8 << 20}, {"16m", 16 << 20}};
+  return {{"4k", 4096}, {"64k", 64 << 10}, {"256k", 256 << 10}, {"2m", 2 << 20}};
+}
+
+std::string mapping_setup(const FigureContext& ctx) {
+  if (ctx.device == nullptr)
+    return "mapping: the vmm backend over host memory (the POSIX VM driver: memfd + mmap MAP_FIXED|MAP_SHARED + "
+           "mprotect) mapping and unmapping up to 256 MiB in pages of each size, timed by the backend's own "
+           "critical-path counters";
+  return "mapping: the vmm backend on " + ctx.device->describe() + " (vmm/cuda_vm_driver: cuMemMap + cuMemSetAccess, "
+         "cuCtxSynchronize + cuMemUnmap) mapping and unmapping up to 256 MiB in pages of each size, timed by the "
+         "backend's own critical-path counters" +
+         (ctx.device->device() == Device::cuda ? "; the CPU cannot write device memory, so no map_touch columns"
+                                               : "; map_touch writes the double's host memory");
+}
+
+std::string mapping_clock(const FigureContext& ctx) {
+  if (ctx.device == nullptr)
+    return "mapping measured on the host CPU (a GPU's cuMemMap path differs; run tests/gpu/run.sh there); "
+           "fragmentation modelled (A100-80GB roofline)";
+  if (ctx.device->device() == Device::emulated)
+    return "mapping through the CUDA code path on the emulated GPU (the driver double: host memory, no GPU; the "
+           "times are the double's); fragmentation modelled (A100-80GB roofline)";
+  return "mapping measured on " + ctx.device->describe() + "; fragmentation modelled (A100-80GB roofline)";
+}
+
 void page_size(const FigureContext& ctx) {
-  const std::vector<std::pair<std::string, std::size_t>> pages = {
-      {"4k", 4096}, {"64k", 64 << 10}, {"256k", 256 << 10}, {"2m", 2 << 20}};
+  const auto pages = page_sizes(ctx);
   Table t{{"page", "layout", "map_us_per_page", "unmap_us_per_page", "map_bandwidth_GBps", "map_touch_us_per_page",
            "map_touch_bandwidth_GBps", "token_states_pct", "internal_frag_pct", "reserved_pct", "mean_batch"}};
   const auto w = sharegpt(ctx, 4.0, ctx.full ? 2000 : 300);
@@ -96,24 +133,23 @@ void page_size(const FigureContext& ctx) {
   o.capacity_bytes = std::size_t{8} << 30;
   for (const auto& [label, bytes] : pages) {
     const int count = static_cast<int>(std::clamp<std::size_t>((std::size_t{256} << 20) / bytes, 8, 4096));
-    const MapTiming m = time_mapping(label, bytes, count, ctx.full ? 10 : 4);
+    const bool emulated = ctx.device != nullptr && ctx.device->device() == Device::emulated;
+    const MapTiming m = time_mapping(ctx, label, bytes, emulated ? std::min(count, 16) : count, ctx.full ? 10 : 4);
     for (const std::string layout : {"per-layer", "megacache"}) {
       const std::string name = fmt::format("vmm-{}{}", label, layout == "megacache" ? "-mega" : "");
       const ReplaySummary s = run(ctx, name, o, w, ReplayConfig{}).summary;
       t.add({label, layout, fixed(m.map_us, 2), fixed(m.unmap_us, 2), fixed(static_cast<double>(bytes) / m.map_us / 1e3, 1),
-             fixed(m.touch_map_us, 2), fixed(static_cast<double>(bytes) / m.touch_map_us / 1e3, 2),
+             maybe(m.touch_map_us, 2), maybe(static_cast<double>(bytes) / m.touch_map_us / 1e3, 2),
              pct(s.mean_fractions.token_states), pct(s.mean_fractions.internal_fragmentation),
              pct(s.mean_fractions.reserved), fixed(s.mean_batch)});
     }
   }
   publish(ctx,
           {"page-size", "vAttention (ASPLOS'25): mapping cost and fragmentation against page size",
-           "mapping: the vmm backend over host memory (the POSIX VM driver: memfd + mmap MAP_FIXED|MAP_SHARED + "
-           "mprotect) mapping and unmapping up to 256 MiB in pages of each size, timed by the backend's own "
-           "critical-path counters; fragmentation: Llama-3-8B, 8 GiB of KV, ShareGPT lengths at "
-           "4 req/s through vmm at each page size, per-layer tensors and the layer-interleaved megacache",
-           "mapping measured on the host CPU (a GPU's cuMemMap path differs; run tests/gpu/run.sh there); "
-           "fragmentation modelled (A100-80GB roofline)",
+           mapping_setup(ctx) +
+               "; fragmentation: Llama-3-8B, 8 GiB of KV, ShareGPT lengths at 4 req/s through vmm at each page "
+               "size, per-layer tensors and the layer-interleaved megacache",
+           mapping_clock(ctx),
            "vAttention measured ~40 us per cuMemMap+cuMemSetAccess on a GPU and 7.6 GB/s of mapping bandwidth "
            "with 64 KiB pages, against a serving need of at most ~750 MB/s. On the host, mapping without "
            "touching is nearly free per page (the kernel defers the work), so `map_touch_*` — which includes "
@@ -126,7 +162,7 @@ void page_size(const FigureContext& ctx) {
 }  // namespace
 
 Figure page_size_figure() {
-  return {"page-size", "vAttention: map latency, mapping bandwidth and fragmentation per page size", page_size};
+  return {"page-size", "vAttention: map latency, mapping bandwidth and fragmentation per page size", page_size, true};
 }
 
 }  // namespace kvlab::fig

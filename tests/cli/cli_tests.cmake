@@ -31,6 +31,11 @@ add_test(NAME cli.trace_errors_name_file_line_field
          COMMAND ${CMAKE_COMMAND} -DBINARY=$<TARGET_FILE:kvlab> -DOUT=${CMAKE_CURRENT_BINARY_DIR}/cli-bad-trace
          -P ${CMAKE_CURRENT_SOURCE_DIR}/cli/check_bad_trace.cmake)
 set_tests_properties(cli.trace_errors_name_file_line_field PROPERTIES LABELS cli)
+# The measured figures through the CUDA code path on the emulated GPU.
+add_test(NAME figures.device_emulated
+         COMMAND ${CMAKE_COMMAND} -DBINARY=$<TARGET_FILE:kvlab> -DOUT=${CMAKE_CURRENT_BINARY_DIR}/figure-device-emulated
+                 -P ${CMAKE_CURRENT_SOURCE_DIR}/cli/check_figure_device.cmake)
+set_tests_properties(figures.device_emulated PROPERTIES LABELS figures TIMEOUT 900)
 # Every paper figure at smoke scale, so none rots (CI runs this with the rest of ctest).
 add_test(NAME figures.smoke COMMAND $<TARGET_FILE:kvlab> figure all --no-progress --out ${CMAKE_CURRENT_BINARY_DIR}/figures)
 set_tests_properties(figures.smoke PROPERTIES LABELS figures TIMEOUT 600)

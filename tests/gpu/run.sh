@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs the GPU suite on a machine with an NVIDIA GPU: builds the release preset (CUDA on), runs
 # every ctest labelled `gpu`, then the GPU microbenchmarks (JSON), calibrates the GPU into a device
-# model file and replays one workload through every backend on it, all under results/gpu/.
+# model file, runs the measured figures on it and replays one workload through every backend on
+# it, all under results/gpu/.
 # Without a GPU every test skips with the reason and the script says so.
 #
 #   tests/gpu/run.sh [OUT_DIR]
@@ -19,6 +20,10 @@ if build/release/kvlab devices | grep -q "^cuda: available"; then
   # The GPU's own constants (map/unmap per page, attention per view, copies), then every backend
   # on the GPU in execute mode with the clock those constants give.
   build/release/kvlab calibrate --device cuda --name gpu --out "$out/device.txt" 2>&1 | tee "$out/calibrate.txt"
+  # The measured figures on the GPU: attention through each backend's view (vLLM Fig. 18a,
+  # vAttention Fig. 2/3 style) and cuMemMap/cuMemUnmap per page size.
+  build/release/kvlab figure kernel-overhead --device cuda --full --out "$out/figures"
+  build/release/kvlab figure page-size --device cuda --out "$out/figures"
   build/release/kvlab compare --device cuda --execute --device-model "$out/device.txt" --model llama-3-8b \
     --backends contiguous-max,contiguous-oracle,paged-16,paged-64,vmm-2m,vmm-2m-mega \
     --capacity-gib 8 --requests 64 --seed 1 --out "$out/compare" 2>&1 | tee "$out/compare.txt"
