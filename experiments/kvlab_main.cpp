@@ -794,7 +794,7 @@ int cmd_figure(const std::vector<std::string>& args, const std::string& invocati
   opts.add_options()("help,h", "show this help")("name", po::value(&name), "the figure (also positional), or all")(
       "full", po::bool_switch(&full), "paper scale (default: smoke scale, seconds)")(
       "device", po::value(&device_text)->default_value("host"),
-      "host, cuda[:N] or emulated: where the measured figures (kernel-overhead, page-size) run")(
+      "host, cuda[:N] or emulated: where the measured figures (kernel-overhead, page-size, overlap) run")(
       "out", po::value(&out)->default_value("results"),
       "figures go to OUT/NAME/ (with --device cuda the default is results/gpu/<GPU name>, with emulated "
       "results/emulated)")(

@@ -1,4 +1,4 @@
-# The measured figures on the emulated GPU (`kvlab figure NAME --device emulated`): the CUDA code
+# The measured figures (kernel-overhead, page-size, overlap) on the emulated GPU (`kvlab figure NAME --device emulated`): the CUDA code
 # path (device memory from the driver double, the CUDA kernels under the SIMT emulator) writes a
 # complete figure whose README names the device, with every backend's row, and the default --out
 # for a device is not results/.
@@ -13,14 +13,14 @@ function(require_rows figure lines)
 endfunction()
 
 file(REMOVE_RECURSE ${OUT})
-foreach(name kernel-overhead page-size)
+foreach(name kernel-overhead page-size overlap)
   execute_process(COMMAND ${BINARY} figure ${name} --device emulated --no-progress --out ${OUT}
                   RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
   if(NOT rc EQUAL 0)
     message(FATAL_ERROR "kvlab figure ${name} --device emulated failed (${rc}): ${out} ${err}")
   endif()
 endforeach()
-foreach(name kernel-overhead page-size)
+foreach(name kernel-overhead page-size overlap)
   foreach(f data.csv README.md complete.json)
     if(NOT EXISTS ${OUT}/${name}/${f})
       message(FATAL_ERROR "${name}: ${f} missing")
@@ -48,6 +48,11 @@ file(STRINGS ${OUT}/page-size/data.csv lines)
 list(POP_FRONT lines command header)
 require_rows(page-size "${lines}" "2m,per-layer,[0-9.]+,[0-9.]+," "4m,per-layer,[0-9.]+,[0-9.]+,"
              "8m,per-layer,[0-9.]+,[0-9.]+," "16m,per-layer,[0-9.]+,[0-9.]+,")
+# overlap: the measured half through the CUDA code path, synchronous and background mapping.
+file(STRINGS ${OUT}/overlap/data.csv lines)
+require_rows(overlap "${lines}" "measured \\(emulated\\),2m-mega,synchronous,[0-9.]+"
+             "measured \\(emulated\\),2m-mega,background,[0-9.]+,[0-9.]+,[0-9.]+,0.0000,0")
+file(STRINGS ${OUT}/page-size/data.csv lines)
 if(lines MATCHES "(^|;)(4k|64k|256k),")
   message(FATAL_ERROR "page-size on the emulated device measured a page below the 2 MiB granularity:\n${lines}")
 endif()

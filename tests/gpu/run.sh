@@ -24,6 +24,7 @@ if build/release/kvlab devices | grep -q "^cuda: available"; then
   # vAttention Fig. 2/3 style) and cuMemMap/cuMemUnmap per page size.
   build/release/kvlab figure kernel-overhead --device cuda --full --out "$out/figures"
   build/release/kvlab figure page-size --device cuda --out "$out/figures"
+  build/release/kvlab figure overlap --device cuda --out "$out/figures"
   build/release/kvlab compare --device cuda --execute --device-model "$out/device.txt" --model llama-3-8b \
     --backends contiguous-max,contiguous-oracle,paged-16,paged-64,vmm-2m,vmm-2m-mega \
     --capacity-gib 8 --requests 64 --seed 1 --out "$out/compare" 2>&1 | tee "$out/compare.txt"
