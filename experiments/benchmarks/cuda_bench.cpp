@@ -1,8 +1,10 @@
 // GPU microbenchmarks (run by tests/gpu/run.sh on a machine with an NVIDIA GPU; every benchmark
 // reports "no usable GPU" and skips elsewhere):
 //  * device memory bandwidth (cudaMemcpy device to device), the yardstick for the kernels;
-//  * decode attention at llama-3-8b geometry (fp16, batch 32, context 4096) through the contiguous
-//    and the paged view (block sizes 16 and 256), as KV bytes/s and as a fraction of that bandwidth;
+//  * attention at llama-3-8b geometry (fp16 KV) in the three backends' memories side by side —
+//    cudaMalloc read contiguously, shuffled blocks of 16 and 256 tokens through the paged view,
+//    VMM-mapped 2 MiB pages read contiguously — for decode across batch 8/32 and context 1K..16K,
+//    and prefill of 128 tokens: KV bytes/s, query tokens/s and the fraction of that bandwidth;
 //  * vmm: cuMemMap + cuMemSetAccess and cuMemUnmap per page, and mapping bandwidth, for 64 KiB
 //    and 2 MiB pages (vAttention: ~40 us per map and 7.6 GB/s with 64 KiB pages).
 // Timed with CUDA events around the work; Google Benchmark's manual time.
@@ -14,6 +16,8 @@
 #include <cmath>
 #include <numeric>
 #include <random>
+#include <stdexcept>
+#include <memory>
 #include <vector>
 
 #include "alloc/cuda_runtime.hpp"
@@ -66,71 +70,169 @@ void BM_DeviceCopyBandwidth(benchmark::State& state) {
   void *src = nullptr, *dst = nullptr;
   cudaMalloc(&src, bytes);
   cudaMalloc(&dst, bytes);
-  for (auto _ : state) state.SetIterationTime(timed([&] { cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToDevice); }));
-  // A copy reads and writes every byte.
+  double seconds = 0;
+  for (auto _ : state) {
+    const double t = timed([&] { cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToDevice); });
+    state.SetIterationTime(t);
+    seconds += t;
+  }
+  // A copy reads and writes every byte. The decode benchmarks (registered after this one, so run
+  // after it) divide by this rate: fraction_of_bandwidth.
   state.counters["bytes_per_s"] = benchmark::Counter(2.0 * bytes, benchmark::Counter::kIsIterationInvariantRate);
+  if (seconds > 0) g_bandwidth = 2.0 * static_cast<double>(bytes) * static_cast<double>(state.iterations()) / seconds;
   cudaFree(src);
   cudaFree(dst);
 }
 
-void BM_CudaDecode(benchmark::State& state) {
-  if (skip_without_gpu(state)) return;
-  const int block = static_cast<int>(state.range(0));  // 0: contiguous view
-  const std::int64_t row = static_cast<std::int64_t>(kKvHeads) * kHeadDim;
-  const std::size_t elems = static_cast<std::size_t>(kBatch) * kContext * row;
-  std::vector<half_t> host(elems);
-  std::mt19937 rng(1);
-  std::uniform_real_distribution<float> uni(-1.f, 1.f);
-  for (auto& x : host) x = from_float<half_t>(uni(rng));
-  half_t* k = device_alloc<half_t>(elems);
-  half_t* v = device_alloc<half_t>(elems);
-  cudaMemcpy(k, host.data(), elems * sizeof(half_t), cudaMemcpyHostToDevice);
-  cudaMemcpy(v, host.data(), elems * sizeof(half_t), cudaMemcpyHostToDevice);
-  std::vector<float> q(static_cast<std::size_t>(kBatch) * kQHeads * kHeadDim, 0.5f);
-  float* dq = device_alloc<float>(q.size());
-  float* dout = device_alloc<float>(q.size());
-  cudaMemcpy(dq, q.data(), q.size() * sizeof(float), cudaMemcpyHostToDevice);
-  std::vector<std::int32_t> lens(kBatch, kContext);
-  std::int32_t* dlens = device_alloc<std::int32_t>(lens.size());
-  cudaMemcpy(dlens, lens.data(), lens.size() * sizeof(std::int32_t), cudaMemcpyHostToDevice);
-  // Contiguous: per-sequence bases. Paged: the same bytes read as blocks in a shuffled order.
-  std::vector<half_t*> kb, vb;
-  for (int s = 0; s < kBatch; ++s) {
-    kb.push_back(k + static_cast<std::size_t>(s) * kContext * row);
-    vb.push_back(v + static_cast<std::size_t>(s) * kContext * row);
+/// One layer's KV of `batch` sequences of `context` tokens (fp16, llama-3-8b heads) on the GPU,
+/// in one of three memories read through the view its backend hands out: cudaMalloc'd and read
+/// contiguously (contiguous backend), the same bytes as shuffled blocks of `block` tokens (paged),
+/// or VMM-mapped 2 MiB pages read contiguously (vmm: cuMemCreate + cuMemMap through CudaVmDriver).
+class DeviceKv {
+ public:
+  enum class Memory { contiguous, paged, vmm };
+  DeviceKv(Memory memory, int batch, int context, int block) : memory_(memory) {
+    const std::int64_t row = static_cast<std::int64_t>(kKvHeads) * kHeadDim;
+    elems_ = static_cast<std::size_t>(batch) * context * row;
+    if (memory == Memory::vmm) {
+      driver_ = std::make_unique<CudaVmDriver>(cuda_driver());
+      const std::size_t g = driver_->granularity();
+      bytes_ = (elems_ * sizeof(half_t) + g - 1) / g * g;
+      k_ = static_cast<half_t*>(map_pages());
+      v_ = static_cast<half_t*>(map_pages());
+    } else {
+      k_ = alloc<half_t>(elems_);
+      v_ = alloc<half_t>(elems_);
+    }
+    std::vector<half_t> host(elems_);
+    std::mt19937 rng(1);
+    std::uniform_real_distribution<float> uni(-1.f, 1.f);
+    for (auto& x : host) x = from_float<half_t>(uni(rng));
+    cudaMemcpy(k_, host.data(), elems_ * sizeof(half_t), cudaMemcpyHostToDevice);
+    cudaMemcpy(v_, host.data(), elems_ * sizeof(half_t), cudaMemcpyHostToDevice);
+    if (memory == Memory::paged) {
+      const int per_seq = (context + block - 1) / block;
+      std::vector<std::int32_t> table(static_cast<std::size_t>(batch) * per_seq);
+      std::iota(table.begin(), table.end(), 0);
+      std::shuffle(table.begin(), table.end(), std::mt19937(3));
+      auto* dtable = upload(table);
+      view_ = erase(PagedKv<half_t>{k_, v_, dtable, per_seq, block, block * row, row, kHeadDim}, kKvHeads, kHeadDim);
+    } else {
+      std::vector<half_t*> kb, vb;
+      for (int s = 0; s < batch; ++s) {
+        kb.push_back(k_ + static_cast<std::size_t>(s) * context * row);
+        vb.push_back(v_ + static_cast<std::size_t>(s) * context * row);
+      }
+      view_ = erase(ContiguousKv<half_t>{upload(kb), upload(vb), row, kHeadDim}, kKvHeads, kHeadDim);
+    }
   }
-  half_t** dkb = device_alloc<half_t*>(kb.size());
-  half_t** dvb = device_alloc<half_t*>(vb.size());
-  cudaMemcpy(dkb, kb.data(), kb.size() * sizeof(half_t*), cudaMemcpyHostToDevice);
-  cudaMemcpy(dvb, vb.data(), vb.size() * sizeof(half_t*), cudaMemcpyHostToDevice);
-  const int per_seq = block ? kContext / block : 1;
-  std::vector<std::int32_t> table(static_cast<std::size_t>(kBatch) * per_seq);
-  std::iota(table.begin(), table.end(), 0);
-  std::shuffle(table.begin(), table.end(), std::mt19937(3));
-  std::int32_t* dtable = device_alloc<std::int32_t>(table.size());
-  cudaMemcpy(dtable, table.data(), table.size() * sizeof(std::int32_t), cudaMemcpyHostToDevice);
-  const KvView view = block ? erase(PagedKv<half_t>{k, v, dtable, per_seq, block, block * row, row, kHeadDim}, kKvHeads, kHeadDim)
-                            : erase(ContiguousKv<half_t>{dkb, dvb, row, kHeadDim}, kKvHeads, kHeadDim);
+  ~DeviceKv() {
+    cudaDeviceSynchronize();
+    for (void* ptr : frees_) cudaFree(ptr);
+    if (driver_) {
+      for (const auto& [va, handle] : mapped_) {
+        driver_->unmap(va, driver_->granularity());
+        driver_->release(handle);
+      }
+      for (void* base : reservations_) driver_->free_reservation(base, bytes_);
+    }
+  }
+  DeviceKv(const DeviceKv&) = delete;
+  DeviceKv& operator=(const DeviceKv&) = delete;
+
+  [[nodiscard]] const KvView& view() const { return view_; }
+  [[nodiscard]] double kv_bytes() const { return 2.0 * static_cast<double>(elems_) * sizeof(half_t); }
+  template <class T>
+  T* upload(const std::vector<T>& host) {
+    T* d = alloc<T>(host.size());
+    cudaMemcpy(d, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice);
+    return d;
+  }
+
+ private:
+  template <class T>
+  T* alloc(std::size_t n) {
+    T* p = device_alloc<T>(n);
+    frees_.push_back(p);
+    return p;
+  }
+  void* map_pages() {
+    const std::size_t g = driver_->granularity();
+    void* base = driver_->reserve(bytes_, g);
+    reservations_.push_back(base);
+    for (std::size_t off = 0; off < bytes_; off += g) {
+      const auto h = driver_->create(g);
+      if (!h) throw std::runtime_error("cuMemCreate: out of device memory");
+      void* va = static_cast<char*>(base) + off;
+      if (!driver_->map(va, g, *h)) throw std::runtime_error("cuMemMap: out of device memory");
+      driver_->set_access(va, g);
+      mapped_.emplace_back(va, *h);
+    }
+    return base;
+  }
+
+  Memory memory_;
+  std::size_t elems_ = 0, bytes_ = 0;
+  half_t *k_ = nullptr, *v_ = nullptr;
+  KvView view_{};
+  std::vector<void*> frees_, reservations_;
+  std::unique_ptr<CudaVmDriver> driver_;
+  std::vector<std::pair<void*, PhysHandle>> mapped_;
+};
+
+/// Attention at llama-3-8b geometry: args (memory: 0 contiguous, 1 paged, 2 vmm; block; batch;
+/// context; query tokens per sequence: 1 decodes, more prefills after the context). Reports KV
+/// bytes/s, query tokens/s and, after BM_DeviceCopyBandwidth, the fraction of its bandwidth.
+void BM_CudaAttention(benchmark::State& state) {
+  if (skip_without_gpu(state)) return;
+  const auto memory = static_cast<DeviceKv::Memory>(state.range(0));
+  const int block = static_cast<int>(state.range(1)), batch = static_cast<int>(state.range(2));
+  const int context = static_cast<int>(state.range(3)), q_len = static_cast<int>(state.range(4));
+  DeviceKv kv(memory, batch, context, block);
+  std::vector<float> q(static_cast<std::size_t>(batch) * q_len * kQHeads * kHeadDim, 0.5f);
+  std::vector<std::int32_t> lens(static_cast<std::size_t>(batch), context);
+  std::vector<std::int32_t> indptr(static_cast<std::size_t>(batch) + 1);
+  for (int s = 0; s <= batch; ++s) indptr[static_cast<std::size_t>(s)] = s * q_len;
   AttentionParams p;
-  p.batch = kBatch;
+  p.batch = batch;
   p.num_q_heads = kQHeads;
   p.num_kv_heads = kKvHeads;
   p.head_dim = kHeadDim;
   p.scale = 1.f / std::sqrt(float(kHeadDim));
-  p.q = dq;
-  p.out = dout;
-  p.seq_lens = dlens;
-  cuda_attention(p, view, 4);
+  p.q = kv.upload(q);
+  p.out = kv.upload(q);
+  p.seq_lens = kv.upload(lens);  // prefill: the last q_len of the context's tokens are the new ones
+  p.q_indptr = q_len > 1 ? kv.upload(indptr) : nullptr;
+  CudaAttentionOptions o;
+  o.num_partitions = q_len > 1 ? 1 : 4;
+  o.max_q_len = q_len;
+  o.total_q = batch * q_len;
+  cuda_attention(p, kv.view(), o);
   cudaDeviceSynchronize();
-  for (auto _ : state) state.SetIterationTime(timed([&] { cuda_attention(p, view, 4); }));
-  const double kv_bytes = 2.0 * static_cast<double>(elems) * sizeof(half_t);
-  state.counters["kv_bytes_per_s"] = benchmark::Counter(kv_bytes, benchmark::Counter::kIsIterationInvariantRate);
+  for (auto _ : state) state.SetIterationTime(timed([&] { cuda_attention(p, kv.view(), o); }));
+  state.counters["kv_bytes_per_s"] = benchmark::Counter(kv.kv_bytes(), benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["query_tokens_per_s"] =
+      benchmark::Counter(static_cast<double>(batch) * q_len, benchmark::Counter::kIsIterationInvariantRate);
   if (g_bandwidth > 0)
     state.counters["fraction_of_bandwidth"] =
-        benchmark::Counter(kv_bytes / g_bandwidth, benchmark::Counter::kIsIterationInvariantRate);
-  for (void* ptr : {static_cast<void*>(k), static_cast<void*>(v), static_cast<void*>(dq), static_cast<void*>(dout),
-                    static_cast<void*>(dlens), static_cast<void*>(dkb), static_cast<void*>(dvb), static_cast<void*>(dtable)})
-    cudaFree(ptr);
+        benchmark::Counter(kv.kv_bytes() / g_bandwidth, benchmark::Counter::kIsIterationInvariantRate);
+  state.SetLabel(memory == DeviceKv::Memory::paged ? "paged-" + std::to_string(block)
+                 : memory == DeviceKv::Memory::vmm ? "vmm-2m"
+                                                   : "contiguous");
+}
+
+/// Side by side in one run: the three memories at each shape (decode across batch and context, the
+/// paged view at block sizes 16 and 256; prefill of 128 new tokens).
+void attention_shapes(benchmark::internal::Benchmark* b) {
+  for (const int context : {1024, 4096, 16384})
+    for (const int batch : {8, 32}) {
+      b->Args({0, 0, batch, context, 1});
+      b->Args({1, 16, batch, context, 1});
+      b->Args({1, 256, batch, context, 1});
+      b->Args({2, 0, batch, context, 1});
+    }
+  for (const int memory : {0, 1, 2}) b->Args({memory, memory == 1 ? 16 : 0, 8, 4096, 128});
+  b->ArgNames({"memory", "block", "batch", "context", "q_len"});
 }
 
 void BM_CudaMapUnmap(benchmark::State& state) {
@@ -170,7 +272,7 @@ void BM_CudaMapUnmap(benchmark::State& state) {
 }
 
 BENCHMARK(BM_DeviceCopyBandwidth)->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(10);
-BENCHMARK(BM_CudaDecode)->Arg(0)->Arg(16)->Arg(256)->UseManualTime()->Unit(benchmark::kMillisecond)->MinTime(1.0);
+BENCHMARK(BM_CudaAttention)->Apply(attention_shapes)->UseManualTime()->Unit(benchmark::kMillisecond)->MinTime(0.5);
 BENCHMARK(BM_CudaMapUnmap)->Arg(64 << 10)->Arg(2 << 20)->UseManualTime()->Unit(benchmark::kMicrosecond);
 
 }  // namespace
