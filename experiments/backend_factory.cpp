@@ -55,6 +55,15 @@ void open_emulated(DeviceContext::Impl& d, std::size_t device_bytes) {
                               dc.granularity >> 20, dc.capacity >> 20);
 }
 
+/// Device `ordinal`'s name from the driver (cuda_status() names device 0 only).
+std::string cuda_device_name(const CudaDriverApi& api, int ordinal) {
+  CUdevice dev = 0;
+  char name[256] = {};
+  if (api.cuDeviceGet(&dev, ordinal) != CUDA_SUCCESS || api.cuDeviceGetName(name, sizeof name, dev) != CUDA_SUCCESS)
+    return "unnamed";
+  return name;
+}
+
 void open_cuda(DeviceContext::Impl& d) {
   const CudaStatus& status = cuda_status();
   if (!status.available)
@@ -69,7 +78,7 @@ void open_cuda(DeviceContext::Impl& d) {
 #endif
   d.api = &cuda_driver();
   d.device_memory = std::make_unique<CudaVmmMemoryResource>(*d.api, Device::cuda, d.spec.index);
-  d.description = fmt::format("CUDA device {} ({})", d.spec.index, status.device_name);
+  d.description = fmt::format("CUDA device {} ({})", d.spec.index, cuda_device_name(*d.api, d.spec.index));
 }
 #endif
 }  // namespace
@@ -134,8 +143,14 @@ void DeviceContext::inject_driver_faults(FaultInjector* faults) {
 std::string DeviceContext::problems() {
   std::string out;
 #if KVLAB_HAS_CUDA_HEADERS
-  if (!impl_->dbl) return out;
+  if (!impl_->device_memory) return out;
   impl_->device_memory->flush_pending();  // deallocations a fault deferred
+  if (!impl_->dbl) {  // a GPU: what the memory resource still holds is all kvlab can see
+    const std::size_t live = impl_->device_memory->live_allocations(), pending = impl_->device_memory->pending_frees();
+    if (live + pending > 0)
+      out = fmt::format("{} device allocation(s) still live, {} deallocation(s) the driver refused", live, pending);
+    return out;
+  }
   const CudaDriverDoubleUsage u = impl_->dbl->usage();
   if (u.reservations + u.handles + u.allocations + u.mappings > 0) {
     // The memory resource's own primary-context reference is not a leak; anything else is.

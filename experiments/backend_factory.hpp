@@ -54,8 +54,10 @@ class DeviceContext {
   /// release, reserve, free, synchronise) also fail when `faults` says so (nullptr: stop).
   /// Elsewhere: nothing (faults reach copies only).
   void inject_driver_faults(FaultInjector* faults);
-  /// Emulated: device memory, mappings or reservations still held and contract violations, one
-  /// line each; empty when clean. Ask once the backends are gone. Empty on host and cuda.
+  /// What is still held once the backends are gone: emulated, device memory, mappings or
+  /// reservations and contract violations (the double sees everything); cuda, the device memory
+  /// resource's live allocations and refused frees (mappings a vmm backend leaked are the
+  /// driver's, which kvlab cannot list). One line each; empty when clean, and on the host.
   [[nodiscard]] std::string problems();
   /// One line for the run header: "host memory", "CUDA device 0 (NAME)", "emulated ...".
   [[nodiscard]] std::string describe() const;

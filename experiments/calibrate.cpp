@@ -148,6 +148,17 @@ void measure_memory_and_flops(const Session& s, DeviceModel& m) {
   s.set(m, &DeviceModel::linear_layer_overhead_s, "linear_layer_overhead_s", 0, linear);
 }
 
+/// Device memory of `bytes` from the target, freed with the object.
+struct DeviceBuffer {
+  MemoryResource& mr;
+  std::size_t bytes;
+  std::byte* data;
+  DeviceBuffer(MemoryResource& r, std::size_t n) : mr(r), bytes(n), data(static_cast<std::byte*>(r.allocate(n))) {}
+  ~DeviceBuffer() { mr.deallocate(data, bytes); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+};
+
 /// The keys a GPU calibration does not measure (no GEMM or FMA kernel of kvlab's runs on the GPU),
 /// taken from preset `base` with its sources, so the file says where each came from.
 void take_from_base(const Session& s, DeviceModel& m, const std::string& base) {
@@ -161,6 +172,13 @@ void take_from_base(const Session& s, DeviceModel& m, const std::string& base) {
   };
   take(&DeviceModel::peak_flops, "peak_flops");
   take(&DeviceModel::linear_bandwidth_efficiency, "linear_bandwidth_efficiency");
+  // The base's efficiency was fitted against its own (datasheet) bandwidth; against the measured
+  // one the same weight-read time needs it scaled by their ratio.
+  const double scaled = std::clamp(b.linear_bandwidth_efficiency * b.memory_bandwidth / m.memory_bandwidth, 1e-3, 2.0);
+  m.linear_bandwidth_efficiency = scaled;
+  m.sources["linear_bandwidth_efficiency"] += fmt::format(
+      "; scaled by the preset's memory_bandwidth over the measured one ({:.4g} x {:.4g} / {:.4g} TB/s) so the weights "
+      "take the preset's time", b.linear_bandwidth_efficiency, b.memory_bandwidth / 1e12, m.memory_bandwidth / 1e12);
   take(&DeviceModel::linear_flops_efficiency, "linear_flops_efficiency");
   take(&DeviceModel::linear_layer_overhead_s, "linear_layer_overhead_s");
   s.say(fmt::format("peak_flops and linear_* from preset {} (peak {:.0f} TFLOP/s)", base, b.peak_flops / 1e12));
@@ -169,27 +187,17 @@ void take_from_base(const Session& s, DeviceModel& m, const std::string& base) {
 /// GPU memory bandwidth: device-to-device copies of a large buffer, read + written bytes over the
 /// time CUDA events measure.
 void measure_device_bandwidth(const Session& s, DeviceModel& m) {
-  MemoryResource& memory = s.target.context->memory();
   const std::size_t bytes = s.size.bandwidth_bytes / 2;
-  void* a = memory.allocate(bytes);
-  void* b = memory.allocate(bytes);
+  const DeviceBuffer a(s.target.context->memory(), bytes), b(s.target.context->memory(), bytes);
   std::vector<double> rates;
-  try {
-    const int reps = s.quick ? 3 : 11;
-    for (int r = 0; r <= reps; ++r) {  // round 0 warms up
-      DeviceTimer timer(s.target.device());
-      timer.start();
-      copy_bytes(s.target.device(), r % 2 ? a : b, r % 2 ? b : a, bytes);
-      const double t = timer.stop();
-      if (r > 0) rates.push_back(2.0 * static_cast<double>(bytes) / t);
-    }
-  } catch (...) {
-    memory.deallocate(a, bytes);
-    memory.deallocate(b, bytes);
-    throw;
+  const int reps = s.quick ? 3 : 11;
+  for (int r = 0; r <= reps; ++r) {  // round 0 warms up
+    DeviceTimer timer(s.target.device());
+    timer.start();
+    copy_bytes(s.target.device(), r % 2 ? a.data : b.data, r % 2 ? b.data : a.data, bytes);
+    const double t = timer.stop();
+    if (r > 0) rates.push_back(2.0 * static_cast<double>(bytes) / t);
   }
-  memory.deallocate(a, bytes);
-  memory.deallocate(b, bytes);
   const double bw = median(rates);
   s.set(m, &DeviceModel::memory_bandwidth, "memory_bandwidth", bw,
         s.source(fmt::format("device-to-device copy (alloc/copy.hpp copy_bytes: cudaMemcpy) of {} MiB, bytes read + "
@@ -387,46 +395,75 @@ void measure_attention(const Session& s, DeviceModel& m) {
 
 // --- mapping ----------------------------------------------------------------------------------------
 
+/// The pages, reservation and mappings of one mapping measurement, given back however it ends (an
+/// out-of-memory or a driver error halfway leaves nothing held on the device).
+struct MappingScratch {
+  VmDriver& driver;
+  std::size_t page, region;
+  std::vector<PhysHandle> handles;
+  std::byte* base = nullptr;
+  std::vector<bool> mapped;
+
+  MappingScratch(VmDriver& d, std::size_t page_bytes, std::size_t region_bytes)
+      : driver(d), page(page_bytes), region(region_bytes), mapped(region_bytes / page_bytes, false) {
+    try {
+      for (std::size_t i = 0; i < mapped.size(); ++i) {
+        const auto h = driver.create(page);
+        if (!h)
+          KVLAB_THROW(Error, fmt::format("calibrate: the {} driver could not create a {} KiB page (out of memory)",
+                                         driver.name(), page / kKiB));
+        handles.push_back(*h);
+      }
+      base = static_cast<std::byte*>(driver.reserve(region, page));
+    } catch (...) {
+      give_back();  // a throwing constructor runs no destructor
+      throw;
+    }
+  }
+  ~MappingScratch() { give_back(); }
+  void give_back() noexcept {
+    try {
+      if (std::find(mapped.begin(), mapped.end(), true) != mapped.end()) driver.synchronize();
+      for (std::size_t i = 0; i < mapped.size(); ++i)
+        if (mapped[i]) driver.unmap(base + i * page, page);
+      if (base != nullptr) driver.free_reservation(base, region);
+      base = nullptr;
+      for (const PhysHandle h : handles) driver.release(h);
+      handles.clear();
+    } catch (...) {  // a driver failing at teardown: the emulated device's leak check reports it
+    }
+  }
+  MappingScratch(const MappingScratch&) = delete;
+  MappingScratch& operator=(const MappingScratch&) = delete;
+  [[nodiscard]] std::byte* at(std::size_t i) const { return base + i * page; }
+};
+
 /// Per-page map (map + set_access, as the vmm backend maps) and unmap times of the target's
 /// virtual-memory driver (memfd + mmap on the host, the CUDA VMM calls on a GPU).
 void measure_mapping_at(const Session& s, DeviceModel& m, VmDriver& driver, std::size_t page) {
-  const std::size_t region = std::max(s.size.map_region, 4 * page);
-  const std::size_t n = region / page;
+  MappingScratch x(driver, page, std::max(s.size.map_region, 4 * page));
+  const std::size_t n = x.mapped.size();
   const std::size_t want = s.quick ? 200 : 2000;
   const std::size_t reps = std::max<std::size_t>(s.quick ? 1 : 3, (want + n - 1) / n);
-  std::vector<PhysHandle> handles;
-  const auto release_all = [&] {
-    for (const PhysHandle h : handles) driver.release(h);
-  };
-  for (std::size_t i = 0; i < n; ++i) {
-    const auto h = driver.create(page);
-    if (!h) {
-      release_all();
-      KVLAB_THROW(Error, fmt::format("calibrate: the {} driver could not create a {} KiB page (out of memory)",
-                                     driver.name(), page / kKiB));
-    }
-    handles.push_back(*h);
-  }
-  auto* base = static_cast<std::byte*>(driver.reserve(region, page));
   std::vector<double> maps, unmaps;
   for (std::size_t r = 0; r <= reps; ++r) {  // round 0 touches the pages (first-touch faults), untimed
     for (std::size_t i = 0; i < n; ++i) {
       const auto t0 = Clock::now();
-      if (!driver.map(base + i * page, page, handles[i])) KVLAB_THROW(Error, "calibrate: map failed (out of memory)");
-      driver.set_access(base + i * page, page);
+      if (!driver.map(x.at(i), page, x.handles[i])) KVLAB_THROW(Error, "calibrate: map failed (out of memory)");
+      x.mapped[i] = true;
+      driver.set_access(x.at(i), page);
       if (r > 0) maps.push_back(seconds_since(t0));
     }
     if (r == 0 && s.target.host())
-      for (std::size_t b = 0; b < region; b += 4 * kKiB) base[b] = std::byte{1};
+      for (std::size_t b = 0; b < x.region; b += 4 * kKiB) x.base[b] = std::byte{1};
     driver.synchronize();  // as the vmm backend does once before a batch of unmaps (untimed)
     for (std::size_t i = 0; i < n; ++i) {
       const auto t0 = Clock::now();
-      driver.unmap(base + i * page, page);
+      driver.unmap(x.at(i), page);
+      x.mapped[i] = false;
       if (r > 0) unmaps.push_back(seconds_since(t0));
     }
   }
-  driver.free_reservation(base, region);
-  release_all();
   const auto p = static_cast<std::int64_t>(page);
   m.map_s.points[p] = median(maps);
   m.unmap_s.points[p] = median(unmaps);
@@ -505,16 +542,6 @@ void measure_host_copies(const Session& s, DeviceModel& m) {
                     gbps(fit.bandwidth), fit.latency, fit.table));
 }
 
-/// Device memory of `bytes` from the target, freed with the object.
-struct DeviceBuffer {
-  MemoryResource& mr;
-  std::size_t bytes;
-  std::byte* data;
-  DeviceBuffer(MemoryResource& r, std::size_t n) : mr(r), bytes(n), data(static_cast<std::byte*>(r.allocate(n))) {}
-  ~DeviceBuffer() { mr.deallocate(data, bytes); }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-};
 
 /// GPU: host transfers between pinned host memory (the swap space's) and device memory, and
 /// device-to-device copies, each fitted to latency + bytes / bandwidth over 4 KiB .. 4 MiB.
@@ -540,14 +567,15 @@ void measure_device_copies(const Session& s, DeviceModel& m) {
   s.set(m, &DeviceModel::host_bandwidth, "host_bandwidth", link.bandwidth,
         s.source("copies between pinned host memory and device memory (alloc/copy.hpp copy_bytes: cudaMemcpy), half "
                  "each way; " + how));
-  s.set(m, &DeviceModel::host_transfer_latency_s, "host_transfer_latency_s", link.latency,
-        s.source("the same fit of host<->device copies; " + how));
+  // Each sample is two transfers (out, then back in): the fitted intercept is two latencies.
+  s.set(m, &DeviceModel::host_transfer_latency_s, "host_transfer_latency_s", link.latency / 2,
+        s.source("half the intercept of the same fit (each sample is two transfers, one each way); " + how));
   const CopyFit local = fit_copies(
       s, [&](std::size_t off, std::size_t size) { copy_bytes(device, b.data + off, a.data + off, size); }, buffer);
   s.set(m, &DeviceModel::device_copy_latency_s, "device_copy_latency_s", local.latency,
         s.source("device-to-device copies (alloc/copy.hpp copy_bytes: cudaMemcpy); " + how));
   s.say(fmt::format("host_bandwidth = {}, host_transfer_latency_s = {:.3g} s ({}); device_copy_latency_s = {:.3g} s "
-                    "({})", gbps(link.bandwidth), link.latency, link.table, local.latency, local.table));
+                    "({})", gbps(link.bandwidth), link.latency / 2, link.table, local.latency, local.table));
 }
 
 // --- kvlab's own CPU work per step ------------------------------------------------------------------

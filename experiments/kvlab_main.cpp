@@ -756,7 +756,8 @@ std::vector<std::string> result_files(const fs::path& dir) {
   return files;
 }
 
-/// "NVIDIA H100 80GB HBM3" -> "nvidia-h100-80gb-hbm3": a directory name for a device's results.
+/// "CUDA device 0 (NVIDIA H100 80GB HBM3)" -> "cuda-device-0-nvidia-h100-80gb-hbm3": a directory
+/// name for a device's results.
 std::string device_slug(const std::string& name) {
   std::string slug;
   for (const char c : name) {
@@ -796,8 +797,8 @@ int cmd_figure(const std::vector<std::string>& args, const std::string& invocati
       "device", po::value(&device_text)->default_value("host"),
       "host, cuda[:N] or emulated: where the measured figures (kernel-overhead, page-size, overlap) run")(
       "out", po::value(&out)->default_value("results"),
-      "figures go to OUT/NAME/ (with --device cuda the default is results/gpu/<GPU name>, with emulated "
-      "results/emulated)")(
+      "figures go to OUT/NAME/ (with --device cuda:N the default is results/gpu/cuda-device-N-<GPU name>, with "
+      "emulated results/emulated)")(
       "trace-dir", po::value(&trace_dir), "where the public traces are (default: $KVLAB_TRACE_DIR or ../shared/traces)")(
       "no-progress", "no progress lines");
   po::positional_options_description pos;
@@ -812,7 +813,7 @@ int cmd_figure(const std::vector<std::string>& args, const std::string& invocati
                  "  kvlab figure memory-breakdown            # smoke scale into results/memory-breakdown/\n"
                  "  kvlab figure block-size --full           # paper scale\n"
                  "  kvlab figure all --out /tmp/figs\n"
-                 "  kvlab figure kernel-overhead --device cuda    # on the GPU, into results/gpu/<GPU name>/\n";
+                 "  kvlab figure kernel-overhead --device cuda    # on GPU 0, into results/gpu/cuda-device-0-<GPU name>/\n";
     return vm.count("help") ? 0 : 2;
   }
   po::notify(vm);
@@ -822,7 +823,7 @@ int cmd_figure(const std::vector<std::string>& args, const std::string& invocati
   if (device.kind != Device::host) {
     device_context = std::make_unique<DeviceContext>(device, std::size_t{2} << 30);
     if (vm["out"].defaulted())
-      out = device.kind == Device::cuda ? "results/gpu/" + device_slug(cuda_status().device_name) : "results/emulated";
+      out = device.kind == Device::cuda ? "results/gpu/" + device_slug(device_context->describe()) : "results/emulated";
     std::cout << "device: " << device_context->describe() << "\n";
   }
   check_output_dir_name(out, "--out");
@@ -889,11 +890,13 @@ int cmd_calibrate(const std::vector<std::string>& args) {
   }
   po::notify(vm);
   if (!vm.count("out")) throw UsageError("--out FILE is required (the device model file to write)");
-  (void)parse_device_spec(o.device);  // InvalidArgument (exit 2) before any measurement
-  try {
-    (void)device_model_preset(o.base);
-  } catch (const InvalidArgument& e) {
-    throw UsageError("--base: " + user_message(e));
+  // Both checked before any measurement (exit 2); --base only where it is used (a GPU).
+  if (parse_device_spec(o.device).kind != Device::host) {
+    try {
+      (void)device_model_preset(o.base);
+    } catch (const InvalidArgument& e) {
+      throw UsageError("--base: " + user_message(e));
+    }
   }
   check_calibrate_output(out);
   if (vm.count("no-progress") == 0) o.progress = [](const std::string& line) { std::cerr << "calibrate: " << line << std::endl; };

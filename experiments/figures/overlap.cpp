@@ -120,9 +120,12 @@ void overlap(const FigureContext& ctx) {
                (emulated ? ", which proves the code path and says nothing about a GPU" : "") +
                ", and modelled on " + gpu.name + " (docs/clock.md; sources: " + describe_sources(gpu) + ")",
            "Paper (GPU, Yi-6B class model): 25 ms decode steps spike to 41 ms when sequences cross page "
-           "boundaries and pages are mapped synchronously; background mapping removes the spikes. Here the "
-           "host attention kernels are much slower than a GPU's, so mapping is a smaller share of a step, but "
-           "the critical-path mapping time (and its spikes in steps.csv) drops to near zero with overlap. On the "
+           "boundaries and pages are mapped synchronously; background mapping removes the spikes. " +
+               std::string(ctx.device != nullptr && ctx.device->device() == Device::cuda
+                               ? "The measured rows here ran on the GPU: "
+                               : "Here the host attention kernels are much slower than a GPU's, so mapping is a "
+                                 "smaller share of a step, but ") +
+               "the critical-path mapping time (and its spikes in steps.csv) drops to near zero with overlap. On the "
            "modelled H100 the decode steps are short, so the synchronous steps that map pages stand out as spikes "
            "(max_step_ms against mean_step_ms) and background mapping removes them; the per-page map cost there is "
            "the host's memfd+mmap measurement standing in for cuMemMap (an assumption until kvlab calibrate "

@@ -5,6 +5,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -210,9 +211,23 @@ TEST(Calibrate, TheGpuPathRunsOnTheEmulatedDevice) {
                            source.find("from preset a100-80gb") != std::string::npos;
     EXPECT_TRUE(measured || from_base) << key << ": " << source;
   }
-  for (const std::string key : {"attention_bandwidth_efficiency", "paged_attention_factor.16", "map_s.2097152",
-                                "host_bandwidth", "device_copy_latency_s"})
-    EXPECT_NE(back.sources.at(key).find("CUDA"), std::string::npos) << key << ": " << back.sources.at(key);
+  // Each measured through the device's code path, not the host's.
+  const std::vector<std::pair<std::string, std::string>> how = {
+      {"memory_bandwidth", "device-to-device copy"},
+      {"attention_bandwidth_efficiency", "emulated CUDA decode attention"},
+      {"attention_flops_efficiency", "emulated CUDA prefill attention"},
+      {"paged_attention_factor.16", "emulated CUDA decode attention time through the paged view"},
+      {"map_s.2097152", "CUDA vmm driver (cuda)"},
+      {"unmap_s.8388608", "CUDA vmm driver (cuda)"},
+      {"host_bandwidth", "between pinned host memory and device memory"},
+      {"host_transfer_latency_s", "half the intercept"},
+      {"device_copy_latency_s", "device-to-device copies"}};
+  for (const auto& [key, text] : how)
+    EXPECT_NE(back.sources.at(key).find(text), std::string::npos) << key << ": " << back.sources.at(key);
+  // The base's linear-layer bandwidth efficiency, rescaled to the measured bandwidth.
+  EXPECT_NEAR(back.linear_bandwidth_efficiency,
+              std::clamp(base.linear_bandwidth_efficiency * base.memory_bandwidth / back.memory_bandwidth, 1e-3, 2.0),
+              1e-5 * back.linear_bandwidth_efficiency);
 }
 
 TEST(Calibrate, ABadBaseOrDeviceIsAUsageError) {
