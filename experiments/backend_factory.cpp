@@ -78,7 +78,8 @@ void open_cuda(DeviceContext::Impl& d) {
 #endif
   d.api = &cuda_driver();
   d.device_memory = std::make_unique<CudaVmmMemoryResource>(*d.api, Device::cuda, d.spec.index);
-  d.description = fmt::format("CUDA device {} ({})", d.spec.index, cuda_device_name(*d.api, d.spec.index));
+  d.description = fmt::format("CUDA device {} ({}; driver {}, runtime {})", d.spec.index,
+                              cuda_device_name(*d.api, d.spec.index), status.driver_version, status.runtime_version);
 }
 #endif
 }  // namespace

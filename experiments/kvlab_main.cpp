@@ -756,8 +756,8 @@ std::vector<std::string> result_files(const fs::path& dir) {
   return files;
 }
 
-/// "CUDA device 0 (NVIDIA H100 80GB HBM3)" -> "cuda-device-0-nvidia-h100-80gb-hbm3": a directory
-/// name for a device's results.
+/// "CUDA device 0 (NVIDIA H100 80GB HBM3" -> "cuda-device-0-nvidia-h100-80gb-hbm3": a directory
+/// name for a device's results (the description up to its first ';', which starts the versions).
 std::string device_slug(const std::string& name) {
   std::string slug;
   for (const char c : name) {
@@ -823,7 +823,9 @@ int cmd_figure(const std::vector<std::string>& args, const std::string& invocati
   if (device.kind != Device::host) {
     device_context = std::make_unique<DeviceContext>(device, std::size_t{2} << 30);
     if (vm["out"].defaulted())
-      out = device.kind == Device::cuda ? "results/gpu/" + device_slug(device_context->describe()) : "results/emulated";
+      out = device.kind == Device::cuda
+                ? "results/gpu/" + device_slug(device_context->describe().substr(0, device_context->describe().find(';')))
+                : "results/emulated";
     std::cout << "device: " << device_context->describe() << "\n";
   }
   check_output_dir_name(out, "--out");

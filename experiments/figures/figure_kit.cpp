@@ -9,7 +9,6 @@
 #include <sstream>
 #include <thread>
 
-#include "alloc/cuda_runtime.hpp"
 #include "alloc/error.hpp"
 #include "experiments/run_control.hpp"
 #include "experiments/atomic_file.hpp"
@@ -73,12 +72,6 @@ std::string machine() {
   return fmt::format("{}, {} hardware threads", model, std::thread::hardware_concurrency());
 }
 
-/// ", driver 12040, runtime 12080" on a GPU; nothing for the emulated device.
-std::string device_versions(const DeviceContext& d) {
-  if (d.device() != Device::cuda) return "";
-  const CudaStatus& c = cuda_status();
-  return fmt::format(", CUDA driver {}, runtime {}", c.driver_version, c.runtime_version);
-}
 }  // namespace
 
 void write_readme(const FigureContext& ctx, const ReadmeText& text, const Table& table) {
@@ -87,7 +80,7 @@ void write_readme(const FigureContext& ctx, const ReadmeText& text, const Table&
     << "- command: `" << ctx.command << "`\n"
     << "- scale: " << (ctx.full ? "paper (--full)" : "smoke (default; --full for paper scale)") << "\n"
     << "- machine: " << machine() << "\n";
-  if (ctx.device != nullptr) f << "- device: " << ctx.device->describe() << device_versions(*ctx.device) << "\n";
+  if (ctx.device != nullptr) f << "- device: " << ctx.device->describe() << "\n";
   f
     << "- device and clock: " << text.clock << "\n";
   if (!text.clock_sources.empty()) f << "- clock sources: " << text.clock_sources << "\n";
