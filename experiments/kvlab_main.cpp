@@ -329,14 +329,12 @@ struct Common {
         if (given(option)) throw UsageError(fmt::format("--{} describes a synthetic workload; it does not apply with --trace", option));
   }
 
-  /// --device combinations that would mean nothing or read device memory from the host.
+  /// --device combinations that would mean nothing.
   void check_device() const {
     if (device.kind == Device::host) return;
     if (!execute && !verify_kv)
       throw UsageError("--device " + device_text + " needs KV storage: add --execute or --verify-kv (memory mode keeps "
                        "no KV bytes, on any device)");
-    if (verify_kv && !host_addressable(device.kind))
-      throw UsageError("--verify-kv reads KV through host pointers: use --device host or emulated, not " + device_text);
     if (execute && kernels == "emulated")
       throw UsageError("--kernels emulated runs the CUDA kernels on host memory: it applies only with --device host "
                        "(--device emulated runs them on the emulated device)");

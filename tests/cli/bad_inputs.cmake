@@ -375,7 +375,6 @@ bad(CH-29 2 "device 'cuda:-1': the GPU index must be a number 0..1023" compare -
 bad(CH-30 1 "failed: --device cuda:1023: (no CUDA GPU found|this machine has [0-9]+ CUDA device)" replay --device cuda:1023 --execute --requests 1)
 bad(CH-31 2 "--device emulated needs KV storage: add --execute or --verify-kv" replay --device emulated --requests 1)
 bad(CH-32 2 "--device cuda needs KV storage: add --execute or --verify-kv" compare --device cuda --requests 1)
-bad(CH-33 2 "--verify-kv reads KV through host pointers: use --device host or emulated, not cuda" replay --device cuda --verify-kv --requests 1)
 bad(CH-34 2 "--kernels emulated runs the CUDA kernels on host memory: it applies only with --device host" replay --device emulated --execute --kernels emulated --requests 1)
 bad(CH-35 2 "backend 'vmm-64k' on --device emulated: vmm page size 64k is not a multiple of the CUDA driver's granularity .2m." compare --device emulated --execute --backends paged-16,vmm-64k --model yi-6b --capacity-gib 0.25 --requests 1)
 bad(LEN-1 2 "--prompt-len length 'foo': unknown form" replay --prompt-len foo --requests 1)

@@ -40,6 +40,37 @@ TEST(KvIntegrity, DetectsACorruptedElement) {
   b->release(1);
 }
 
+/// The same on the emulated GPU, where the checker takes the GPU's path: per-batch metadata (block
+/// tables, sequence bases) and every K/V row copied between device memory and the host.
+TEST(KvIntegrity, DetectsACorruptedElementThroughDeviceCopies) {
+  for (const std::string name : {"paged-7", "contiguous-oracle"}) {
+    SCOPED_TRACE(name);
+    DeviceContext device(parse_device_spec("emulated"), std::size_t{64} << 20);
+    {
+      BackendOptions o = options(200);
+      o.memory = &device.memory();
+      o.device = &device;
+      auto b = make_backend(name, o);
+      ASSERT_EQ(b->device(), Device::emulated);
+      KvIntegrity check(*b);
+      b->admit(1, {20, 30}, 20);
+      std::vector<std::uint64_t> tags;
+      for (int t = 0; t < 20; ++t) tags.push_back(KvIntegrity::positional(1, t));
+      check.write(1, 0, tags);
+      const SeqId one = 1;
+      EXPECT_EQ(check.verify({&one, 1}), 0);
+      EXPECT_EQ(check.tokens_checked(), 20);
+      b->prepare_batch({&one, 1});
+      const KvView view = b->layer_view(1);  // the emulated device's memory is host-addressable
+      half_t* v = view.layout == KvLayout::paged ? as_paged<half_t>(view).v(0, 13, 1) : as_contiguous<half_t>(view).v(0, 13, 1);
+      v[5] = from_float<half_t>(1000.f);
+      EXPECT_EQ(check.verify({&one, 1}), 1);
+      b->release(1);
+    }
+    EXPECT_EQ(device.problems(), "");
+  }
+}
+
 TEST(KvIntegrity, PatternIsExactInEveryDtype) {
   for (std::uint64_t tag : {0ull, 1ull, 123456789ull})
     for (int d = 0; d < 64; ++d) {
