@@ -22,22 +22,30 @@ BackendOptions options(std::int64_t tokens) {
   return o;
 }
 
-TEST(KvIntegrity, DetectsACorruptedElement) {
-  auto b = make_backend("paged-7", options(200));
-  KvIntegrity check(*b);
-  b->admit(1, {20, 30}, 20);
+/// Writes 20 tokens of sequence 1, checks them clean, changes one element of one token of one
+/// layer (through host pointers: the backend's memory must be host-addressable) and expects
+/// exactly that one mismatch.
+void expect_one_corruption_found(KvBackend& b) {
+  KvIntegrity check(b);
+  b.admit(1, {20, 30}, 20);
   std::vector<std::uint64_t> tags;
   for (int t = 0; t < 20; ++t) tags.push_back(KvIntegrity::positional(1, t));
   check.write(1, 0, tags);
   const SeqId one = 1;
   EXPECT_EQ(check.verify({&one, 1}), 0);
   EXPECT_EQ(check.tokens_checked(), 20);
-  b->prepare_batch({&one, 1});
-  auto view = as_paged<half_t>(b->layer_view(1));
-  view.v(0, 13, 1)[5] = from_float<half_t>(1000.f);  // one element of one token of one layer
+  b.prepare_batch({&one, 1});
+  const KvView view = b.layer_view(1);
+  half_t* v = view.layout == KvLayout::paged ? as_paged<half_t>(view).v(0, 13, 1) : as_contiguous<half_t>(view).v(0, 13, 1);
+  v[5] = from_float<half_t>(1000.f);
   EXPECT_EQ(check.verify({&one, 1}), 1);
   EXPECT_EQ(check.mismatches(), 1);
-  b->release(1);
+  b.release(1);
+}
+
+TEST(KvIntegrity, DetectsACorruptedElement) {
+  auto b = make_backend("paged-7", options(200));
+  expect_one_corruption_found(*b);
 }
 
 /// The same on the emulated GPU, where the checker takes the GPU's path: per-batch metadata (block
@@ -52,20 +60,7 @@ TEST(KvIntegrity, DetectsACorruptedElementThroughDeviceCopies) {
       o.device = &device;
       auto b = make_backend(name, o);
       ASSERT_EQ(b->device(), Device::emulated);
-      KvIntegrity check(*b);
-      b->admit(1, {20, 30}, 20);
-      std::vector<std::uint64_t> tags;
-      for (int t = 0; t < 20; ++t) tags.push_back(KvIntegrity::positional(1, t));
-      check.write(1, 0, tags);
-      const SeqId one = 1;
-      EXPECT_EQ(check.verify({&one, 1}), 0);
-      EXPECT_EQ(check.tokens_checked(), 20);
-      b->prepare_batch({&one, 1});
-      const KvView view = b->layer_view(1);  // the emulated device's memory is host-addressable
-      half_t* v = view.layout == KvLayout::paged ? as_paged<half_t>(view).v(0, 13, 1) : as_contiguous<half_t>(view).v(0, 13, 1);
-      v[5] = from_float<half_t>(1000.f);
-      EXPECT_EQ(check.verify({&one, 1}), 1);
-      b->release(1);
+      expect_one_corruption_found(*b);  // the emulated device's memory is host-addressable
     }
     EXPECT_EQ(device.problems(), "");
   }
