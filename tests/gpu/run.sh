@@ -17,6 +17,12 @@ if build/release/kvlab devices | grep -q "^cuda: available"; then
   if [ -x build/release/bench/kvlab_bench_cuda ]; then
     build/release/bench/kvlab_bench_cuda --benchmark_out="$out/cuda_bench.json" --benchmark_out_format=json
   fi
+  # Correctness first: every backend family on the GPU with every KV byte checked after every step
+  # (a mismatch fails the run), as CI checks the same path on the emulated device.
+  build/release/kvlab compare --device cuda --execute --verify-kv --execute-layers 1 --model yi-6b \
+    --capacity-gib 0.25 --max-seq-len 256 --prompt-len uniform:16:160 --output-len uniform:8:64 --requests 16 --seed 1 \
+    --backends contiguous-oracle,paged-16,paged-16-hash,vmm-2m,vmm-2m-mega-overlap --out "$out/verify-kv" \
+    2>&1 | tee "$out/verify-kv.txt"
   # The GPU's own constants (map/unmap per page, attention per view, copies), then every backend
   # on the GPU in execute mode with the clock those constants give.
   build/release/kvlab calibrate --device cuda --name gpu --out "$out/device.txt" 2>&1 | tee "$out/calibrate.txt"
