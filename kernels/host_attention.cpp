@@ -7,7 +7,8 @@
 //     registers straight into the FMAs, each converted chunk used by every row of the block (the
 //     whole GQA group in decode), then one transposed reduction for all 16;
 //   * online softmax on the tile's 16 scores of a row as one vector (vectorised exp);
-//   * V converted in registers and accumulated into registers, 16 accumulators at a time.
+//   * V converted in registers and accumulated into registers, 16 accumulators at a time;
+// and the next head's K and V lines are requested while one head computes.
 // No fp32 copy of K or V is ever made. What is left is the arithmetic itself (one FMA per K and one
 // per V element per query row) and reading the cache; on the 2-core AVX-512 benchmark host the two
 // ceilings are about equal (docs/kernels.md).
@@ -39,11 +40,12 @@ constexpr int kTile = kLanes;  // tokens per tile: one row's tile scores are one
 constexpr int kMaxBlockRows = kLanes;
 
 /// Asks the memory system for the K and V rows of heads [h0, h1] of a tile's tokens, whole cache
-/// lines, all at once, in the order the blocks will read them (head by head): a tile reads 16
-/// rows a token stride apart per head, which the hardware prefetchers follow poorly. Measured on
-/// the benchmark geometry (docs/kernels.md): requesting the tile about to be computed beats no
-/// prefetch (+8 %) and beats requesting one or two tiles ahead into L1 or L2 (-3 to -10 %), whose
-/// 64 KiB per tile evict the lines in use.
+/// lines: a tile reads 16 rows a token stride apart per head, which the hardware prefetchers follow
+/// poorly. attend() asks one head ahead of the computation (and for the next tile's first head
+/// during this tile's last): measured on the benchmark geometry (docs/kernels.md), that beats
+/// asking for a whole tile at once (+20 %: 1,024 requests at once fill the line-fill buffers and
+/// stall the loop issuing them, which profiles showed as a quarter of the time), two heads ahead
+/// (-3 %), whole tiles ahead into L1 or L2 (-3 to -10 %) and no prefetch at all.
 template <class T, int D>
 void prefetch_tile(const T* const* k, const T* const* v, int nt, int h0, int h1, std::int64_t head_stride) {
   constexpr int kRowBytes = D * static_cast<int>(sizeof(T));
@@ -281,12 +283,33 @@ void attend(const AttentionParams& p, const View& kv, int s, int kh0, int nh, Ch
     start_chunk<D>(p, s, chunk, st);
     std::int64_t max_visible = 0;
     for (const RowBlock& b : chunk) max_visible = std::max(max_visible, b.max_visible);
+    // One head ahead: the lines of head h + 1 are requested while head h computes (and the next
+    // tile's first head while this tile's last one computes), so the requests never queue up
+    // behind one another: a whole tile's at once filled the line-fill buffers and stalled the loop
+    // that issued them.
+    const T* nkt[kTile];
+    const T* nvt[kTile];
+    int nt = static_cast<int>(std::min<std::int64_t>(kTile, max_visible));
+    tile_tokens(kv, s, 0, nt, kt, vt);
+    prefetch_tile<T, D>(kt, vt, nt, chunk.front().head, chunk.front().head, kv.head_stride);
     for (std::int64_t t = 0; t < max_visible; t += kTile) {
-      const int nt = static_cast<int>(std::min<std::int64_t>(kTile, max_visible - t));
-      tile_tokens(kv, s, t, nt, kt, vt);
-      prefetch_tile<T, D>(kt, vt, nt, chunk.front().head, chunk.back().head, kv.head_stride);
-      for (const RowBlock& b : chunk)
+      const std::int64_t next = t + kTile;
+      const int next_nt = next < max_visible ? static_cast<int>(std::min<std::int64_t>(kTile, max_visible - next)) : 0;
+      if (next_nt > 0) tile_tokens(kv, s, next, next_nt, nkt, nvt);
+      for (std::size_t i = 0; i < chunk.size(); ++i) {
+        const RowBlock& b = chunk[i];
+        if (i + 1 < chunk.size()) {
+          if (chunk[i + 1].head != b.head)
+            prefetch_tile<T, D>(kt, vt, nt, chunk[i + 1].head, chunk[i + 1].head, kv.head_stride);
+        } else if (next_nt > 0) {
+          prefetch_tile<T, D>(nkt, nvt, next_nt, chunk.front().head, chunk.front().head, kv.head_stride);
+        }
         if (b.max_visible > t) dispatch_block<T, D>(st, b, kt, vt, b.head * kv.head_stride, nt, t);
+      }
+      if (next_nt == 0) break;
+      std::copy_n(nkt, kTile, kt);
+      std::copy_n(nvt, kTile, vt);
+      nt = next_nt;
     }
     finish_chunk<D>(p, s, chunk, st);
     first = last;
