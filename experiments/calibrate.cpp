@@ -19,7 +19,7 @@
 
 #include "alloc/copy.hpp"
 #include "alloc/cuda_runtime.hpp"
-#include "alloc/device_staging.hpp"
+#include "alloc/staged_arrays.hpp"
 #include "alloc/error.hpp"
 #include "alloc/model_geometry.hpp"
 #include "experiments/backend_factory.hpp"
@@ -47,6 +47,8 @@ struct Target {
   DeviceContext* context = nullptr;  // nullptr: the host
   [[nodiscard]] bool host() const noexcept { return context == nullptr; }
   [[nodiscard]] Device device() const noexcept { return context ? context->device() : Device::host; }
+  /// Where the kernels read their arrays: nullptr on the host.
+  [[nodiscard]] MemoryResource* device_memory() const noexcept { return context ? &context->memory() : nullptr; }
 };
 
 /// How much each measurement does. The emulated GPU runs the CUDA kernels under the SIMT emulator,
@@ -211,23 +213,6 @@ void measure_device_bandwidth(const Session& s, DeviceModel& m) {
 constexpr int kQHeads = 32, kKvHeads = 8, kHeadDim = 128;  // llama-3-8b
 constexpr std::int64_t kRow = static_cast<std::int64_t>(kKvHeads) * kHeadDim;
 
-/// Host arrays where the target's kernels read them: the arrays themselves on the host; device
-/// copies on a GPU (uploaded once, freed with this object, so nothing outlives the measurement).
-class Staged {
- public:
-  explicit Staged(const Target& target) : target_(target) {}
-  template <class T>
-  T* put(std::span<T> host) {
-    if (target_.host()) return host.data();
-    auto& buffer = *buffers_.emplace_back(std::make_unique<DeviceStaging>());
-    return reinterpret_cast<T*>(buffer.upload(target_.context->memory(), std::as_bytes(host), {}));  // NOLINT
-  }
-
- private:
-  const Target& target_;
-  std::vector<std::unique_ptr<DeviceStaging>> buffers_;
-};
-
 /// One layer's KV of a batch, stored contiguously per sequence (fp16), with decode queries; the
 /// host arrays, and where the target's kernels read them.
 struct DecodeData {
@@ -236,14 +221,14 @@ struct DecodeData {
   std::vector<half_t*> kptr, vptr;                      // the target's addresses of each sequence
   std::vector<float> q, out;
   std::vector<std::int32_t> lens;
-  Staged staged;
+  StagedArrays staged;
   half_t *k_at = nullptr, *v_at = nullptr;
   half_t* const* kptr_at = nullptr;
   half_t* const* vptr_at = nullptr;
   float *q_at = nullptr, *out_at = nullptr;
   std::int32_t* lens_at = nullptr;
 
-  DecodeData(const Target& target, int b, int c) : batch(b), context(c), staged(target) {
+  DecodeData(const Target& target, int b, int c) : batch(b), context(c), staged(target.device_memory()) {
     std::mt19937_64 rng(42);
     std::uniform_real_distribution<float> uni(-1.f, 1.f);
     k.resize(static_cast<std::size_t>(batch) * context * kRow);
@@ -291,9 +276,9 @@ struct DecodeData {
 struct PagedCopy {
   std::vector<half_t, HugePageAllocator<half_t>> k, v;
   std::vector<std::int32_t> table;
-  Staged staged;
+  StagedArrays staged;
   PagedKv<half_t> view;
-  PagedCopy(const Target& target, const DecodeData& d, int block_size) : staged(target) {
+  PagedCopy(const Target& target, const DecodeData& d, int block_size) : staged(target.device_memory()) {
     const int per_seq = (d.context + block_size - 1) / block_size;
     table.resize(static_cast<std::size_t>(per_seq) * d.batch);
     std::iota(table.begin(), table.end(), 0);
@@ -333,7 +318,7 @@ void measure_prefill(const Session& s, DecodeData& d, DeviceModel& m, int reps) 
   std::vector<float> q(static_cast<std::size_t>(seqs) * fresh * kQHeads * kHeadDim, 0.5f), out(q.size());
   std::vector<std::int32_t> indptr(static_cast<std::size_t>(seqs) + 1);
   for (int i = 0; i <= seqs; ++i) indptr[static_cast<std::size_t>(i)] = i * fresh;
-  Staged staged(s.target);
+  StagedArrays staged(s.target.device_memory());
   AttentionParams p = d.params();
   p.batch = seqs;
   p.q = staged.put(std::span(q));

@@ -8,7 +8,7 @@
 #include <cstring>
 #include <span>
 
-#include "alloc/device_staging.hpp"
+#include "alloc/staged_arrays.hpp"
 #include "alloc/memory_resource.hpp"
 #include "experiments/figures/figure_kit.hpp"
 #include "experiments/figures/figure_list.hpp"
@@ -46,16 +46,10 @@ Timing time_attention(const FigureContext& ctx, KvBackend& b, const std::vector<
   const Device device = device_of(ctx);
   const PreparedBatch pb = b.prepare_batch(ids);
   std::vector<float> q(static_cast<std::size_t>(q_indptr.back()) * m.num_q_heads * m.head_dim, 0.5f), out(q.size());
-  const float* q_at = q.data();
-  float* out_at = out.data();
-  const std::int32_t* indptr_at = q_indptr.data();
-  DeviceStaging q_dev, out_dev, indptr_dev;  // device copies (nothing on the host)
-  if (device != Device::host) {
-    MemoryResource& mr = ctx.device->memory();
-    q_at = reinterpret_cast<const float*>(q_dev.upload(mr, std::as_bytes(std::span(q)), {}));        // NOLINT
-    out_at = reinterpret_cast<float*>(out_dev.upload(mr, std::as_bytes(std::span(out)), {}));        // NOLINT
-    indptr_at = reinterpret_cast<const std::int32_t*>(indptr_dev.upload(mr, std::as_bytes(std::span(q_indptr)), {}));  // NOLINT
-  }
+  StagedArrays staged(device == Device::host ? nullptr : &ctx.device->memory());
+  const float* q_at = staged.put(std::span(q));
+  float* out_at = staged.put(std::span(out));
+  const std::int32_t* indptr_at = staged.put(std::span(q_indptr));
   const AttentionParams p = batch_attention_params(m, pb, q_at, out_at, q_indptr.back() == pb.batch ? nullptr : indptr_at);
   const KvView view = b.layer_view(0);
   attention(device, p, view);  // warm up
