@@ -14,6 +14,7 @@
 // ceilings are about equal (docs/kernels.md).
 #include <algorithm>
 #include <bit>
+#include <cmath>
 #include <cstdint>
 #include <limits>
 #include <span>
@@ -114,7 +115,8 @@ struct RowBlock {
 /// The fp32 state of a chunk's row slots.
 struct ChunkState {
   std::vector<float> q, acc;  // [slot][D]: scaled queries, V accumulators
-  std::vector<float> m, l;  // running max and sum of each slot's softmax
+  std::vector<float> m;  // running max of each slot's softmax
+  std::vector<float> l;  // [slot][16]: each slot's running sum, as per-lane partial sums
   std::vector<std::int64_t> visible;
 };
 
@@ -142,6 +144,21 @@ void accumulate_v(float* acc, const float (&w)[RB][kTile], const float* corr, co
   }
 }
 
+/// Each row's largest tile score: four rows at a time where RB allows.
+template <int RB>
+void row_maxima(const vec (&s)[RB], float (&out)[RB]) {
+  if constexpr (RB % 4 == 0) {
+    for (int r = 0; r < RB; r += 4) {
+      const vec four[4] = {s[r], s[r + 1], s[r + 2], s[r + 3]};
+      float m4[4];
+      simd::hmax4(four, m4);
+      std::copy_n(m4, 4, out + r);
+    }
+  } else {
+    for (int r = 0; r < RB; ++r) out[r] = simd::hmax(s[r]);
+  }
+}
+
 /// One tile of `nt` tokens (from tbase) for one row block of RB slots.
 template <class T, int D, int RB>
 void tile_block(ChunkState& st, const RowBlock& b, const T* const* kt, const T* const* vt, std::int64_t head_off,
@@ -151,7 +168,7 @@ void tile_block(ChunkState& st, const RowBlock& b, const T* const* kt, const T* 
   const float* q = st.q.data() + static_cast<std::size_t>(b.first_slot) * D;
   float* acc = st.acc.data() + static_cast<std::size_t>(b.first_slot) * D;
   float* m = st.m.data() + b.first_slot;
-  float* l = st.l.data() + b.first_slot;
+  float* l = st.l.data() + static_cast<std::size_t>(b.first_slot) * kLanes;
   const std::int64_t* visible = st.visible.data() + b.first_slot;
   alignas(64) float w[RB][kTile];
 
@@ -179,21 +196,29 @@ void tile_block(ChunkState& st, const RowBlock& b, const T* const* kt, const T* 
   float corr[RB];  // this tile's rescaling of each row's accumulators
   int jv = 0;  // tokens any row of the block sees in this tile
   bool ragged = false;
+  vec s[RB];
   for (int r = 0; r < RB; ++r) {
     live[r] = static_cast<int>(std::clamp<std::int64_t>(visible[r] - tbase, 0, nt));
     ragged = ragged || live[r] != live[0];
     jv = std::max(jv, live[r]);
+    s[r] = lane < static_cast<float>(live[r]) ? simd::loadv(w[r]) : simd::splat(-std::numeric_limits<float>::infinity());
+  }
+  float tile_max[RB];
+  row_maxima<RB>(s, tile_max);
+  for (int r = 0; r < RB; ++r) {
     if (live[r] == 0) {
       simd::storev(w[r], simd::splat(0.f));
       corr[r] = 1.f;
       continue;
     }
     const auto is_live = lane < static_cast<float>(live[r]);
-    const vec s = is_live ? simd::loadv(w[r]) : simd::splat(-std::numeric_limits<float>::infinity());
-    const float mx = std::max(m[r], simd::hmax(s));
-    const vec e = is_live ? simd::exp(s - mx) : simd::splat(0.f);
-    corr[r] = simd::exp(simd::splat(m[r] - mx))[0];
-    l[r] = l[r] * corr[r] + simd::hsum(e);
+    const float mx = std::max(m[r], tile_max[r]);
+    const vec e = is_live ? simd::exp(s[r] - mx) : simd::splat(0.f);
+    // Once the running max settles (most tiles), nothing needs rescaling. A NaN max compares
+    // unequal and propagates through exp.
+    corr[r] = mx == m[r] ? 1.f : std::exp(m[r] - mx);
+    // The sum stays a vector of per-lane partial sums, reduced once when the chunk finishes.
+    simd::storev(l + r * kLanes, simd::loadv(l + r * kLanes) * corr[r] + e);
     m[r] = mx;
     simd::storev(w[r], e);
   }
@@ -245,7 +270,7 @@ void start_chunk(const AttentionParams& p, int s, std::span<RowBlock> blocks, Ch
       for (int d = 0; d < D; ++d) dst[d] = q[d] * p.scale;
       std::fill_n(st.acc.data() + static_cast<std::size_t>(slot) * D, D, 0.f);
       st.m[slot] = -std::numeric_limits<float>::infinity();
-      st.l[slot] = 0.f;
+      std::fill_n(st.l.data() + static_cast<std::size_t>(slot) * kLanes, kLanes, 0.f);
       st.visible[slot] = len - n + tok + 1;
     }
   }
@@ -259,7 +284,7 @@ void finish_chunk(const AttentionParams& p, int s, std::span<const RowBlock> blo
       const int row = b.first_row + i, tok = row / group, g = row % group;
       float* out = p.out + (static_cast<std::size_t>(q0 + tok) * p.num_q_heads + b.head * group + g) * D;
       const float* a = st.acc.data() + static_cast<std::size_t>(b.first_slot + i) * D;
-      const float inv = 1.f / st.l[b.first_slot + i];
+      const float inv = 1.f / simd::hsum(simd::loadv(st.l.data() + static_cast<std::size_t>(b.first_slot + i) * kLanes));
       for (int d = 0; d < D; ++d) out[d] = a[d] * inv;
     }
 }
@@ -272,7 +297,7 @@ void attend(const AttentionParams& p, const View& kv, int s, int kh0, int nh, Ch
   st.q.resize(static_cast<std::size_t>(kSlots) * D);
   st.acc.resize(st.q.size());
   st.m.resize(kSlots);
-  st.l.resize(kSlots);
+  st.l.resize(static_cast<std::size_t>(kSlots) * kLanes);
   st.visible.resize(kSlots);
   const T* kt[kTile];
   const T* vt[kTile];

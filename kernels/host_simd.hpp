@@ -113,24 +113,26 @@ inline vec exp(vec x) {
 
 namespace detail {
 // One level of the transposed reduction: lanes [2wb, 2wb+w) of x and y go to the low operand,
-// [2wb+w, 2wb+2w) to the high one; their sum keeps w partial sums of x then w of y per 2w block.
+// [2wb+w, 2wb+2w) to the high one; combining them keeps w partial results of x then w of y per
+// 2w block.
 template <int W>
-inline vec fold(vec x, vec y) {
-  if constexpr (W == 8) {
-    return __builtin_shufflevector(x, y, 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23) +
-           __builtin_shufflevector(x, y, 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31);
-  } else if constexpr (W == 4) {
-    return __builtin_shufflevector(x, y, 0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27) +
-           __builtin_shufflevector(x, y, 4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31);
-  } else if constexpr (W == 2) {
-    return __builtin_shufflevector(x, y, 0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29) +
-           __builtin_shufflevector(x, y, 2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31);
-  } else {
-    static_assert(W == 1);
-    return __builtin_shufflevector(x, y, 0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30) +
-           __builtin_shufflevector(x, y, 1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31);
-  }
+inline vec fold_low(vec x, vec y) {
+  if constexpr (W == 8) return __builtin_shufflevector(x, y, 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23);
+  else if constexpr (W == 4) return __builtin_shufflevector(x, y, 0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27);
+  else if constexpr (W == 2) return __builtin_shufflevector(x, y, 0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29);
+  else return __builtin_shufflevector(x, y, 0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30);
 }
+template <int W>
+inline vec fold_high(vec x, vec y) {
+  if constexpr (W == 8) return __builtin_shufflevector(x, y, 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31);
+  else if constexpr (W == 4) return __builtin_shufflevector(x, y, 4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31);
+  else if constexpr (W == 2) return __builtin_shufflevector(x, y, 2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31);
+  else return __builtin_shufflevector(x, y, 1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31);
+}
+template <int W>
+inline vec fold(vec x, vec y) { return fold_low<W>(x, y) + fold_high<W>(x, y); }
+template <int W>
+inline vec fold_max(vec x, vec y) { return vmax(fold_low<W>(x, y), fold_high<W>(x, y)); }
 constexpr int bit_reverse4(int i) { return ((i & 1) << 3) | ((i & 2) << 1) | ((i & 4) >> 1) | ((i & 8) >> 3); }
 }  // namespace detail
 
@@ -145,6 +147,21 @@ inline vec transpose_sum(const vec (&a)[kLanes]) {
   for (int k = 0; k < 4; ++k) c[k] = fold<4>(b[2 * k], b[2 * k + 1]);
   for (int k = 0; k < 2; ++k) d[k] = fold<2>(c[2 * k], c[2 * k + 1]);
   return fold<1>(d[0], d[1]);
+}
+
+/// The largest lane of each of four vectors, out[i] = hmax(v[i]), in 8 shuffles and 5 maxima
+/// (four hmax calls take 16 of each): the softmax needs every row's tile maximum.
+inline void hmax4(const vec (&v)[4], float (&out)[4]) {
+  using detail::fold_max;
+  const vec a = fold_max<8>(v[0], v[1]);  // lanes 0-7 hold v[0]'s candidates, 8-15 v[1]'s
+  const vec b = fold_max<8>(v[2], v[3]);
+  vec c = fold_max<4>(a, b);  // lanes 0-3: v[0], 4-7: v[2], 8-11: v[1], 12-15: v[3]
+  c = detail::vmax(c, detail::swap_halves<2>(c));
+  c = detail::vmax(c, detail::swap_halves<1>(c));
+  out[0] = c[0];
+  out[1] = c[8];
+  out[2] = c[4];
+  out[3] = c[12];
 }
 
 }  // namespace kvlab::simd

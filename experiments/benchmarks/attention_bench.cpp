@@ -177,7 +177,49 @@ void BM_PrefillContiguous(benchmark::State& state) {
   state.counters["flops_per_s"] = benchmark::Counter(flops, benchmark::Counter::kIsIterationInvariantRate);
 }
 
+/// The arithmetic ceiling: 512-bit FMAs per second on one core (12 independent accumulators, more
+/// than latency x ports, so only the FMA ports limit it), and the KV rate that ceiling would allow
+/// a GQA-4 decode (64 vector FMAs per token and KV head, 512 bytes of fp16 K and V).
+void BM_FmaPeakOneThread(benchmark::State& state) {
+#if defined(__AVX512F__) && defined(__x86_64__)
+  constexpr std::int64_t kLoops = 1 << 20, kFmasPerLoop = 12;
+  const float one = 1.0f;
+  for (auto _ : state) {
+    std::int64_t n = kLoops;
+    // Operands start at 0 and 1 (stale register contents could be denormal and take microcode
+    // assists); zmm12 * zmm13 accumulates into zmm0..11, 12 independent chains.
+    asm volatile(
+        "vbroadcastss %[one], %%zmm12\n vbroadcastss %[one], %%zmm13\n"
+        "vpxord %%zmm0, %%zmm0, %%zmm0\n vmovaps %%zmm0, %%zmm1\n vmovaps %%zmm0, %%zmm2\n"
+        "vmovaps %%zmm0, %%zmm3\n vmovaps %%zmm0, %%zmm4\n vmovaps %%zmm0, %%zmm5\n vmovaps %%zmm0, %%zmm6\n"
+        "vmovaps %%zmm0, %%zmm7\n vmovaps %%zmm0, %%zmm8\n vmovaps %%zmm0, %%zmm9\n vmovaps %%zmm0, %%zmm10\n"
+        "vmovaps %%zmm0, %%zmm11\n"
+        "1:\n"
+        "vfmadd231ps %%zmm12, %%zmm13, %%zmm0\n vfmadd231ps %%zmm12, %%zmm13, %%zmm1\n"
+        "vfmadd231ps %%zmm12, %%zmm13, %%zmm2\n vfmadd231ps %%zmm12, %%zmm13, %%zmm3\n"
+        "vfmadd231ps %%zmm12, %%zmm13, %%zmm4\n vfmadd231ps %%zmm12, %%zmm13, %%zmm5\n"
+        "vfmadd231ps %%zmm12, %%zmm13, %%zmm6\n vfmadd231ps %%zmm12, %%zmm13, %%zmm7\n"
+        "vfmadd231ps %%zmm12, %%zmm13, %%zmm8\n vfmadd231ps %%zmm12, %%zmm13, %%zmm9\n"
+        "vfmadd231ps %%zmm12, %%zmm13, %%zmm10\n vfmadd231ps %%zmm12, %%zmm13, %%zmm11\n"
+        "dec %[n]\n jnz 1b\n"
+        : [n] "+r"(n)
+        : [one] "m"(one)
+        : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11", "xmm12",
+          "xmm13", "cc");
+  }
+  const double fmas = static_cast<double>(kLoops * kFmasPerLoop);
+  state.counters["fma512_per_s"] = benchmark::Counter(fmas, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["gqa4_decode_kv_bytes_per_s_ceiling"] =
+      benchmark::Counter(fmas / 64 * 512, benchmark::Counter::kIsIterationInvariantRate);
+#else
+  state.SkipWithMessage("needs x86-64 with AVX-512");
+  for (auto _ : state) {
+  }
+#endif
+}
+
 BENCHMARK(BM_MemoryReadBandwidth)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(3);
+BENCHMARK(BM_FmaPeakOneThread)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(1.0);
 BENCHMARK(BM_DecodeContiguous)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(2.0);
 BENCHMARK(BM_DecodeContiguousOneThread)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(2.0);
 BENCHMARK(BM_PrefillContiguous)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(2.0);

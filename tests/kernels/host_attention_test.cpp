@@ -182,6 +182,26 @@ TEST(HostSimd, TransposeSumPutsEachSumInItsLane) {
   }
 }
 
+// Four maxima at once: each lands in its own output, wherever in its vector the largest lane is.
+TEST(HostSimd, Hmax4FindsEachVectorsLargestLane) {
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> uni(-100.f, 100.f);
+  for (int trial = 0; trial < 64; ++trial) {
+    simd::vec v[4];
+    for (auto& x : v)
+      for (int i = 0; i < simd::kLanes; ++i) x[i] = uni(rng);
+    v[trial % 4][trial % simd::kLanes] = 1000.f + static_cast<float>(trial);  // one vector's peak moves around
+    float got[4];
+    simd::hmax4(v, got);
+    for (int r = 0; r < 4; ++r) {
+      float want = v[r][0];
+      for (int i = 1; i < simd::kLanes; ++i) want = std::max(want, v[r][i]);
+      EXPECT_EQ(got[r], want) << trial << " " << r;
+      EXPECT_EQ(simd::hmax(v[r]), want) << trial << " " << r;
+    }
+  }
+}
+
 TEST(HostAttention, NaNInTheCacheReachesTheOutput) {
   KvShape shape;
   shape.seq_lens = {9};
