@@ -10,16 +10,9 @@
 
 namespace kvlab {
 
-namespace {
-void maybe_inject(const char* site) {
-  if (FaultInjector* f = copy_fault_injector(); f != nullptr && f->should_fail(site))
-    KVLAB_THROW(Error, std::string("injected device copy failure (") + site + ")");
-}
-}  // namespace
-
 void copy_bytes(Device device, void* dst, const void* src, std::size_t bytes) {
   if (bytes == 0) return;
-  maybe_inject("copy");
+  throw_if_copy_fault("copy");
   if (host_addressable(device)) {  // host, or the emulated device's host-backed memory
     std::memmove(dst, src, bytes);
     return;
@@ -35,7 +28,7 @@ void copy_bytes(Device device, void* dst, const void* src, std::size_t bytes) {
 
 void upload_bytes(Device device, void* dst, const void* host_src, std::size_t bytes) {
   if (bytes == 0) return;
-  maybe_inject("upload");
+  throw_if_copy_fault("upload");
   if (host_addressable(device)) {
     std::memmove(dst, host_src, bytes);
     return;

@@ -9,6 +9,9 @@
 //    reference (copy-on-write). Beam search and parallel sampling are built on it.
 //  * swap_out copies a sequence's blocks to host memory (pinned memory on CUDA) and frees them;
 //    swap_in allocates blocks and copies the same bytes back. Release frees for recomputation.
+//    The copies run on a stream of their own (alloc/copy_stream.hpp): prepare_batch and the
+//    backend's own device copies fence them, begin_step waits for them and frees the host buffers
+//    swap-ins emptied.
 //  * Layout: [layer][K|V][num_blocks][block_size][kv_heads][head_dim]; the kernels read it
 //    through PagedKv with the block tables built by prepare_batch.
 //  * Accounting: the five fractions, shared blocks counted once; shared_savings holds the bytes
@@ -29,6 +32,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "alloc/copy_stream.hpp"
 #include "alloc/memory_resource.hpp"
 #include "alloc/table_backend.hpp"
 #include "paged/block_pool.hpp"
@@ -111,6 +115,7 @@ class PagedBackend final : public TableBackend<PagedSequence> {
   [[nodiscard]] bool do_can_swap_in(SeqId id) const override;
   void do_swap_in(SeqId id) override;
   [[nodiscard]] bool do_is_swapped(SeqId id) const override;
+  void do_begin_step() override;
   [[nodiscard]] std::int64_t do_cached_prefix_tokens(const SequenceSpec& spec) const override;
   [[nodiscard]] PrefixCacheStats do_prefix_cache_stats() const override;
   PreparedBatch do_prepare_batch(std::span<const SeqId> seqs) override;
@@ -148,6 +153,8 @@ class PagedBackend final : public TableBackend<PagedSequence> {
   [[nodiscard]] std::int64_t blocks_needed_to_grow(const Sequence& s, std::int64_t n) const;
   [[nodiscard]] std::byte* plane(int layer, int kv) const noexcept;
   void copy_blocks(const std::vector<std::pair<BlockId, BlockId>>& pairs);
+  /// Frees a swap buffer once the copies that may still use it are done.
+  void free_swap_after_copies(void* swap, std::size_t bytes);
 
   // ---- incremental accounting ----
   // token_states = filled, reserved = eventual - filled, internal = physical * B - eventual (in
@@ -198,6 +205,7 @@ class PagedBackend final : public TableBackend<PagedSequence> {
   Totals totals_;
   std::vector<BlockHolders> holders_;  // [block]
   std::unordered_map<BlockId, SharedBlock> shared_;
+  std::unique_ptr<CopyStream> transfers_;  // swap copies (storage only); after config_: goes first
 };
 
 }  // namespace kvlab

@@ -72,6 +72,11 @@ std::atomic<FaultInjector*> g_copy_faults{nullptr};
 void set_copy_fault_injector(FaultInjector* injector) noexcept { g_copy_faults.store(injector); }
 FaultInjector* copy_fault_injector() noexcept { return g_copy_faults.load(); }
 
+void throw_if_copy_fault(const char* site) {
+  if (FaultInjector* f = copy_fault_injector(); f != nullptr && f->should_fail(site))
+    KVLAB_THROW(Error, std::string("injected device copy failure (") + site + ")");
+}
+
 void* FaultInjectingAdaptor::do_allocate(std::size_t bytes, std::size_t alignment) {
   if (faults_.should_fail("allocate"))
     KVLAB_THROW(OutOfMemory, "injected allocation failure (" + std::to_string(bytes) + " bytes)");

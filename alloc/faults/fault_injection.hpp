@@ -57,6 +57,8 @@ class ScopedFaultPause {
 /// An injected copy failure throws kvlab::Error before any byte moves.
 void set_copy_fault_injector(FaultInjector* injector) noexcept;
 [[nodiscard]] FaultInjector* copy_fault_injector() noexcept;
+/// Throws kvlab::Error naming `site` when the installed copy injector says this copy fails.
+void throw_if_copy_fault(const char* site);
 
 /// Installs an injector for device copies for the lifetime of the guard.
 class ScopedCopyFaults {

@@ -11,6 +11,7 @@
 #include "alloc/faults/fault_injection.hpp"
 #include "experiments/backend_factory.hpp"
 #include "experiments/replayer.hpp"
+#include "kernels/kv_view.hpp"
 #include "tests/support/tiny_model.hpp"
 
 #if KVLAB_HAS_CUDA_HEADERS
@@ -21,7 +22,8 @@ namespace {
 
 struct Case {
   std::string backend;
-  int samples = 1;  // > 1 with beam reselection: forks and copy-on-write
+  int samples = 1;    // > 1 with beam reselection: forks and copy-on-write
+  bool swap = false;  // preemption by swapping, in a pool too small for the load
 };
 
 std::vector<Request> workload(int n, std::uint64_t seed) {
@@ -34,12 +36,13 @@ std::vector<Request> workload(int n, std::uint64_t seed) {
   return generate(w);
 }
 
-BackendOptions options(DeviceContext& device, bool vmm) {
+BackendOptions options(DeviceContext& device, bool vmm, bool tight = false) {
   BackendOptions o;
   o.model = testing::tiny_model();
   o.max_seq_len = 128;
   // vmm-2m holds a 2 MiB page per tensor (4 tensors) for each sequence: 64 MiB is 8 sequences.
-  o.capacity_bytes = vmm ? std::size_t{64} << 20 : 600 * o.model.kv_bytes_per_token();
+  // Tight: 80 tokens (5 blocks of 16) for sequences of up to 70, so running ones are preempted.
+  o.capacity_bytes = vmm ? std::size_t{64} << 20 : (tight ? 80 : 600) * o.model.kv_bytes_per_token();
   o.memory = &device.memory();
   o.device = &device;
   return o;
@@ -55,6 +58,7 @@ ReplayConfig config(const Case& c, DeviceContext& device) {
   rc.beam_reselect_probability = c.samples > 1 ? 0.3 : 0.0;
   rc.seed = 3;
   rc.max_batched_tokens = 256;
+  if (c.swap) rc.preemption = PreemptionMode::swap;
   return rc;
 }
 
@@ -71,7 +75,7 @@ TEST_P(EmulatedDevice, ReplaysVerifiedOnDeviceMemory) {
   DeviceContext device(parse_device_spec("emulated"), std::size_t{256} << 20);
   CudaDriverDouble& dbl = *device.driver_double();
   {
-    auto b = make_backend(c.backend, options(device, c.backend.starts_with("vmm")));
+    auto b = make_backend(c.backend, options(device, c.backend.starts_with("vmm"), c.swap));
     EXPECT_EQ(b->device(), Device::emulated);
     const ReplayResult r = replay(*b, workload(8, 1), config(c, device));
     EXPECT_EQ(r.summary.completed, 8) << c.backend;
@@ -80,16 +84,23 @@ TEST_P(EmulatedDevice, ReplaysVerifiedOnDeviceMemory) {
     EXPECT_GT(r.summary.kv_tokens_checked, 0) << c.backend;
     EXPECT_GT(r.summary.kernel_s, 0.0) << c.backend;
     EXPECT_GT(dbl.call_count(CuEntry::cuMemMap), 0u) << c.backend;
-    if (c.samples > 1 && c.backend.starts_with("paged")) EXPECT_GT(counter(r.summary, "cow_copies"), 0.0);
+    if (c.samples > 1 && c.backend.starts_with("paged")) {
+      EXPECT_GT(counter(r.summary, "cow_copies"), 0.0);
+    }
+    if (c.swap) {
+      EXPECT_GT(r.summary.swaps, 0) << "the pool was meant to be too small: nothing was swapped";
+    }
   }
   EXPECT_EQ(device.problems(), "") << c.backend;
 }
 
 INSTANTIATE_TEST_SUITE_P(EveryFamily, EmulatedDevice,
                          ::testing::Values(Case{"contiguous-max"}, Case{"contiguous-oracle", 3}, Case{"paged-16", 3},
-                                           Case{"paged-16-hash"}, Case{"vmm-2m"}, Case{"vmm-2m-mega-overlap"}),
+                                           Case{"paged-16", 1, true}, Case{"paged-16-hash"}, Case{"vmm-2m"},
+                                           Case{"vmm-2m-mega-overlap"}),
                          [](const auto& info) {
-                           std::string n = info.param.backend + (info.param.samples > 1 ? "_beams" : "");
+                           std::string n = info.param.backend + (info.param.samples > 1 ? "_beams" : "") +
+                                           (info.param.swap ? "_swap" : "");
                            for (char& ch : n)
                              if (ch == '-') ch = '_';
                            return n;
@@ -99,7 +110,7 @@ INSTANTIATE_TEST_SUITE_P(EveryFamily, EmulatedDevice,
 void replay_under_faults(const Case& c, FaultInjector& faults, std::int64_t& failed, std::uint64_t& at_driver) {
   DeviceContext device(parse_device_spec("emulated"), std::size_t{256} << 20);
   {
-    auto b = make_backend(c.backend, options(device, c.backend.starts_with("vmm")));
+    auto b = make_backend(c.backend, options(device, c.backend.starts_with("vmm"), c.swap));
     ReplayResult r;
     {
       ScopedCopyFaults guard(faults);
@@ -111,7 +122,9 @@ void replay_under_faults(const Case& c, FaultInjector& faults, std::int64_t& fai
     EXPECT_EQ(s.completed + s.truncated + s.rejected + s.failed, 10) << c.backend;
     EXPECT_EQ(s.kv_mismatches, 0) << c.backend;
     for (const RequestRecord& q : r.requests)
-      if (q.status == RequestRecord::Status::failed) EXPECT_FALSE(q.reason.empty()) << c.backend;
+      if (q.status == RequestRecord::Status::failed) {
+        EXPECT_FALSE(q.reason.empty()) << c.backend;
+      }
     EXPECT_EQ(b->num_sequences(), 0u) << c.backend;
     failed += s.failed;
   }
@@ -138,6 +151,55 @@ TEST_P(EmulatedDevice, DriverAndCopyFaultsLoseNothing) {
   EXPECT_GT(injected, 0u) << c.backend << ": no fault was injected";
   EXPECT_GT(at_driver, 0u) << c.backend << ": no fault reached a driver call";
   EXPECT_GT(failed, 0) << c.backend << ": no injected fault failed a request";
+}
+
+/// Writes (or, `check`, counts mismatches of) a value derived from (tag, token, layer, K|V,
+/// element) in every KV slot of tokens [0, n) of `id`, through the views of a prepared batch.
+int tokens(KvBackend& b, SeqId id, int tag, std::int64_t n, bool check) {
+  b.prepare_batch({&id, 1});
+  int bad = 0;
+  const ModelGeometry& m = b.model();
+  for (int layer = 0; layer < m.num_layers; ++layer) {
+    const PagedKv<half_t> v = as_paged<half_t>(b.layer_view(layer));
+    for (std::int64_t t = 0; t < n; ++t)
+      for (int h = 0; h < m.num_kv_heads; ++h)
+        for (int d = 0; d < m.head_dim; ++d)
+          for (int kv = 0; kv < 2; ++kv) {
+            half_t* slot = (kv == 0 ? v.k(0, t, h) : v.v(0, t, h)) + d;
+            const half_t want = from_float<half_t>(static_cast<float>((tag * 131 + t * 7 + layer * 3 + kv + d) % 1000));
+            if (check) {
+              bad += to_float(*slot) != to_float(want);
+            } else {
+              *slot = want;
+            }
+          }
+  }
+  return bad;
+}
+
+// The swap copies run on their own stream, which the emulated device makes only at a fence: a
+// swap-out whose freed blocks another sequence overwrites in the same step, and a swap-in read
+// before its copies land, must still give back exactly the bytes swapped out. prepare_batch
+// fences; without it this test sees the other sequence's bytes.
+TEST(EmulatedDevice, AsyncSwapCopiesAreFencedBeforeTheBlocksAreReused) {
+  DeviceContext device(parse_device_spec("emulated"), std::size_t{64} << 20);
+  {
+    BackendOptions o = options(device, false);
+    o.capacity_bytes = 64 * o.model.kv_bytes_per_token();  // 4 blocks of 16
+    auto b = make_backend("paged-16", o);
+    b->admit(0, {40, 40}, 40);  // 3 blocks
+    tokens(*b, 0, 1, 40, false);
+    b->swap_out(0);             // its copies are enqueued, not made
+    b->admit(1, {48, 48}, 48);  // takes the 3 blocks just freed
+    tokens(*b, 1, 2, 48, false);
+    b->release(1);
+    b->swap_in(0);
+    EXPECT_EQ(tokens(*b, 0, 1, 40, true), 0);
+    EXPECT_GT(tokens(*b, 0, 2, 40, true), 0);  // the check can fail: another tag differs
+    b->begin_step();                           // frees the emptied host buffer
+    b->release(0);
+  }
+  EXPECT_EQ(device.problems(), "");
 }
 
 TEST(EmulatedDevice, VmmPagesBelowTheDriverGranularityAreRefused) {

@@ -23,6 +23,11 @@ if build/release/kvlab devices | grep -q "^cuda: available"; then
     --capacity-gib 0.25 --max-seq-len 256 --prompt-len uniform:16:160 --output-len uniform:8:64 --requests 16 --seed 1 \
     --backends contiguous-oracle,paged-16,paged-16-hash,vmm-2m,vmm-2m-mega-overlap --out "$out/verify-kv" \
     2>&1 | tee "$out/verify-kv.txt"
+  # Swap preemption in a pool too small for the load: the swap copies run on their own stream
+  # (alloc/copy_stream.hpp) and every swapped-in byte is checked.
+  build/release/kvlab replay --device cuda --execute --verify-kv --execute-layers 1 --model yi-6b \
+    --capacity-gib 0.03 --max-seq-len 256 --prompt-len uniform:16:160 --output-len uniform:8:64 --requests 16 --seed 1 \
+    --backend paged-16 --preemption swap --out "$out/verify-kv-swap" 2>&1 | tee "$out/verify-kv-swap.txt"
   # The GPU's own constants (map/unmap per page, attention per view, copies), then every backend
   # on the GPU in execute mode with the clock those constants give.
   build/release/kvlab calibrate --device cuda --name gpu --out "$out/device.txt" 2>&1 | tee "$out/calibrate.txt"
