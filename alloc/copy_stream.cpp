@@ -14,17 +14,22 @@ namespace kvlab {
 #if KVLAB_HAS_CUDA
 struct CopyStream::CudaStream {
   cudaStream_t stream = nullptr;
-  cudaEvent_t done = nullptr;
+  cudaEvent_t done = nullptr;    // the copies so far, for the default stream to wait on
+  cudaEvent_t before = nullptr;  // the default stream's work so far, for the copies to wait on
   CudaStream() {
-    // Non-blocking: the legacy default stream does not wait for these copies by itself; fence()
-    // makes it wait where it must.
+    // Non-blocking: neither stream waits for the other by itself; copy() and fence() make each
+    // wait where it must.
     KVLAB_CUDA_TRY(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-    if (const cudaError_t e = cudaEventCreateWithFlags(&done, cudaEventDisableTiming); e != cudaSuccess) {
+    cudaError_t e = cudaEventCreateWithFlags(&done, cudaEventDisableTiming);
+    if (e == cudaSuccess) e = cudaEventCreateWithFlags(&before, cudaEventDisableTiming);
+    if (e != cudaSuccess) {
+      if (done != nullptr) (void)cudaEventDestroy(done);
       (void)cudaStreamDestroy(stream);
       KVLAB_CUDA_TRY(e);
     }
   }
   ~CudaStream() {
+    (void)cudaEventDestroy(before);
     (void)cudaEventDestroy(done);
     (void)cudaStreamDestroy(stream);
   }
@@ -63,6 +68,13 @@ void CopyStream::copy(void* dst, const void* src, std::size_t bytes) {
       return;
     case Device::cuda:
 #if KVLAB_HAS_CUDA
+      if (!after_default_stream_) {
+        // A swap-out reads blocks, and a swap-in writes blocks, that kernels or copies queued on
+        // the default stream may still be using: the copies start after that work.
+        KVLAB_CUDA_TRY(cudaEventRecord(cuda_->before, cudaStreamLegacy));
+        KVLAB_CUDA_TRY(cudaStreamWaitEvent(cuda_->stream, cuda_->before, 0));
+        after_default_stream_ = true;
+      }
       KVLAB_CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, cuda_->stream));
       ++in_flight_;
 #endif
@@ -77,6 +89,7 @@ void CopyStream::make_pending_copies() {
 }
 
 void CopyStream::fence() {
+  after_default_stream_ = false;  // the caller may queue default-stream work from here on
   if (device_ == Device::emulated) make_pending_copies();
 #if KVLAB_HAS_CUDA
   if (device_ == Device::cuda && in_flight_ > 0) {
@@ -87,6 +100,7 @@ void CopyStream::fence() {
 }
 
 void CopyStream::synchronize() {
+  after_default_stream_ = false;
   if (device_ == Device::emulated) make_pending_copies();
 #if KVLAB_HAS_CUDA
   if (device_ == Device::cuda && in_flight_ > 0) {

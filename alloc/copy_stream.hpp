@@ -24,16 +24,22 @@ namespace kvlab {
 // and copies on the default stream, synchronous copies) after every copy enqueued so far, without
 // blocking the host; release_after() defers freeing a copy's source or destination to the next
 // synchronize(), which blocks until every copy is done. On a GPU: a non-blocking stream,
-// cudaMemcpyAsync (asynchronous with pinned host memory), and an event the default stream waits
-// on. On the emulated device copies are kept and made at the next fence() or synchronize(), so a
-// caller that touches a copy's bytes before fencing sees the old bytes: a missing fence there is
-// a KV mismatch that --verify-kv reports, on a machine with no GPU. On the host (no device to
-// overlap with) each copy is made at once.
+// cudaMemcpyAsync (asynchronous with pinned host memory), and two events: the first copy after
+// a fence or synchronize waits for the default stream's work queued so far (a kernel may still
+// read a block a swap-in is about to overwrite), and fence() makes the default stream wait for
+// the copies. On the emulated device copies are kept and made at the next fence() or
+// synchronize(), so a caller that touches a copy's bytes before fencing sees the old bytes: a
+// missing fence there is a KV mismatch that --verify-kv reports, on a machine with no GPU. On the
+// host (no device to overlap with) each copy is made at once.
 //
 // Limitations. One stream, in order; fence() waits for every copy, not per layer (vLLM v0 waits
-// per layer). An injected fault (alloc/faults) fails copy() before anything is enqueued; an error
-// a GPU reports later comes out of fence() or synchronize(). The destructor synchronizes and
-// swallows errors: call synchronize() first where one must be reported.
+// per layer). Default-stream work queued between two copies with no fence in between is not
+// waited for (callers fence before their own device work). Releases run only at synchronize():
+// a caller that never synchronizes holds every deferred buffer until the destructor. The emulated
+// device reads a copy's source late, never early, so the wait on earlier default-stream work is
+// proven only on a GPU. An injected fault (alloc/faults) fails copy() before anything is
+// enqueued; an error a GPU reports later comes out of fence() or synchronize(). The destructor
+// synchronizes and swallows errors: call synchronize() first where one must be reported.
 class CopyStream {
  public:
   explicit CopyStream(Device device);
@@ -69,6 +75,7 @@ class CopyStream {
   Device device_;
   std::vector<Copy> pending_;  // emulated: enqueued, not yet made
   std::size_t in_flight_ = 0;  // cuda: enqueued since the last synchronize()
+  bool after_default_stream_ = false;  // cuda: the stream already waits for the default stream's work
   std::vector<std::function<void()>> releases_;
   std::unique_ptr<CudaStream> cuda_;
 };

@@ -214,8 +214,9 @@ void tile_block(ChunkState& st, const RowBlock& b, const T* const* kt, const T* 
     const auto is_live = lane < static_cast<float>(live[r]);
     const float mx = std::max(m[r], tile_max[r]);
     const vec e = is_live ? simd::exp(s[r] - mx) : simd::splat(0.f);
-    // Once the running max settles (most tiles), nothing needs rescaling. A NaN max compares
-    // unequal and propagates through exp.
+    // Once the running max settles (most tiles), nothing needs rescaling. A NaN score never
+    // becomes the max (std::max keeps m, vmax keeps the other lane); it reaches the output
+    // through e = exp(NaN - mx) below.
     corr[r] = mx == m[r] ? 1.f : std::exp(m[r] - mx);
     // The sum stays a vector of per-lane partial sums, reduced once when the chunk finishes.
     simd::storev(l + r * kLanes, simd::loadv(l + r * kLanes) * corr[r] + e);

@@ -212,7 +212,7 @@ void BM_FmaPeakOneThread(benchmark::State& state) {
   state.counters["gqa4_decode_kv_bytes_per_s_ceiling"] =
       benchmark::Counter(fmas / 64 * 512, benchmark::Counter::kIsIterationInvariantRate);
 #else
-  state.SkipWithMessage("needs x86-64 with AVX-512");
+  state.SkipWithError("needs x86-64 with AVX-512");
   for (auto _ : state) {
   }
 #endif

@@ -36,13 +36,15 @@ std::vector<Request> workload(int n, std::uint64_t seed) {
   return generate(w);
 }
 
-BackendOptions options(DeviceContext& device, bool vmm, bool tight = false) {
+BackendOptions options(DeviceContext& device, bool vmm, std::int64_t tight_tokens = 0) {
   BackendOptions o;
   o.model = testing::tiny_model();
   o.max_seq_len = 128;
   // vmm-2m holds a 2 MiB page per tensor (4 tensors) for each sequence: 64 MiB is 8 sequences.
-  // Tight: 80 tokens (5 blocks of 16) for sequences of up to 70, so running ones are preempted.
-  o.capacity_bytes = vmm ? std::size_t{64} << 20 : (tight ? 80 : 600) * o.model.kv_bytes_per_token();
+  // Tight: a pool that holds one or two of the running requests (up to 70 tokens each, 90 for a
+  // group of three samples), so running ones are preempted.
+  const std::int64_t tokens = tight_tokens > 0 ? tight_tokens : 600;
+  o.capacity_bytes = vmm ? std::size_t{64} << 20 : static_cast<std::size_t>(tokens) * o.model.kv_bytes_per_token();
   o.memory = &device.memory();
   o.device = &device;
   return o;
@@ -68,6 +70,9 @@ double counter(const ReplaySummary& s, const std::string& name) {
   return -1;
 }
 
+/// The pool of a swap case: 5 blocks of 16, 8 for groups of samples (a group swaps as a whole).
+std::int64_t tight_tokens(const Case& c) { return c.swap ? (c.samples > 1 ? 128 : 80) : 0; }
+
 class EmulatedDevice : public ::testing::TestWithParam<Case> {};
 
 TEST_P(EmulatedDevice, ReplaysVerifiedOnDeviceMemory) {
@@ -75,7 +80,7 @@ TEST_P(EmulatedDevice, ReplaysVerifiedOnDeviceMemory) {
   DeviceContext device(parse_device_spec("emulated"), std::size_t{256} << 20);
   CudaDriverDouble& dbl = *device.driver_double();
   {
-    auto b = make_backend(c.backend, options(device, c.backend.starts_with("vmm"), c.swap));
+    auto b = make_backend(c.backend, options(device, c.backend.starts_with("vmm"), tight_tokens(c)));
     EXPECT_EQ(b->device(), Device::emulated);
     const ReplayResult r = replay(*b, workload(8, 1), config(c, device));
     EXPECT_EQ(r.summary.completed, 8) << c.backend;
@@ -96,7 +101,8 @@ TEST_P(EmulatedDevice, ReplaysVerifiedOnDeviceMemory) {
 
 INSTANTIATE_TEST_SUITE_P(EveryFamily, EmulatedDevice,
                          ::testing::Values(Case{"contiguous-max"}, Case{"contiguous-oracle", 3}, Case{"paged-16", 3},
-                                           Case{"paged-16", 1, true}, Case{"paged-16-hash"}, Case{"vmm-2m"},
+                                           Case{"paged-16", 1, true}, Case{"paged-16", 3, true}, Case{"paged-16-hash"},
+                                           Case{"vmm-2m"},
                                            Case{"vmm-2m-mega-overlap"}),
                          [](const auto& info) {
                            std::string n = info.param.backend + (info.param.samples > 1 ? "_beams" : "") +
@@ -110,7 +116,7 @@ INSTANTIATE_TEST_SUITE_P(EveryFamily, EmulatedDevice,
 void replay_under_faults(const Case& c, FaultInjector& faults, std::int64_t& failed, std::uint64_t& at_driver) {
   DeviceContext device(parse_device_spec("emulated"), std::size_t{256} << 20);
   {
-    auto b = make_backend(c.backend, options(device, c.backend.starts_with("vmm"), c.swap));
+    auto b = make_backend(c.backend, options(device, c.backend.starts_with("vmm"), tight_tokens(c)));
     ReplayResult r;
     {
       ScopedCopyFaults guard(faults);

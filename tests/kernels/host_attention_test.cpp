@@ -182,6 +182,31 @@ TEST(HostSimd, TransposeSumPutsEachSumInItsLane) {
   }
 }
 
+// NaN in K: every query row that sees the token gets NaN everywhere (its score is NaN, so its
+// weight, running sum and every accumulator are); rows that do not see it (earlier prefill
+// tokens) stay finite. GQA 4 and 8 (row blocks of 4 and 8, whose tile maxima come from hmax4).
+TEST(HostAttention, NaNInKReachesExactlyTheRowsThatSeeIt) {
+  for (int group : {1, 4, 8}) {
+    KvShape shape;
+    shape.seq_lens = {40};
+    shape.q_lens = {21};  // query tokens 19..39 of the sequence
+    shape.num_kv_heads = 1;
+    shape.num_q_heads = group;
+    KvFixture<float> fx(shape);
+    auto view = fx.contiguous();
+    constexpr int kNanToken = 25;
+    view.k(0, kNanToken, 0)[7] = std::numeric_limits<float>::quiet_NaN();
+    host_attention(fx.params(), erase(view, 1, 64));
+    for (int t = 0; t < 21; ++t)
+      for (int h = 0; h < group; ++h) {
+        const bool sees = 19 + t >= kNanToken;
+        for (int d = 0; d < 64; ++d)
+          ASSERT_EQ(std::isnan(fx.out()[(static_cast<std::size_t>(t) * group + h) * 64 + d]), sees)
+              << "group " << group << " query " << t << " head " << h << " d " << d;
+      }
+  }
+}
+
 // Four maxima at once: each lands in its own output, wherever in its vector the largest lane is.
 TEST(HostSimd, Hmax4FindsEachVectorsLargestLane) {
   std::mt19937 rng(5);
