@@ -12,6 +12,7 @@
 #include "experiments/backend_factory.hpp"
 #include "experiments/replayer.hpp"
 #include "kernels/kv_view.hpp"
+#include "paged/paged_backend.hpp"
 #include "tests/support/tiny_model.hpp"
 
 #if KVLAB_HAS_CUDA_HEADERS
@@ -204,6 +205,42 @@ TEST(EmulatedDevice, AsyncSwapCopiesAreFencedBeforeTheBlocksAreReused) {
     EXPECT_GT(tokens(*b, 0, 2, 40, true), 0);  // the check can fail: another tag differs
     b->begin_step();                           // frees the emptied host buffer
     b->release(0);
+  }
+  EXPECT_EQ(device.problems(), "");
+}
+
+// The same through the prefix cache's host tier: a hit there copies cached bytes back into fresh
+// device blocks, which may be the blocks a swap-out's copies still read. copy_host fences first;
+// without that fence the swapped-out sequence comes back holding the restored prefix.
+TEST(EmulatedDevice, AHostTierRestoreWaitsForTheSwapCopiesBeforeIt) {
+  DeviceContext device(parse_device_spec("emulated"), std::size_t{64} << 20);
+  {
+    PagedConfig c;
+    c.model = testing::tiny_model();
+    c.capacity_bytes = 64 * c.model.kv_bytes_per_token();  // 4 blocks of 16
+    c.max_seq_len = 128;
+    c.memory = &device.memory();
+    c.swap_memory = device.swap_memory();
+    c.prefix_cache = PrefixCacheMode::hash;
+    c.host_cache_bytes = 8 * 16 * c.model.kv_bytes_per_token();  // 8 host slots
+    PagedBackend b(c);
+    std::vector<std::int32_t> prefix(49), other(64);
+    for (std::int32_t i = 0; i < 49; ++i) prefix[static_cast<std::size_t>(i)] = i;
+    for (std::int32_t i = 0; i < 64; ++i) other[static_cast<std::size_t>(i)] = 1000 + i;
+    b.admit(1, {48, 48, std::span(prefix).first(48)}, 48);  // 3 blocks, cached when full
+    tokens(b, 1, 1, 48, false);
+    b.release(1);
+    b.admit(2, {64, 64, other}, 64);  // all 4 blocks: the 3 cached ones move to the host tier
+    tokens(b, 2, 2, 64, false);
+    b.swap_out(2);                              // copies enqueued, blocks freed
+    b.admit(3, {49, 49, prefix}, 49);           // a host-tier hit: 48 tokens copied back into them
+    EXPECT_EQ(b.cached_tokens(3), 48);
+    EXPECT_EQ(tokens(b, 3, 1, 48, true), 0);    // the prefix came back from the host intact
+    b.release(3);
+    b.swap_in(2);
+    EXPECT_EQ(tokens(b, 2, 2, 64, true), 0);    // and the swapped-out sequence kept its own bytes
+    b.begin_step();
+    b.release(2);
   }
   EXPECT_EQ(device.problems(), "");
 }
