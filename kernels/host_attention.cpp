@@ -1,17 +1,17 @@
 // Host attention. A task is (sequence, run of KV heads). Its query rows (query tokens times the
 // GQA group, per KV head) are cut into row blocks of up to 16 rows of one head, and blocks into
 // chunks whose fp32 state (scaled queries, V accumulators, running max and sum) stays in L1. A
-// chunk walks the sequence's KV once, in tiles of 16 tokens; per tile it requests the tile's K and
-// V lines of all its heads up front, then visits every block, head by head:
+// chunk walks the sequence's KV once, in tiles of 16 tokens, and visits every block per tile,
+// head by head:
 //   * scores: 16 dot products at a time (rows x keys = 16), K converted from its storage dtype in
 //     registers straight into the FMAs, each converted chunk used by every row of the block (the
 //     whole GQA group in decode), then one transposed reduction for all 16;
 //   * online softmax on the tile's 16 scores of a row as one vector (vectorised exp);
 //   * V converted in registers and accumulated into registers, 16 accumulators at a time;
-// and the next head's K and V lines are requested while one head computes.
-// No fp32 copy of K or V is ever made. What is left is the arithmetic itself (one FMA per K and one
-// per V element per query row) and reading the cache; on the 2-core AVX-512 benchmark host the two
-// ceilings are about equal (docs/kernels.md).
+// and the next head's K and V lines are requested while one head computes, spread over its
+// computation. No fp32 copy of K or V is ever made. The FMA ceiling is about four times the
+// memory's on the 2-core AVX-512 benchmark host; what limits the kernel is how many cache lines
+// it keeps in flight (docs/kernels.md).
 #include <algorithm>
 #include <bit>
 #include <cmath>
@@ -40,25 +40,30 @@ using simd::vec;
 constexpr int kTile = kLanes;  // tokens per tile: one row's tile scores are one vector
 constexpr int kMaxBlockRows = kLanes;
 
-/// Asks the memory system for the K and V rows of heads [h0, h1] of a tile's tokens, whole cache
-/// lines: a tile reads 16 rows a token stride apart per head, which the hardware prefetchers follow
-/// poorly. attend() asks one head ahead of the computation (and for the next tile's first head
-/// during this tile's last): measured on the benchmark geometry (docs/kernels.md), that beats
-/// asking for a whole tile at once (+20 %: 1,024 requests at once fill the line-fill buffers and
-/// stall the loop issuing them, which profiles showed as a quarter of the time), two heads ahead
-/// (-3 %), whole tiles ahead into L1 or L2 (-3 to -10 %) and no prefetch at all.
+/// The lines to request while a block computes: rows [0, nt) of head `head_off` (an element
+/// offset) of a tile, whole cache lines. A tile reads 16 rows a token stride apart per head, which
+/// the hardware prefetchers follow poorly, so attend() asks one head ahead of the computation (and
+/// for the next tile's first head during this tile's last), and tile_block() spreads the requests
+/// over the computation: the next head's K rows a few per group of scores, its V rows one per
+/// token of the V pass. Measured on the benchmark geometry (docs/kernels.md): spreading them beat
+/// issuing the head's 128 requests at once by 10 % (a burst fills the line-fill buffers and stalls
+/// the loop behind it); one head ahead beat a whole tile at once (+20 %), two heads ahead (-3 %),
+/// whole tiles ahead into L1 or L2 (-3 to -25 %) and no prefetch at all.
+template <class T>
+struct PrefetchPlan {
+  const T* const* k = nullptr;  // nullptr: nothing to request
+  const T* const* v = nullptr;
+  int nt = 0;
+  std::int64_t head_off = 0;
+};
+
 template <class T, int D>
-void prefetch_tile(const T* const* k, const T* const* v, int nt, int h0, int h1, std::int64_t head_stride) {
+inline void prefetch_rows(const T* const* rows, int j0, int j1, std::int64_t head_off) {
   constexpr int kRowBytes = D * static_cast<int>(sizeof(T));
-  for (int h = h0; h <= h1; ++h)
-    for (int j = 0; j < nt; ++j) {
-      const char* kr = reinterpret_cast<const char*>(k[j] + h * head_stride);
-      const char* vr = reinterpret_cast<const char*>(v[j] + h * head_stride);
-      for (int off = 0; off < kRowBytes; off += 64) {
-        __builtin_prefetch(kr + off, 0, 3);
-        __builtin_prefetch(vr + off, 0, 3);
-      }
-    }
+  for (int j = j0; j < j1; ++j) {
+    const char* r = reinterpret_cast<const char*>(rows[j] + head_off);
+    for (int off = 0; off < kRowBytes; off += 64) __builtin_prefetch(r + off, 0, 3);
+  }
 }
 
 /// Row slots per chunk: the chunk's queries and accumulators (2 x slots x D floats) fit in L1.
@@ -126,19 +131,22 @@ struct ChunkState {
 /// (not even a NaN) reaches it.
 template <class T, int D, int RB, bool kRagged>
 void accumulate_v(float* acc, const float (&w)[RB][kTile], const float* corr, const int* live, int jv,
-                  const T* const* vt, std::int64_t head_off) {
+                  const T* const* vt, std::int64_t head_off, const PrefetchPlan<T>& pf) {
   constexpr int kChunks = D / kLanes;
   constexpr int CP = std::min(kChunks, kLanes / RB);
   for (int c0 = 0; c0 < kChunks; c0 += CP) {
     vec o[RB][CP];
     for (int r = 0; r < RB; ++r)
       for (int cc = 0; cc < CP; ++cc) o[r][cc] = simd::loadv(acc + r * D + (c0 + cc) * kLanes) * corr[r];
-    for (int j = 0; j < jv; ++j)
+    for (int j = 0; j < jv; ++j) {
+      if (c0 == 0 && pf.v != nullptr && j < pf.nt) prefetch_rows<T, D>(pf.v, j, j + 1, pf.head_off);
       for (int cc = 0; cc < CP; ++cc) {
         const vec v = simd::load_as_float(vt[j] + head_off + (c0 + cc) * kLanes);
         for (int r = 0; r < RB; ++r)
           if (!kRagged || j < live[r]) o[r][cc] += w[r][j] * v;
       }
+    }
+    if (c0 == 0 && pf.v != nullptr && jv < pf.nt) prefetch_rows<T, D>(pf.v, jv, pf.nt, pf.head_off);
     for (int r = 0; r < RB; ++r)
       for (int cc = 0; cc < CP; ++cc) simd::storev(acc + r * D + (c0 + cc) * kLanes, o[r][cc]);
   }
@@ -162,7 +170,7 @@ void row_maxima(const vec (&s)[RB], float (&out)[RB]) {
 /// One tile of `nt` tokens (from tbase) for one row block of RB slots.
 template <class T, int D, int RB>
 void tile_block(ChunkState& st, const RowBlock& b, const T* const* kt, const T* const* vt, std::int64_t head_off,
-                int nt, std::int64_t tbase) {
+                int nt, std::int64_t tbase, const PrefetchPlan<T>& pf) {
   constexpr int kChunks = D / kLanes;
   constexpr int KB = kLanes / RB;  // keys per group of 16 dot products
   const float* q = st.q.data() + static_cast<std::size_t>(b.first_slot) * D;
@@ -174,6 +182,7 @@ void tile_block(ChunkState& st, const RowBlock& b, const T* const* kt, const T* 
 
   // Scores: accumulator r * KB + k is row r against key j0 + k.
   for (int j0 = 0; j0 < nt; j0 += KB) {
+    if (pf.k != nullptr && j0 < pf.nt) prefetch_rows<T, D>(pf.k, j0, std::min(j0 + KB, pf.nt), pf.head_off);
     vec a[kLanes] = {};
     for (int c = 0; c < kChunks; ++c) {
       vec kc[KB];
@@ -188,6 +197,7 @@ void tile_block(ChunkState& st, const RowBlock& b, const T* const* kt, const T* 
     for (int r = 0; r < RB; ++r)
       for (int k = 0; k < KB; ++k) w[r][j0 + k] = sums[r * KB + k];
   }
+  if (pf.k != nullptr && nt < pf.nt) prefetch_rows<T, D>(pf.k, nt, pf.nt, pf.head_off);
 
   // Online softmax, one vector per row; masked (not yet visible) tokens weigh exactly zero.
   vec lane;
@@ -224,21 +234,21 @@ void tile_block(ChunkState& st, const RowBlock& b, const T* const* kt, const T* 
     simd::storev(w[r], e);
   }
   if (ragged) {
-    accumulate_v<T, D, RB, true>(acc, w, corr, live, jv, vt, head_off);
+    accumulate_v<T, D, RB, true>(acc, w, corr, live, jv, vt, head_off, pf);
   } else {
-    accumulate_v<T, D, RB, false>(acc, w, corr, live, jv, vt, head_off);
+    accumulate_v<T, D, RB, false>(acc, w, corr, live, jv, vt, head_off, pf);
   }
 }
 
 template <class T, int D>
 void dispatch_block(ChunkState& st, const RowBlock& b, const T* const* kt, const T* const* vt, std::int64_t head_off,
-                    int nt, std::int64_t tbase) {
+                    int nt, std::int64_t tbase, const PrefetchPlan<T>& pf) {
   switch (b.rb) {
-    case 1: return tile_block<T, D, 1>(st, b, kt, vt, head_off, nt, tbase);
-    case 2: return tile_block<T, D, 2>(st, b, kt, vt, head_off, nt, tbase);
-    case 4: return tile_block<T, D, 4>(st, b, kt, vt, head_off, nt, tbase);
-    case 8: return tile_block<T, D, 8>(st, b, kt, vt, head_off, nt, tbase);
-    default: return tile_block<T, D, 16>(st, b, kt, vt, head_off, nt, tbase);
+    case 1: return tile_block<T, D, 1>(st, b, kt, vt, head_off, nt, tbase, pf);
+    case 2: return tile_block<T, D, 2>(st, b, kt, vt, head_off, nt, tbase, pf);
+    case 4: return tile_block<T, D, 4>(st, b, kt, vt, head_off, nt, tbase, pf);
+    case 8: return tile_block<T, D, 8>(st, b, kt, vt, head_off, nt, tbase, pf);
+    default: return tile_block<T, D, 16>(st, b, kt, vt, head_off, nt, tbase, pf);
   }
 }
 
@@ -315,22 +325,39 @@ void attend(const AttentionParams& p, const View& kv, int s, int kh0, int nh, Ch
     // that issued them.
     const T* nkt[kTile];
     const T* nvt[kTile];
+    const int touch_step = static_cast<int>(std::max<std::int64_t>(1, 4096 / (kv.token_stride * static_cast<std::int64_t>(sizeof(T)))));
     int nt = static_cast<int>(std::min<std::int64_t>(kTile, max_visible));
     tile_tokens(kv, s, 0, nt, kt, vt);
-    prefetch_tile<T, D>(kt, vt, nt, chunk.front().head, chunk.front().head, kv.head_stride);
+    prefetch_rows<T, D>(kt, 0, nt, chunk.front().head * kv.head_stride);
+    prefetch_rows<T, D>(vt, 0, nt, chunk.front().head * kv.head_stride);
     for (std::int64_t t = 0; t < max_visible; t += kTile) {
       const std::int64_t next = t + kTile;
       const int next_nt = next < max_visible ? static_cast<int>(std::min<std::int64_t>(kTile, max_visible - next)) : 0;
       if (next_nt > 0) tile_tokens(kv, s, next, next_nt, nkt, nvt);
+      // Where the next tile does not continue this one in memory (the paged view at a block
+      // boundary), the hardware prefetchers cannot run on into it: one line of each of its 4 KiB
+      // pages is requested now, into L2, which starts them on those pages. Measured at block 16:
+      // 0.92x contiguous without, 0.93-0.97x with (docs/kernels.md).
+      if (next_nt > 0 && nkt[0] != kt[nt - 1] + kv.token_stride) {
+        for (int j = 0; j < next_nt; j += touch_step) {
+          __builtin_prefetch(nkt[j], 0, 1);
+          __builtin_prefetch(nvt[j], 0, 1);
+        }
+      }
       for (std::size_t i = 0; i < chunk.size(); ++i) {
         const RowBlock& b = chunk[i];
+        PrefetchPlan<T> pf;  // the next head's lines, requested while this head's last block computes
         if (i + 1 < chunk.size()) {
-          if (chunk[i + 1].head != b.head)
-            prefetch_tile<T, D>(kt, vt, nt, chunk[i + 1].head, chunk[i + 1].head, kv.head_stride);
+          if (chunk[i + 1].head != b.head) pf = {kt, vt, nt, chunk[i + 1].head * kv.head_stride};
         } else if (next_nt > 0) {
-          prefetch_tile<T, D>(nkt, nvt, next_nt, chunk.front().head, chunk.front().head, kv.head_stride);
+          pf = {nkt, nvt, next_nt, chunk.front().head * kv.head_stride};
         }
-        if (b.max_visible > t) dispatch_block<T, D>(st, b, kt, vt, b.head * kv.head_stride, nt, t);
+        if (b.max_visible > t) {
+          dispatch_block<T, D>(st, b, kt, vt, b.head * kv.head_stride, nt, t, pf);
+        } else if (pf.k != nullptr) {  // nothing to compute here (causal): request them at once
+          prefetch_rows<T, D>(pf.k, 0, pf.nt, pf.head_off);
+          prefetch_rows<T, D>(pf.v, 0, pf.nt, pf.head_off);
+        }
       }
       if (next_nt == 0) break;
       std::copy_n(nkt, kTile, kt);
