@@ -325,7 +325,8 @@ void attend(const AttentionParams& p, const View& kv, int s, int kh0, int nh, Ch
     // that issued them.
     const T* nkt[kTile];
     const T* nvt[kTile];
-    const int touch_step = static_cast<int>(std::max<std::int64_t>(1, 4096 / (kv.token_stride * static_cast<std::int64_t>(sizeof(T)))));
+    const auto token_bytes = static_cast<std::uintptr_t>(kv.token_stride) * sizeof(T);
+    const int touch_step = static_cast<int>(std::max<std::uintptr_t>(1, 4096 / std::max<std::uintptr_t>(1, token_bytes)));
     int nt = static_cast<int>(std::min<std::int64_t>(kTile, max_visible));
     tile_tokens(kv, s, 0, nt, kt, vt);
     prefetch_rows<T, D>(kt, 0, nt, chunk.front().head * kv.head_stride);
@@ -338,7 +339,8 @@ void attend(const AttentionParams& p, const View& kv, int s, int kh0, int nh, Ch
       // boundary), the hardware prefetchers cannot run on into it: one line of each of its 4 KiB
       // pages is requested now, into L2, which starts them on those pages. Measured at block 16:
       // 0.92x contiguous without, 0.93-0.97x with (docs/kernels.md).
-      if (next_nt > 0 && nkt[0] != kt[nt - 1] + kv.token_stride) {
+      if (next_nt > 0 && reinterpret_cast<std::uintptr_t>(nkt[0]) !=
+                             reinterpret_cast<std::uintptr_t>(kt[nt - 1]) + token_bytes) {  // no pointer past an array
         for (int j = 0; j < next_nt; j += touch_step) {
           __builtin_prefetch(nkt[j], 0, 1);
           __builtin_prefetch(nvt[j], 0, 1);
