@@ -58,7 +58,6 @@ class CopyStream {
   /// Runs `release` at the next synchronize() (or in the destructor), after the copies enqueued so far.
   void release_after(std::function<void()> release);
 
-  [[nodiscard]] Device device() const noexcept { return device_; }
   /// Copies enqueued and not yet known to be done (emulated: not yet made).
   [[nodiscard]] std::size_t pending_copies() const noexcept { return pending_.size() + in_flight_; }
 

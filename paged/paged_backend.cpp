@@ -35,13 +35,13 @@ PagedBackend::PagedBackend(PagedConfig config)
       config_(std::move(config)),
       block_bytes_(static_cast<std::size_t>(config_.block_size) * config_.model.kv_bytes_per_token_per_layer() / 2),
       pool_(blocks_in(config_), free_order_for(config_.prefix_cache)),
-      holders_(static_cast<std::size_t>(pool_.num_blocks())) {
+      holders_(static_cast<std::size_t>(pool_.num_blocks())),
+      transfers_(config_.memory != nullptr ? config_.memory->device() : Device::host) {
   static_assert(sizeof(BlockHolders) == 16);
   cache_ = make_prefix_cache(config_.prefix_cache, pool_, config_.block_size, host_blocks());
   config_.max_seq_len = max_seq_len();
   if (config_.swap_memory == nullptr) config_.swap_memory = &host_memory_resource();
   if (config_.memory != nullptr) {
-    transfers_ = std::make_unique<CopyStream>(config_.memory->device());
     region_bytes_ = block_bytes_ * static_cast<std::size_t>(pool_.num_blocks()) * 2 * config_.model.num_layers;
     region_ = static_cast<std::byte*>(config_.memory->allocate(region_bytes_));
     if (host_blocks() > 0) {
@@ -67,7 +67,7 @@ std::int32_t PagedBackend::host_blocks() const {
 }
 
 void PagedBackend::copy_host(BlockId b, std::int32_t slot, bool to_host) {
-  transfers_->fence();  // block b may be one a swap copy still reads or writes
+  transfers_.fence();  // block b may be one a swap copy still reads or writes
   const int planes = 2 * config_.model.num_layers;
   for (int p = 0; p < planes; ++p) {
     std::byte* dev = plane(p / 2, p % 2) + static_cast<std::size_t>(b) * block_bytes_;
@@ -96,7 +96,7 @@ StepCosts PagedBackend::do_total_costs() const {
 
 PagedBackend::~PagedBackend() {
   try {  // a device error at teardown cannot be reported; the resources' statistics show it
-    if (transfers_) transfers_->synchronize();
+    transfers_.synchronize();
     for (auto& [id, s] : seqs_) config_.swap_memory->deallocate(s.swap, s.swap_bytes);
     config_.swap_memory->deallocate(host_region_, host_region_bytes_);
     if (config_.memory != nullptr) config_.memory->deallocate(region_, region_bytes_);
@@ -341,22 +341,18 @@ void PagedBackend::do_release(SeqId id) {
 
 void PagedBackend::free_swap_after_copies(void* swap, std::size_t bytes) {
   if (swap == nullptr) return;
-  if (!transfers_) {
-    config_.swap_memory->deallocate(swap, bytes);
-    return;
-  }
-  transfers_->release_after([mr = config_.swap_memory, swap, bytes] { mr->deallocate(swap, bytes); });
+  transfers_.release_after([mr = config_.swap_memory, swap, bytes] { mr->deallocate(swap, bytes); });
 }
 
 void PagedBackend::do_begin_step() {
   // The last step's swaps are done by now on a GPU (its kernels waited for them); this frees the
   // host buffers swap-ins emptied.
-  if (transfers_) transfers_->synchronize();
+  transfers_.synchronize();
 }
 
 void PagedBackend::copy_blocks(const std::vector<std::pair<BlockId, BlockId>>& pairs) {
   if (region_ == nullptr || pairs.empty()) return;
-  transfers_->fence();  // a destination may be a block a swap-out's copy still reads
+  transfers_.fence();  // a destination may be a block a swap-out's copy still reads
   const int planes = 2 * config_.model.num_layers;
   if (device() != Device::host) {
     // One batched launch over every (plane, pair): plane p's block b is pool block p * N + b. The
@@ -409,7 +405,7 @@ void PagedBackend::do_swap_out(SeqId id) {
     try {
       for (int p = 0; p < planes; ++p)
         for (std::int64_t i = 0; i < nb; ++i)
-          transfers_->copy(dst + (static_cast<std::size_t>(p) * nb + i) * block_bytes_,
+          transfers_.copy(dst + (static_cast<std::size_t>(p) * nb + i) * block_bytes_,
                            plane(p / 2, p % 2) + static_cast<std::size_t>(s.blocks[i]) * block_bytes_, block_bytes_);
     } catch (...) {  // a failed copy: the sequence stays on the device, untouched
       free_swap_after_copies(s.swap, s.swap_bytes);  // the copies enqueued before it still write there
@@ -445,7 +441,7 @@ void PagedBackend::do_swap_in(SeqId id) {
     try {
       for (int p = 0; p < planes; ++p)
         for (std::int64_t i = 0; i < nb; ++i)
-          transfers_->copy(plane(p / 2, p % 2) + static_cast<std::size_t>(s.blocks[i]) * block_bytes_,
+          transfers_.copy(plane(p / 2, p % 2) + static_cast<std::size_t>(s.blocks[i]) * block_bytes_,
                            src + (static_cast<std::size_t>(p) * nb + i) * block_bytes_, block_bytes_);
     } catch (...) {  // a failed copy: the blocks go back, the sequence stays swapped out
       // Copies enqueued into them still land, in order, before anything fenced after them.
@@ -464,7 +460,7 @@ void PagedBackend::do_swap_in(SeqId id) {
 
 PreparedBatch PagedBackend::do_prepare_batch(std::span<const SeqId> seqs) {
   const auto t0 = std::chrono::steady_clock::now();
-  if (transfers_) transfers_->fence();  // the batch's kernels and copies see every swap's bytes
+  transfers_.fence();  // the batch's kernels and copies see every swap's bytes
   const int batch = static_cast<int>(seqs.size());
   std::int64_t stride = 1;
   for (const SeqId id : seqs) stride = std::max<std::int64_t>(stride, static_cast<std::int64_t>(at(id).blocks.size()));

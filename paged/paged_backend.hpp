@@ -205,7 +205,7 @@ class PagedBackend final : public TableBackend<PagedSequence> {
   Totals totals_;
   std::vector<BlockHolders> holders_;  // [block]
   std::unordered_map<BlockId, SharedBlock> shared_;
-  std::unique_ptr<CopyStream> transfers_;  // swap copies (storage only); after config_: goes first
+  CopyStream transfers_;  // swap copies (on the host: made at once); after config_, so it goes first
 };
 
 }  // namespace kvlab
