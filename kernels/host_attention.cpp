@@ -319,10 +319,7 @@ void attend(const AttentionParams& p, const View& kv, int s, int kh0, int nh, Ch
     start_chunk<D>(p, s, chunk, st);
     std::int64_t max_visible = 0;
     for (const RowBlock& b : chunk) max_visible = std::max(max_visible, b.max_visible);
-    // One head ahead: the lines of head h + 1 are requested while head h computes (and the next
-    // tile's first head while this tile's last one computes), so the requests never queue up
-    // behind one another: a whole tile's at once filled the line-fill buffers and stalled the loop
-    // that issued them.
+    // One head ahead (PrefetchPlan): the next tile's addresses are needed during this tile's last head.
     const T* nkt[kTile];
     const T* nvt[kTile];
     const auto token_bytes = static_cast<std::uintptr_t>(kv.token_stride) * sizeof(T);
