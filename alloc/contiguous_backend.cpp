@@ -4,7 +4,9 @@
 #include <bit>
 #include <string>
 
+#include "alloc/buddy_arena.hpp"
 #include "alloc/copy.hpp"
+#include "alloc/first_fit_arena.hpp"
 #include "alloc/error.hpp"
 
 namespace kvlab {
@@ -26,27 +28,37 @@ ReservationPolicy parse_reservation_policy(std::string_view name) {
               "unknown reservation policy '" + std::string(name) + "' (expected max, pow2 or oracle)");
 }
 
+namespace {
+std::unique_ptr<ReservationArena> make_arena(const ContiguousConfig& c) {
+  if (c.arena == ArenaKind::first_fit) return std::make_unique<FirstFitArena>(c.capacity_bytes, kDefaultAlignment);
+  // One buddy unit per token (rounded to the alignment), so 2^k tokens are one order-k block.
+  const std::size_t token = c.model.kv_bytes_per_token();
+  const std::size_t unit = (token + kDefaultAlignment - 1) / kDefaultAlignment * kDefaultAlignment;
+  return std::make_unique<BuddyArena>(c.capacity_bytes, unit);
+}
+}  // namespace
+
 ContiguousBackend::ContiguousBackend(ContiguousConfig config)
-    : TableBackend(config.model, config.max_seq_len),
-      config_(std::move(config)),
-      arena_(config_.capacity_bytes, kDefaultAlignment) {
+    : TableBackend(config.model, config.max_seq_len), config_(std::move(config)), arena_(make_arena(config_)) {
   config_.max_seq_len = max_seq_len();
-  KVLAB_EXPECTS(arena_.capacity() >= reservation_bytes(1),
+  KVLAB_EXPECTS(arena_->capacity() >= reservation_bytes(1),
                 "KV capacity " + std::to_string(config_.capacity_bytes) + " bytes is below one token (" +
                     std::to_string(reservation_bytes(1)) + " bytes)");
   if (config_.memory != nullptr) {
-    region_ = static_cast<std::byte*>(config_.memory->allocate(arena_.capacity()));
+    region_ = static_cast<std::byte*>(config_.memory->allocate(arena_->capacity()));
   }
 }
 
 ContiguousBackend::~ContiguousBackend() {
   try {
-    if (config_.memory != nullptr) config_.memory->deallocate(region_, arena_.capacity());
+    if (config_.memory != nullptr) config_.memory->deallocate(region_, arena_->capacity());
   } catch (...) {  // a device error at teardown cannot be reported; the resource's statistics show it
   }
 }
 
-std::string ContiguousBackend::do_name() const { return "contiguous-" + std::string(to_string(config_.policy)); }
+std::string ContiguousBackend::do_name() const {
+  return "contiguous-" + std::string(to_string(config_.policy)) + (config_.arena == ArenaKind::buddy ? "-buddy" : "");
+}
 
 Device ContiguousBackend::do_device() const noexcept {
   return config_.memory ? config_.memory->device() : Device::host;
@@ -56,26 +68,30 @@ std::int64_t ContiguousBackend::reservation_tokens(const SequenceSpec& spec) con
   const std::int64_t final_tokens = std::max<std::int64_t>(spec.final_tokens, 1);
   switch (config_.policy) {
     case ReservationPolicy::max: return config_.max_seq_len;
-    case ReservationPolicy::pow2:
-      return std::min<std::int64_t>(static_cast<std::int64_t>(std::bit_ceil(static_cast<std::uint64_t>(final_tokens))),
-                                    config_.max_seq_len);
+    case ReservationPolicy::pow2: {
+      // The prompt is known at admission; only the output is over-reserved, to a power of two.
+      const std::int64_t prompt = std::clamp<std::int64_t>(spec.prompt_tokens, 0, final_tokens);
+      const auto output = static_cast<std::uint64_t>(final_tokens - prompt);
+      const std::int64_t reserved = prompt + (output == 0 ? 0 : static_cast<std::int64_t>(std::bit_ceil(output)));
+      return std::min<std::int64_t>(reserved, config_.max_seq_len);
+    }
     case ReservationPolicy::oracle: return final_tokens;
   }
   return config_.max_seq_len;
 }
 
 bool ContiguousBackend::do_can_admit(const SequenceSpec& spec, std::int64_t) const {
-  return arena_.can_allocate(reservation_bytes(reservation_tokens(spec)));
+  return arena_->can_allocate(reservation_bytes(reservation_tokens(spec)));
 }
 
 void ContiguousBackend::do_admit(SeqId id, const SequenceSpec& spec, std::int64_t initial_tokens) {
   const std::int64_t tokens = reservation_tokens(spec);
-  const auto offset = arena_.allocate(reservation_bytes(tokens));
+  const auto offset = arena_->allocate(reservation_bytes(tokens));
   if (!offset) {
     KVLAB_THROW(OutOfMemory, "no hole of " + std::to_string(reservation_bytes(tokens)) +
                                  " bytes for a reservation of " + std::to_string(tokens) + " tokens (" +
-                                 std::to_string(arena_.free_bytes()) + " bytes free, largest hole " +
-                                 std::to_string(arena_.largest_hole()) + ")");
+                                 std::to_string(arena_->free_bytes()) + " bytes free, largest hole " +
+                                 std::to_string(arena_->largest_hole()) + ")");
   }
   ContiguousSequence s;
   s.length = initial_tokens;
@@ -108,7 +124,7 @@ std::byte* ContiguousBackend::layer_base(const ContiguousSequence& s, int layer,
 
 void ContiguousBackend::do_fork(SeqId parent, SeqId child) {
   const ContiguousSequence p = at(parent);
-  const auto offset = arena_.allocate(reservation_bytes(p.capacity_tokens));
+  const auto offset = arena_->allocate(reservation_bytes(p.capacity_tokens));
   if (!offset) {
     KVLAB_THROW(OutOfMemory, "no hole of " + std::to_string(reservation_bytes(p.capacity_tokens)) +
                                  " bytes to fork sequence " + std::to_string(parent));
@@ -123,7 +139,7 @@ void ContiguousBackend::do_fork(SeqId parent, SeqId child) {
       for (int layer = 0; layer < model().num_layers; ++layer)
         for (int kv = 0; kv < 2; ++kv) copy_bytes(device(), layer_base(c, layer, kv), layer_base(p, layer, kv), bytes);
     } catch (...) {  // a failed copy leaves no child behind
-      arena_.deallocate(*offset);
+      arena_->deallocate(*offset);
       throw;
     }
   }
@@ -131,7 +147,7 @@ void ContiguousBackend::do_fork(SeqId parent, SeqId child) {
 }
 
 void ContiguousBackend::do_release(SeqId id) {
-  arena_.deallocate(at(id).offset);
+  arena_->deallocate(at(id).offset);
   seqs_.erase(id);
 }
 
@@ -150,15 +166,18 @@ PreparedBatch ContiguousBackend::do_prepare_batch(std::span<const SeqId> seqs) {
 
 MemoryBreakdown ContiguousBackend::do_breakdown(const SequenceSpec* blocked) const {
   MemoryBreakdown b;
-  b.capacity = arena_.capacity();
+  b.capacity = arena_->capacity();
   for (const auto& [id, s] : seqs_) {
     const std::int64_t eventually = std::clamp(std::max(s.final_tokens, s.length), s.length, s.capacity_tokens);
     b.token_states += reservation_bytes(s.length);
     b.reserved += reservation_bytes(eventually - s.length);
-    b.internal_fragmentation += arena_.block_size(s.offset) - reservation_bytes(eventually);
+    // Over-reservation by the policy is internal fragmentation; what the arena adds to the
+    // reservation (a buddy's power-of-two rounding, an alignment) is the allocator's, external.
+    b.internal_fragmentation += reservation_bytes(s.capacity_tokens) - reservation_bytes(eventually);
+    b.external_fragmentation += arena_->block_size(s.offset) - reservation_bytes(s.capacity_tokens);
   }
   if (blocked != nullptr)
-    b.external_fragmentation = arena_.free_bytes_in_holes_smaller_than(reservation_bytes(reservation_tokens(*blocked)));
+    b.external_fragmentation += arena_->free_bytes_in_holes_smaller_than(reservation_bytes(reservation_tokens(*blocked)));
   return b;
 }
 

@@ -1,16 +1,22 @@
 #pragma once
 // The Orca-style contiguous backend: each sequence gets one contiguous reservation, sized up
-// front by a policy, placed by a first-fit arena in one fixed KV region.
+// front by a policy, placed by an arena in one fixed KV region.
 //   max     max_seq_len tokens for everyone (what a static-batching server must do)
-//   pow2    the next power of two of the sequence's final length (an optimistic bucketing scheme)
+//   pow2    the prompt plus the next power of two of the output length (the output over-reserved
+//           by less than 2x: an output of 25 tokens reserves 32)
 //   oracle  exactly the final length (the best any reservation scheme can do)
-// These are the three Orca variants of the vLLM paper's Figure 2.
+// These are the three Orca variants of the vLLM paper (sec. 6.1, Figures 2 and 13).
+// The arena is address-ordered first fit (`contiguous-POLICY`) or, as the vLLM paper implemented
+// its Orca baselines, a binary buddy allocator (`contiguous-POLICY-buddy`), which rounds every
+// reservation up to a power of two of tokens; that rounding is counted as external fragmentation.
 //
 // A reservation of R tokens is laid out [layer][K|V][R][kv_heads][head_dim], so one layer's K of
 // one sequence is contiguous and the kernels see it through ContiguousKv.
 #include <string_view>
 
-#include "alloc/first_fit_arena.hpp"
+#include <memory>
+
+#include "alloc/reservation_arena.hpp"
 #include "alloc/memory_resource.hpp"
 #include "alloc/table_backend.hpp"
 
@@ -20,6 +26,9 @@ enum class ReservationPolicy { max, pow2, oracle };
 [[nodiscard]] std::string_view to_string(ReservationPolicy p) noexcept;
 /// Parses max, pow2 or oracle; throws InvalidArgument naming the bad value otherwise.
 [[nodiscard]] ReservationPolicy parse_reservation_policy(std::string_view name);
+
+/// How reservations are placed in the KV region (alloc/reservation_arena.hpp).
+enum class ArenaKind { first_fit, buddy };
 
 /// A sequence's reservation: `capacity_tokens` tokens at `offset` in the KV region.
 struct ContiguousSequence : SequenceState {
@@ -32,6 +41,7 @@ struct ContiguousConfig {
   std::size_t capacity_bytes = 0;  ///< KV region size
   std::int64_t max_seq_len = 0;    ///< 0: the model's max context
   ReservationPolicy policy = ReservationPolicy::max;
+  ArenaKind arena = ArenaKind::first_fit;
   /// Where the KV region comes from. nullptr: accounting only (no K/V bytes exist).
   MemoryResource* memory = nullptr;
 };
@@ -43,7 +53,7 @@ class ContiguousBackend final : public TableBackend<ContiguousSequence> {
 
   /// Tokens the policy reserves for a sequence with this spec.
   [[nodiscard]] std::int64_t reservation_tokens(const SequenceSpec& spec) const;
-  [[nodiscard]] const FirstFitArena& arena() const noexcept { return arena_; }
+  [[nodiscard]] const ReservationArena& arena() const noexcept { return *arena_; }
 
  private:
   [[nodiscard]] std::string do_name() const override;
@@ -64,7 +74,7 @@ class ContiguousBackend final : public TableBackend<ContiguousSequence> {
   [[nodiscard]] std::byte* layer_base(const ContiguousSequence& s, int layer, int kv) const noexcept;
 
   ContiguousConfig config_;
-  FirstFitArena arena_;
+  std::unique_ptr<ReservationArena> arena_;
   std::byte* region_ = nullptr;
 };
 

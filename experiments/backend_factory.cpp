@@ -274,7 +274,12 @@ std::unique_ptr<KvBackend> make_contiguous_backend(std::string_view name, const 
   c.capacity_bytes = options.capacity_bytes;
   c.max_seq_len = options.max_seq_len;
   c.memory = options.memory;
-  c.policy = parse_reservation_policy(name.substr(std::string_view("contiguous-").size()));
+  std::string_view rest = name.substr(std::string_view("contiguous-").size());
+  if (rest.ends_with("-buddy")) {
+    c.arena = ArenaKind::buddy;
+    rest.remove_suffix(std::string_view("-buddy").size());
+  }
+  c.policy = parse_reservation_policy(rest);
   return std::make_unique<ContiguousBackend>(std::move(c));
 }
 
@@ -320,8 +325,10 @@ struct Registry {
 /// order matters for code that registers more).
 Registry& registry() {
   static Registry r{{},
-                    {{"contiguous-", "contiguous-max|pow2|oracle",
-                      {"contiguous-max", "contiguous-pow2", "contiguous-oracle"}, make_contiguous_backend},
+                    {{"contiguous-", "contiguous-max|pow2|oracle[-buddy]",
+                      {"contiguous-max", "contiguous-pow2", "contiguous-oracle", "contiguous-pow2-buddy",
+                       "contiguous-oracle-buddy"},
+                      make_contiguous_backend},
                      {"paged-", "paged-B[-hash[-hostG]|-radix] (B = 1..1024 tokens, G GiB of host tier)",
                       {"paged-1", "paged-7", "paged-16", "paged-256", "paged-16-hash", "paged-16-radix"},
                       make_paged_backend},

@@ -584,7 +584,7 @@ int cmd_replay(const std::vector<std::string>& args, const std::string& invocati
   std::string backend;
   po::options_description opts("kvlab replay options");
   opts.add_options()("help,h", "show this help")("backend", po::value(&backend)->default_value("paged-16"),
-                                                 "contiguous-max|pow2|oracle, paged-B (B = block size)");
+                                                 "contiguous-max|pow2|oracle[-buddy], paged-B (B = block size)");
   c.add(opts);
   po::variables_map vm;
   po::store(po::command_line_parser(args).options(opts).positional(kNoPositional).run(), vm);

@@ -17,8 +17,10 @@ namespace {
 using testing::tiny_model;
 constexpr std::size_t kToken = 512;  // tiny model: KV bytes per token
 
-ContiguousConfig config(ReservationPolicy policy, std::size_t tokens, MemoryResource* mr = nullptr) {
+ContiguousConfig config(ReservationPolicy policy, std::size_t tokens, MemoryResource* mr = nullptr,
+                        ArenaKind arena = ArenaKind::first_fit) {
   ContiguousConfig c;
+  c.arena = arena;
   c.model = tiny_model();
   c.capacity_bytes = tokens * kToken;
   c.max_seq_len = 100;
@@ -36,24 +38,61 @@ void expect_sums_to_capacity(const MemoryBreakdown& b) {
 TEST(ContiguousBackend, ReservationPerPolicy) {
   const SequenceSpec spec{10, 20};
   EXPECT_EQ(ContiguousBackend(config(ReservationPolicy::max, 400)).reservation_tokens(spec), 100);
-  EXPECT_EQ(ContiguousBackend(config(ReservationPolicy::pow2, 400)).reservation_tokens(spec), 32);
+  // pow2 over-reserves the output only: 10 prompt tokens + bit_ceil(10 output tokens) = 10 + 16.
+  EXPECT_EQ(ContiguousBackend(config(ReservationPolicy::pow2, 400)).reservation_tokens(spec), 26);
   EXPECT_EQ(ContiguousBackend(config(ReservationPolicy::oracle, 400)).reservation_tokens(spec), 20);
+  // The vLLM paper's example: an output of 25 tokens reserves 32 positions for outputs.
+  EXPECT_EQ(ContiguousBackend(config(ReservationPolicy::pow2, 400)).reservation_tokens({7, 32}), 39);
+  EXPECT_EQ(ContiguousBackend(config(ReservationPolicy::pow2, 400)).reservation_tokens({10, 74}), 74);  // 64 exactly
+  EXPECT_EQ(ContiguousBackend(config(ReservationPolicy::pow2, 400)).reservation_tokens({10, 10}), 10);  // no output
   // pow2 never exceeds max_seq_len
-  EXPECT_EQ(ContiguousBackend(config(ReservationPolicy::pow2, 400)).reservation_tokens({10, 70}), 100);
+  EXPECT_EQ(ContiguousBackend(config(ReservationPolicy::pow2, 400)).reservation_tokens({10, 75}), 100);
 }
 
 TEST(ContiguousBackend, BreakdownMatchesGeometry) {
   ContiguousBackend b(config(ReservationPolicy::pow2, 400));
-  b.admit(1, {10, 20}, 10);  // reserves 32 tokens
+  b.admit(1, {10, 20}, 10);  // reserves 26 tokens
   b.grow(1, 3);
   const MemoryBreakdown m = b.breakdown();
   EXPECT_EQ(m.capacity, 400 * kToken);
   EXPECT_EQ(m.token_states, 13 * kToken);
-  EXPECT_EQ(m.reserved, 7 * kToken);                // will be filled up to the final 20
-  EXPECT_EQ(m.internal_fragmentation, 12 * kToken);  // 32 - 20, never filled
+  EXPECT_EQ(m.reserved, 7 * kToken);               // will be filled up to the final 20
+  EXPECT_EQ(m.internal_fragmentation, 6 * kToken);  // 26 - 20, never filled
   EXPECT_EQ(m.external_fragmentation, 0u);
+  EXPECT_EQ(m.free(), 374 * kToken);
+  expect_sums_to_capacity(m);
+}
+
+TEST(ContiguousBackend, BuddyRoundingIsExternalFragmentation) {
+  ContiguousBackend b(config(ReservationPolicy::pow2, 400, nullptr, ArenaKind::buddy));
+  EXPECT_EQ(b.name(), "contiguous-pow2-buddy");
+  b.admit(1, {10, 20}, 10);  // reserves 26 tokens in a 32-token buddy block
+  b.grow(1, 3);
+  const MemoryBreakdown m = b.breakdown();
+  EXPECT_EQ(m.token_states, 13 * kToken);
+  EXPECT_EQ(m.reserved, 7 * kToken);
+  EXPECT_EQ(m.internal_fragmentation, 6 * kToken);  // the policy's over-reservation
+  EXPECT_EQ(m.external_fragmentation, 6 * kToken);  // the allocator's: 32 - 26
   EXPECT_EQ(m.free(), 368 * kToken);
   expect_sums_to_capacity(m);
+  // 400 tokens are roots of 256 + 128 + 16. Sequence 1 split the 128 root; two 100-token
+  // reservations (max_seq_len caps pow2's 10 + 128) take 128-blocks out of the 256 root. What is
+  // left (64 + 32 + 16 tokens) holds no 128-block: all of it is external fragmentation for a third.
+  b.admit(2, {10, 100}, 10);
+  b.admit(3, {10, 100}, 10);
+  const SequenceSpec waiting{10, 100};
+  EXPECT_FALSE(b.can_admit(waiting, 10));
+  const MemoryBreakdown blocked = b.breakdown(&waiting);
+  EXPECT_EQ(blocked.external_fragmentation, (6 + 28 + 28 + 112) * kToken);
+  EXPECT_EQ(blocked.free(), 0u);
+  expect_sums_to_capacity(blocked);
+  // Oracle under a buddy holds 7 sequences of 20 tokens in 7 blocks of 32 (a first-fit arena: 20).
+  ContiguousBackend o(config(ReservationPolicy::oracle, 240, nullptr, ArenaKind::buddy));  // 128+64+32+16
+  int admitted = 0;
+  while (o.can_admit({5, 20}, 5)) o.admit(admitted++, {5, 20}, 5);
+  EXPECT_EQ(admitted, 7);
+  EXPECT_EQ(o.arena().free_bytes(), 16 * kToken);
+  expect_sums_to_capacity(o.breakdown());
 }
 
 TEST(ContiguousBackend, ExternalFragmentationScenarioKnownByHand) {
@@ -117,8 +156,11 @@ TEST(ContiguousBackend, RejectsBadInputs) {
   EXPECT_THROW(ContiguousBackend{tiny}, InvalidArgument);
 }
 
-TEST(ContiguousBackend, EveryReleaseReturnsAllMemory) {
-  ContiguousBackend b(config(ReservationPolicy::pow2, 1000));
+class ContiguousArenas : public ::testing::TestWithParam<ArenaKind> {};
+INSTANTIATE_TEST_SUITE_P(, ContiguousArenas, ::testing::Values(ArenaKind::first_fit, ArenaKind::buddy));
+
+TEST_P(ContiguousArenas, EveryReleaseReturnsAllMemory) {
+  ContiguousBackend b(config(ReservationPolicy::pow2, 1000, nullptr, GetParam()));
   std::mt19937_64 rng(5);
   std::vector<SeqId> live;
   for (SeqId id = 0; id < 400; ++id) {
@@ -138,10 +180,10 @@ TEST(ContiguousBackend, EveryReleaseReturnsAllMemory) {
   EXPECT_EQ(b.breakdown().allocated(), 0u);
 }
 
-TEST(ContiguousBackend, StorageViewsAndForkCopyTheData) {
+TEST_P(ContiguousArenas, StorageViewsAndForkCopyTheData) {
   StatisticsAdaptor stats(host_memory_resource());
   {
-    ContiguousBackend b(config(ReservationPolicy::oracle, 100, &stats));
+    ContiguousBackend b(config(ReservationPolicy::oracle, 100, &stats, GetParam()));
     EXPECT_TRUE(b.has_storage());
     EXPECT_EQ(stats.statistics().current_bytes, 100 * kToken);
     b.admit(1, {3, 10}, 3);
