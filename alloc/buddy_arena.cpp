@@ -27,15 +27,18 @@ BuddyArena::BuddyArena(std::size_t capacity, std::size_t unit) : unit_(unit) {
   }
 }
 
+std::size_t BuddyArena::units_for(std::size_t bytes) const noexcept {
+  return std::max<std::size_t>(bytes / unit_ + (bytes % unit_ != 0), 1);  // no overflow near SIZE_MAX
+}
+
 int BuddyArena::order_for(std::size_t bytes) const noexcept {
-  const std::size_t units = (std::max<std::size_t>(bytes, 1) + unit_ - 1) / unit_;
-  const int order = static_cast<int>(std::bit_width(units - 1));  // ceil(log2(units))
+  const int order = static_cast<int>(std::bit_width(units_for(bytes) - 1));  // ceil(log2(units))
   return order < static_cast<int>(free_.size()) ? order : -1;
 }
 
 std::size_t BuddyArena::rounded(std::size_t bytes) const noexcept {
-  const std::size_t units = (std::max<std::size_t>(bytes, 1) + unit_ - 1) / unit_;
-  return std::bit_ceil(units) * unit_;
+  const int order = order_for(bytes);
+  return order < 0 ? 0 : one(order) * unit_;
 }
 
 std::pair<std::size_t, int> BuddyArena::root_of(std::size_t u) const {

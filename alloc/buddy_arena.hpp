@@ -6,8 +6,8 @@
 // Figure 2 / Figure 13 numbers for Orca (Pow2) and Orca (Oracle) carry that allocator's rounding:
 // a reservation occupies the next power of two of its size. To reproduce those figures the
 // contiguous backend can place reservations here instead of in the FirstFitArena.
-// Approach: sizes are counted in units (a KV token's bytes, rounded to the alignment, so a
-// reservation of 2^k tokens is exactly one order-k block). A region that is not a power of two
+// Approach: sizes are counted in units (the contiguous backend's unit is one token's KV bytes, so
+// a reservation of 2^k tokens is exactly one order-k block). A region that is not a power of two
 // of units is split into power-of-two roots, largest first, each a buddy tree of its own (blocks
 // never merge across roots). Allocation takes the lowest-addressed free block of the smallest
 // sufficient order and splits it; freeing merges a block with its buddy while both are free.
@@ -35,7 +35,8 @@ class BuddyArena final : public ReservationArena {
 
   [[nodiscard]] std::size_t capacity() const noexcept override { return capacity_units_ * unit_; }
   [[nodiscard]] std::size_t unit() const noexcept { return unit_; }
-  /// Bytes a request of `bytes` occupies: the next power of two of its units.
+  /// Bytes a request of `bytes` occupies: the next power of two of its units (0 when no block of
+  /// this region is that large).
   [[nodiscard]] std::size_t rounded(std::size_t bytes) const noexcept;
   [[nodiscard]] std::size_t block_size(std::size_t offset) const override;
   [[nodiscard]] std::size_t free_bytes() const noexcept override { return free_units_ * unit_; }
@@ -47,6 +48,8 @@ class BuddyArena final : public ReservationArena {
   [[nodiscard]] std::vector<std::pair<std::size_t, std::size_t>> holes() const override;
 
  private:
+  /// Units that hold `bytes` (at least one).
+  [[nodiscard]] std::size_t units_for(std::size_t bytes) const noexcept;
   /// The order of the smallest block that holds `bytes`; -1 when no order of this region does.
   [[nodiscard]] int order_for(std::size_t bytes) const noexcept;
   /// Start (in units) of the root that holds the unit `u`, and that root's order.

@@ -31,10 +31,8 @@ ReservationPolicy parse_reservation_policy(std::string_view name) {
 namespace {
 std::unique_ptr<ReservationArena> make_arena(const ContiguousConfig& c) {
   if (c.arena == ArenaKind::first_fit) return std::make_unique<FirstFitArena>(c.capacity_bytes, kDefaultAlignment);
-  // One buddy unit per token (rounded to the alignment), so 2^k tokens are one order-k block.
-  const std::size_t token = c.model.kv_bytes_per_token();
-  const std::size_t unit = (token + kDefaultAlignment - 1) / kDefaultAlignment * kDefaultAlignment;
-  return std::make_unique<BuddyArena>(c.capacity_bytes, unit);
+  // One buddy unit per token, so a reservation of 2^k tokens is exactly one order-k block.
+  return std::make_unique<BuddyArena>(c.capacity_bytes, c.model.kv_bytes_per_token());
 }
 }  // namespace
 

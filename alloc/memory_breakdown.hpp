@@ -2,9 +2,10 @@
 // The vLLM paper's Figure 2 categories. Every byte of a backend's KV capacity is in exactly one:
 //   token_states            KV of tokens the sequences hold now
 //   reserved                allocated for tokens a sequence will still produce (it will fill them)
-//   internal_fragmentation  allocated but never to be filled (over-reservation, block/page tails,
-//                           alignment padding)
-//   external_fragmentation  free, but in holes too small for the allocation that is waiting
+//   internal_fragmentation  allocated but never to be filled (over-reservation, block/page tails)
+//   external_fragmentation  lost to the allocator: held by an arena beyond what was asked for (a
+//                           buddy block's rounding, alignment padding), or free but in holes too
+//                           small for the allocation that is waiting
 //   free                    everything else
 // so the five fractions sum to 1 by construction.
 #include <cstddef>
@@ -26,7 +27,8 @@ struct MemoryBreakdown {
     return token_states + reserved + internal_fragmentation + external_fragmentation;
   }
   [[nodiscard]] std::size_t free() const noexcept { return capacity - used(); }
-  /// Bytes handed to sequences (token states + reserved + internal fragmentation).
+  /// Bytes the sequences asked for (token states + reserved + internal fragmentation); an arena's
+  /// rounding of those requests (contiguous-*-buddy) is in external_fragmentation, not here.
   [[nodiscard]] std::size_t allocated() const noexcept { return token_states + reserved + internal_fragmentation; }
 
   [[nodiscard]] double fraction(std::size_t part) const noexcept {

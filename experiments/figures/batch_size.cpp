@@ -89,7 +89,8 @@ std::string outside_20pct(const std::vector<Workload>& ws, const std::vector<Orc
   for (std::size_t i = 0; i < ws.size(); ++i)
     for (std::size_t j = 0; j < rs[i].results.size(); ++j, ++rows) {
       // The error as the table prints it (one decimal), so the count agrees with the column.
-      const double err = std::stod(relative_error_pct(rs[i].results[j].mean_batch, ws[i].paper[j]));
+      const std::string printed = relative_error_pct(rs[i].results[j].mean_batch, ws[i].paper[j]);
+      const double err = printed == "n/a" ? 0.0 : std::stod(printed);
       if (std::abs(err) <= 20) continue;
       ++outside;
       names += fmt::format("{}{} on {} ({:+.1f} %)", names.empty() ? "" : "; ", rs[i].labels[j], ws[i].label, err);

@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <random>
 #include <vector>
 
@@ -74,6 +75,10 @@ TEST(BuddyArena, RejectsUnknownOffsets) {
   EXPECT_THROW(a.deallocate(*x + 1), InvalidArgument);  // not a block start
   a.deallocate(*x);
   EXPECT_THROW(a.deallocate(*x), InvalidArgument);  // double free
+  const auto y = a.allocate(128);                  // a block of two units
+  EXPECT_THROW(a.deallocate(*y + 64), InvalidArgument);  // a unit inside it, not its start
+  EXPECT_EQ(a.rounded(9 * 64), 0u);                       // larger than any block of the region
+  EXPECT_FALSE(a.can_allocate(SIZE_MAX));
   EXPECT_THROW(BuddyArena(100, 0), InvalidArgument);
 }
 
