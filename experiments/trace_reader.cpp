@@ -161,6 +161,9 @@ Trace parse_trace(std::string_view text, const std::string& source, const TraceO
   if (o.max_sequence_tokens < 0) {
     KVLAB_THROW(InvalidArgument, "trace sequence length limit must be >= 0, got " + std::to_string(o.max_sequence_tokens));
   }
+  if (o.max_prompt_tokens < 0) {
+    KVLAB_THROW(InvalidArgument, "trace prompt length limit must be >= 0, got " + std::to_string(o.max_prompt_tokens));
+  }
 
   const TraceFormat format = o.format == TraceFormat::auto_detect ? detect_trace_format(text, source) : o.format;
   Parsed p = row_of(format).read(text, source, o);
@@ -175,9 +178,11 @@ Trace parse_trace(std::string_view text, const std::string& source, const TraceO
   const auto earlier = [](const Row& a, const Row& b) { return a.t < b.t; };
   info.was_sorted = std::is_sorted(p.rows.begin(), p.rows.end(), earlier);
   if (!info.was_sorted) std::stable_sort(p.rows.begin(), p.rows.end(), earlier);
-  if (o.max_sequence_tokens > 0) {
+  if (o.max_sequence_tokens > 0 || o.max_prompt_tokens > 0) {
     const auto too_long = [&](const Row& r) {
-      return r.request.prompt_tokens + std::max<std::int64_t>(r.request.output_tokens, 1) - 1 > o.max_sequence_tokens;
+      const bool sequence = o.max_sequence_tokens > 0 &&
+                            r.request.prompt_tokens + std::max<std::int64_t>(r.request.output_tokens, 1) - 1 > o.max_sequence_tokens;
+      return sequence || (o.max_prompt_tokens > 0 && r.request.prompt_tokens > o.max_prompt_tokens);
     };
     const auto kept = std::stable_partition(p.rows.begin(), p.rows.end(), [&](const Row& r) { return !too_long(r); });
     info.too_long = static_cast<std::int64_t>(p.rows.end() - kept);
@@ -242,7 +247,7 @@ std::string TraceInfo::describe() const {
                 static_cast<long long>(requests));
   std::string s = buf;
   if (requests != rows) s += " (of " + std::to_string(rows) + " rows)";
-  if (too_long > 0) s += ", " + std::to_string(too_long) + " longer than the sequence limit dropped";
+  if (too_long > 0) s += ", " + std::to_string(too_long) + " over the length limits dropped";
   std::snprintf(buf, sizeof buf, " over %.1f s, mean prompt %.1f, mean output %.1f tokens", duration_s, mean_prompt_tokens,
                 mean_output_tokens);
   s += buf;

@@ -59,6 +59,9 @@ struct TraceOptions {
   /// the cache holds at the last step) before max_requests and Poisson arrivals apply, so that a
   /// drawn rate is the offered load of requests that can run (vLLM's benchmarks filter this way).
   std::int64_t max_sequence_tokens = 0;
+  /// > 0: drop requests whose prompt is longer than this, with the same effect on arrivals
+  /// (vLLM's benchmarks drop ShareGPT prompts over 1024 tokens).
+  std::int64_t max_prompt_tokens = 0;
   /// Keep only the first N requests in arrival order; 0 = all. The whole file is still checked.
   std::int64_t max_requests = 0;
   /// Multiplies every arrival time (so every inter-arrival gap): 0.5 = twice the load. > 0.
@@ -81,7 +84,7 @@ struct TraceInfo {
   TraceFormat format = TraceFormat::auto_detect;  ///< the format actually read
   std::int64_t rows = 0;                     ///< data rows in the file
   std::int64_t requests = 0;                 ///< requests returned (after max_requests)
-  std::int64_t too_long = 0;                 ///< rows dropped by max_sequence_tokens
+  std::int64_t too_long = 0;                 ///< rows dropped by max_sequence_tokens or max_prompt_tokens
   bool has_timestamps = false;               ///< the file carries arrival times
   bool was_sorted = true;                    ///< rows were already in arrival order (else stable-sorted)
   bool has_prefix_hashes = false;

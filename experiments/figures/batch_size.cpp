@@ -115,8 +115,8 @@ std::string notes(const std::vector<Workload>& ws, const std::vector<OrcaVsVllm>
       "ShareGPT panel, the Alpaca rows with its Alpaca panel; `relative_error_pct` = (ours - paper) / paper. None "
       "of our workloads is the paper's trace. The paper sampled ShareGPT conversations with the OPT tokenizer "
       "(Fig. 11: mean {} input / {} output tokens); the shared trace "
-      "(sharegpt_8k_filtered_stats_llama2_tokenizer.csv) is Llama-2 tokenized and multi-turn, so after the "
-      "2048-token filter its requests are longer: a request holds {:.2f}x the KV at its end (prompt + output "
+      "(sharegpt_8k_filtered_stats_llama2_tokenizer.csv) is Llama-2 tokenized and multi-turn, so even after "
+      "vLLM's benchmark filter (prompt <= 1024, prompt + output <= 2048 tokens) its requests are longer: a request holds {:.2f}x the KV at its end (prompt + output "
       "tokens) and {:.2f}x the KV-time over its decode steps of one with the paper's means, which caps the batch "
       "by memory. \"vLLM's lengths\" rows draw lognormal lengths with only the paper's means ({} / {}); the "
       "Alpaca-like rows use alpaca_like() as it was (lognormal, the same sigmas, mu set for means of about 19 / 57 "
@@ -145,7 +145,8 @@ void batch_size(const FigureContext& ctx) {
   ReadmeText text{"batch-size", "vLLM (SOSP'23) Figure 13: average number of batched requests",
                   "OPT-13B, 12 GB of KV cache (A100-40GB), FCFS continuous batching as vLLM v0 scheduled it (prompt steps and decode steps apart, at most 256 sequences and 2560 tokens a step, its CPU time per step), recompute preemption; Orca "
                   "Max / Pow2 / Oracle reservations in a buddy allocator and paging (block 16) on three workloads: the shared ShareGPT "
-                  "trace at 2 req/s (requests longer than OPT's 2048-token context dropped first, Poisson arrivals "
+                  "trace at 2 req/s (filtered first as vLLM's benchmarks sample ShareGPT: prompts of at most 1024 tokens, "
+                  "prompt + output within OPT's 2048-token context; Poisson arrivals "
                   "drawn after the filter), lognormal lengths with the means vLLM reports for its ShareGPT sample "
                   "at 2 req/s, and Alpaca-like lengths at 30 req/s",
                   modelled_a100(), notes(ws, rs), clock_sources(a100_40gb().device)};

@@ -67,7 +67,7 @@ void add_rows(Table& t, const std::string& label, const std::vector<Point>& pts)
 void block_size(const FigureContext& ctx) {
   const std::int64_t n = ctx.full ? 2000 : 300;
   const std::vector<Workload> workloads = {
-      {"ShareGPT @ 2 req/s", sharegpt(ctx, 2.0, n, opt13b_12gb().model.max_context), 16, 128},
+      {"ShareGPT @ 2 req/s", sharegpt(ctx, 2.0, n, opt13b_12gb().model.max_context, 0, kVllmShareGptMaxPrompt), 16, 128},
       {"Alpaca-like @ 30 req/s", alpaca_like(30.0, n), 16, 32}};
   Table t{{"workload", "block_size", "mean_normalized_latency_s_per_token", "latency_vs_best", "mean_ttft_s",
            "token_states_pct", "reserved_pct", "internal_frag_pct", "block_tail_waste_pct", "mean_batch",
@@ -81,8 +81,9 @@ void block_size(const FigureContext& ctx) {
   }
   publish(ctx,
           {"block-size", "vLLM (SOSP'23) Figure 18b: latency and fragmentation against block size",
-           "OPT-13B, 12 GB of KV, vLLM v0 scheduling (prompt steps and decode steps apart), paged backend at block sizes 1..256; ShareGPT lengths (those within OPT's 2048 "
-           "tokens, filtered before arrivals are drawn) at 2 req/s and "
+           "OPT-13B, 12 GB of KV, vLLM v0 scheduling (prompt steps and decode steps apart, its CPU time per step), paged backend at block sizes 1..256; ShareGPT lengths (filtered as "
+           "vLLM's benchmarks sample ShareGPT, prompts of at most 1024 tokens and prompt + output within OPT's 2048, "
+           "before arrivals are drawn) at 2 req/s and "
            "Alpaca-like lengths (lognormal, means ~19 / ~58 tokens) at 30 req/s",
            modelled_a100(),
            fmt::format(

@@ -112,9 +112,10 @@ void publish(const FigureContext& ctx, const ReadmeText& text, const Table& tabl
 }
 
 std::vector<Request> sharegpt(const FigureContext& ctx, double rate, std::int64_t n, std::int64_t max_sequence_tokens,
-                              std::uint64_t seed) {
+                              std::uint64_t seed, std::int64_t max_prompt_tokens) {
   TraceOptions t;
   t.max_sequence_tokens = max_sequence_tokens;
+  t.max_prompt_tokens = max_prompt_tokens;
   t.poisson_rate = rate;
   t.max_requests = n;
   t.seed = seed;

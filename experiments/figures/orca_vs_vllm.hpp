@@ -22,12 +22,14 @@ struct OrcaVsVllm {
 [[nodiscard]] OrcaVsVllm orca_vs_vllm(const FigureContext& ctx);
 /// The four systems on workload `w` (OPT-13B, 12 GB, the A100 clock).
 [[nodiscard]] OrcaVsVllm orca_vs_vllm(const FigureContext& ctx, const std::vector<Request>& w);
-/// The ShareGPT workload of kOrcaSetup: 2 req/s, 400 requests (3000 with --full).
+/// The ShareGPT workload of kOrcaSetup: 2 req/s, 400 requests (3000 with --full), filtered as
+/// vLLM's benchmarks sample ShareGPT (prompt at most 1024 tokens, prompt + output at most 2048).
 [[nodiscard]] std::vector<Request> orca_sharegpt(const FigureContext& ctx);
 
 inline constexpr const char* kOrcaSetup =
     "OPT-13B, 12 GB of KV cache (A100-40GB), ShareGPT request lengths (sharegpt_8k_filtered_stats_llama2_tokenizer.csv; "
-    "requests longer than OPT's 2048-token context dropped first, as vLLM's benchmarks filter them), Poisson "
+    "requests longer than OPT's 2048-token context or with prompts over 1024 tokens dropped first, as vLLM's "
+    "benchmarks filter ShareGPT), Poisson "
     "arrivals at 2 req/s drawn after the filter (so 2 req/s is the load offered to every system), "
     "FCFS continuous batching as vLLM v0 scheduled it (prompt steps and decode steps apart, at most 256 sequences and "
     "2560 tokens a step, its CPU time per step), recompute preemption; Orca's reservations placed by a binary buddy "

@@ -12,7 +12,7 @@ namespace kvlab::fig {
 namespace {
 const std::vector<int> kSizes = {1, 2, 4, 8, 16, 32, 64, 128, 256};
 /// Part (a) moves the KV of this many tokens: about one ShareGPT request of the shared trace after
-/// the 2048-token filter (mean prompt + output ~1000 tokens), a multiple of every block size.
+/// vLLM's benchmark filter (mean prompt + output ~800 tokens), a multiple of every block size.
 constexpr std::int64_t kMicroTokens = 1024;
 
 /// The modelled cost of bringing back `tokens` tokens of one preempted sequence.
@@ -76,7 +76,7 @@ std::string microbenchmark(Table& t) {
 
 /// Part (b): one row per preemption mode and block size; returns the README's reading of it.
 std::string end_to_end(const FigureContext& ctx, Table& t) {
-  const auto w = sharegpt(ctx, 2.0, ctx.full ? 2000 : 300, opt13b_12gb().model.max_context);
+  const auto w = sharegpt(ctx, 2.0, ctx.full ? 2000 : 300, opt13b_12gb().model.max_context, 0, kVllmShareGptMaxPrompt);
   std::string swap_wins, recompute_wins;
   for (int b : kSizes) {
     double latency[2] = {0, 0};
@@ -106,7 +106,8 @@ void recompute_vs_swap(const FigureContext& ctx) {
           {"recompute-vs-swap", "vLLM (SOSP'23) Figure 19: recomputation vs swapping across block sizes",
            fmt::format("OPT-13B, 12 GB of KV. (a) The modelled time to swap the KV of {} tokens out to host memory "
                        "and back, and to recompute them as one prefill, at block sizes 1..256. (b) ShareGPT "
-                       "lengths (within OPT's 2048 tokens, filtered before arrivals are drawn) at 2 req/s through "
+                       "lengths (filtered as vLLM's benchmarks sample ShareGPT, prompts of at most 1024 tokens and prompt + "
+                       "output within OPT's 2048, before arrivals are drawn) at 2 req/s through "
                        "paged-B with swap or with recompute preemption, FCFS continuous batching as vLLM v0 scheduled it (prompt steps and decode steps apart)",
                        kMicroTokens),
            modelled_a100(),

@@ -686,9 +686,33 @@ TEST(TraceFilter, TooLongRequestsGoBeforeArrivalsAreDrawn) {
   plain.max_requests = 3;
   const Trace g = parse_trace("# kvlab trace\narrival_s,prompt_tokens,output_tokens\n0,10,5\n0,16,1\n0,3,1\n", "kept", plain);
   for (std::size_t i = 0; i < 3; ++i) EXPECT_DOUBLE_EQ(f.requests[i].arrival_s, g.requests[i].arrival_s) << i;
-  EXPECT_NE(f.info.describe().find("2 longer than the sequence limit dropped"), std::string::npos);
+  EXPECT_NE(f.info.describe().find("2 over the length limits dropped"), std::string::npos);
   o.max_sequence_tokens = -1;
   EXPECT_THROW((void)parse_trace(text, "filter", o), InvalidArgument);
+}
+
+// vLLM's benchmarks also drop prompts over a limit (1024 tokens for ShareGPT); both limits apply
+// together, and a row over both counts once.
+TEST(TraceFilter, LongPromptsGoBeforeArrivalsAreDrawnToo) {
+  const std::string text =
+      "# kvlab trace\narrival_s,prompt_tokens,output_tokens\n"
+      "0,10,5\n"    // kept
+      "0,12,1\n"    // prompt over 11: dropped
+      "0,11,30\n"   // sequence over 32: dropped
+      "0,40,40\n"   // over both: dropped once
+      "0,11,22\n";  // 11 and 32, both at their limits: kept
+  TraceOptions o;
+  o.max_prompt_tokens = 11;
+  const Trace p = parse_trace(text, "prompts", o);
+  EXPECT_EQ(p.info.too_long, 2);  // the 12- and 40-token prompts
+  o.max_sequence_tokens = 32;
+  const Trace f = parse_trace(text, "both", o);
+  EXPECT_EQ(f.info.too_long, 3);
+  ASSERT_EQ(f.requests.size(), 2u);
+  EXPECT_EQ(f.requests[0].prompt_tokens, 10);
+  EXPECT_EQ(f.requests[1].output_tokens, 22);
+  o.max_prompt_tokens = -1;
+  EXPECT_THROW((void)parse_trace(text, "prompts", o), InvalidArgument);
 }
 
 }  // namespace
