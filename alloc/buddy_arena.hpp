@@ -34,7 +34,6 @@ class BuddyArena final : public ReservationArena {
   void deallocate(std::size_t offset) override;
 
   [[nodiscard]] std::size_t capacity() const noexcept override { return capacity_units_ * unit_; }
-  [[nodiscard]] std::size_t unit() const noexcept { return unit_; }
   /// Bytes a request of `bytes` occupies: the next power of two of its units (0 when no block of
   /// this region is that large).
   [[nodiscard]] std::size_t rounded(std::size_t bytes) const noexcept;

@@ -67,7 +67,7 @@ void add_rows(Table& t, const std::string& label, const std::vector<Point>& pts)
 void block_size(const FigureContext& ctx) {
   const std::int64_t n = ctx.full ? 2000 : 300;
   const std::vector<Workload> workloads = {
-      {"ShareGPT @ 2 req/s", sharegpt(ctx, 2.0, n, opt13b_12gb().model.max_context, 0, kVllmShareGptMaxPrompt), 16, 128},
+      {"ShareGPT @ 2 req/s", sharegpt_vllm_filtered(ctx, 2.0, n), 16, 128},
       {"Alpaca-like @ 30 req/s", alpaca_like(30.0, n), 16, 32}};
   Table t{{"workload", "block_size", "mean_normalized_latency_s_per_token", "latency_vs_best", "mean_ttft_s",
            "token_states_pct", "reserved_pct", "internal_frag_pct", "block_tail_waste_pct", "mean_batch",

@@ -111,15 +111,29 @@ void publish(const FigureContext& ctx, const ReadmeText& text, const Table& tabl
   plot(ctx, text.name);
 }
 
+namespace {
+std::vector<Request> read_sharegpt(const FigureContext& ctx, TraceOptions t) {
+  return read_trace(resolve_trace("sharegpt_8k_filtered_stats_llama2_tokenizer.csv", ctx.trace_dir), t).requests;
+}
+}  // namespace
+
 std::vector<Request> sharegpt(const FigureContext& ctx, double rate, std::int64_t n, std::int64_t max_sequence_tokens,
-                              std::uint64_t seed, std::int64_t max_prompt_tokens) {
+                              std::uint64_t seed) {
   TraceOptions t;
   t.max_sequence_tokens = max_sequence_tokens;
-  t.max_prompt_tokens = max_prompt_tokens;
   t.poisson_rate = rate;
   t.max_requests = n;
   t.seed = seed;
-  return read_trace(resolve_trace("sharegpt_8k_filtered_stats_llama2_tokenizer.csv", ctx.trace_dir), t).requests;
+  return read_sharegpt(ctx, t);
+}
+
+std::vector<Request> sharegpt_vllm_filtered(const FigureContext& ctx, double rate, std::int64_t n) {
+  TraceOptions t;
+  t.max_sequence_tokens = opt13b_12gb().model.max_context;
+  t.max_prompt_tokens = 1024;
+  t.poisson_rate = rate;
+  t.max_requests = n;
+  return read_sharegpt(ctx, t);
 }
 
 std::vector<Request> alpaca_like(double rate, std::int64_t n, std::uint64_t seed) {

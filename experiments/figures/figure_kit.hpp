@@ -62,8 +62,12 @@ void publish(const FigureContext& ctx, const ReadmeText& text, const Table& tabl
 /// The first n ShareGPT requests that fit in `max_sequence_tokens` (0: all), with Poisson arrivals
 /// at `rate` drawn after the filter, so `rate` is the load the backends are offered.
 [[nodiscard]] std::vector<Request> sharegpt(const FigureContext& ctx, double rate, std::int64_t n,
-                                            std::int64_t max_sequence_tokens = 0, std::uint64_t seed = 0,
-                                            std::int64_t max_prompt_tokens = 0);
+                                            std::int64_t max_sequence_tokens = 0, std::uint64_t seed = 0);
+/// The first n ShareGPT requests that vLLM's benchmarks (benchmark_serving.py,
+/// benchmark_throughput.py) would sample: prompt at most 1024 tokens, prompt + output within OPT's
+/// 2048-token context (their minimum of 4 tokens each is not applied: 94 of ~11,000 rows), with
+/// Poisson arrivals at `rate` drawn after the filter. The ShareGPT workload of the vLLM figures.
+[[nodiscard]] std::vector<Request> sharegpt_vllm_filtered(const FigureContext& ctx, double rate, std::int64_t n);
 /// Alpaca-like lengths (short instructions): lognormal prompts with mean ~19 tokens and outputs
 /// with mean ~58 tokens, the averages vLLM reports for Alpaca (Fig. 11).
 [[nodiscard]] std::vector<Request> alpaca_like(double rate, std::int64_t n, std::uint64_t seed = 0);
@@ -88,9 +92,6 @@ struct LognormalLengths {
 /// OPT tokenizer), clipped to OPT's 2048-token context. Not the paper's trace: only its means.
 [[nodiscard]] std::vector<Request> sharegpt_vllm_lengths(double rate, std::int64_t n, std::uint64_t seed = 0);
 inline constexpr double kVllmShareGptMeanPrompt = 161.31, kVllmShareGptMeanOutput = 337.99;
-/// The longest ShareGPT prompt vLLM's benchmarks keep (benchmark_serving.py / benchmark_throughput.py
-/// also drop prompt + output over 2048 tokens, OPT's context, which sharegpt()'s sequence limit is).
-inline constexpr std::int64_t kVllmShareGptMaxPrompt = 1024;
 inline constexpr double kVllmAlpacaMeanPrompt = 19.31, kVllmAlpacaMeanOutput = 58.45;
 
 /// Mean prompt and output tokens of a workload.

@@ -76,7 +76,7 @@ std::string microbenchmark(Table& t) {
 
 /// Part (b): one row per preemption mode and block size; returns the README's reading of it.
 std::string end_to_end(const FigureContext& ctx, Table& t) {
-  const auto w = sharegpt(ctx, 2.0, ctx.full ? 2000 : 300, opt13b_12gb().model.max_context, 0, kVllmShareGptMaxPrompt);
+  const auto w = sharegpt_vllm_filtered(ctx, 2.0, ctx.full ? 2000 : 300);
   std::string swap_wins, recompute_wins;
   for (int b : kSizes) {
     double latency[2] = {0, 0};
