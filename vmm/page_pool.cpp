@@ -1,5 +1,6 @@
 #include "vmm/page_pool.hpp"
 
+#include <algorithm>
 #include <string>
 
 #include "alloc/error.hpp"
@@ -40,6 +41,12 @@ PhysicalPagePool::PhysicalPagePool(VmDriver* driver, std::size_t page_bytes, std
   }
   const auto n = static_cast<std::size_t>(num_pages);
   in_use_.assign(n, 0);
+  num_free_ = num_pages;
+  if (order_ == PageFreeOrder::lifo) {
+    stack_.resize(n);
+    for (std::size_t i = 0; i < n; ++i) stack_[i] = static_cast<PageId>(n - 1 - i);  // page 0 on top
+    return;
+  }
   prev_.resize(n);
   next_.resize(n);
   for (std::size_t i = 0; i < n; ++i) {  // page 0 first
@@ -48,7 +55,6 @@ PhysicalPagePool::PhysicalPagePool(VmDriver* driver, std::size_t page_bytes, std
   }
   head_ = n > 0 ? 0 : -1;
   tail_ = static_cast<PageId>(n) - 1;
-  num_free_ = num_pages;
 }
 
 void PhysicalPagePool::unlink(PageId page) noexcept {
@@ -70,8 +76,8 @@ PhysicalPagePool::~PhysicalPagePool() {
   }
 }
 
-std::optional<PageId> PhysicalPagePool::allocate() {
-  if (head_ < 0) return std::nullopt;
+PageId PhysicalPagePool::allocate_lru() {
+  if (head_ < 0) return kNoPage;
   const PageId p = head_;
   unlink(p);
   in_use_[static_cast<std::size_t>(p)] = 1;
@@ -80,7 +86,12 @@ std::optional<PageId> PhysicalPagePool::allocate() {
 
 void PhysicalPagePool::take(PageId page) {
   KVLAB_EXPECTS(page >= 0 && page < num_pages() && !in_use(page), "page " + std::to_string(page) + " is not free");
-  unlink(page);
+  if (order_ == PageFreeOrder::lifo) {
+    stack_.erase(std::find(stack_.begin(), stack_.end(), page));  // free, so on the stack; the order of the rest stays
+    --num_free_;
+  } else {
+    unlink(page);
+  }
   in_use_[static_cast<std::size_t>(page)] = 1;
 }
 
@@ -88,18 +99,15 @@ void PhysicalPagePool::release(PageId page) {
   KVLAB_EXPECTS(page >= 0 && page < num_pages() && in_use(page), "page " + std::to_string(page) + " is not in use");
   const auto i = static_cast<std::size_t>(page);
   in_use_[i] = 0;
-  if (order_ == PageFreeOrder::lifo || head_ < 0) {  // at the head
-    prev_[i] = -1;
-    next_[i] = head_;
-    if (head_ >= 0) prev_[static_cast<std::size_t>(head_)] = page; else tail_ = page;
-    head_ = page;
-  } else {  // at the tail
-    next_[i] = -1;
-    prev_[i] = tail_;
-    next_[static_cast<std::size_t>(tail_)] = page;
-    tail_ = page;
-  }
   ++num_free_;
+  if (order_ == PageFreeOrder::lifo) {
+    stack_.push_back(page);
+    return;
+  }
+  next_[i] = -1;  // at the tail
+  prev_[i] = tail_;
+  if (tail_ >= 0) next_[static_cast<std::size_t>(tail_)] = page; else head_ = page;
+  tail_ = page;
 }
 
 }  // namespace kvlab

@@ -10,6 +10,7 @@
 namespace kvlab {
 
 using PageId = std::int32_t;
+inline constexpr PageId kNoPage = -1;
 
 // Design note
 //
@@ -20,13 +21,16 @@ using PageId = std::int32_t;
 //
 // Approach. The pool creates `num_pages` handles of `page_bytes` at construction (all or nothing:
 // if one create fails, the ones made are released and the constructor throws OutOfMemory or the
-// driver's error). Pages are indices on a free list threaded through prev/next index arrays:
-// PageFreeOrder::lifo (the default) hands out the page released last (warm in caches and TLBs on the
-// host); PageFreeOrder::lru hands out the page released longest ago, so pages that still hold
+// driver's error). Pages are indices. PageFreeOrder::lifo (the default) hands out the page released
+// last (warm in caches and TLBs on the host) from a stack: allocate and release touch only its top,
+// which matters because a replay in accounting mode allocates tens of millions of pages.
+// PageFreeOrder::lru hands out the page released longest ago, so pages that still hold
 // prefix-cached KV (the backend keeps their index entries while they are free) are reused oldest
-// first, and take() removes one particular free page (a prefix-cache hit revives it) in O(1). The
-// pool knows nothing about where pages are mapped. Without a driver (accounting only) a page is
-// just an index.
+// first; its free list is threaded through prev/next index arrays so that take() removes one
+// particular free page (a prefix-cache hit revives it) in O(1). (take() on a lifo pool removes the
+// page from the stack in O(free pages); nothing calls it there: only prefix sharing takes pages.)
+// Both orders hand out page 0 first. The pool knows nothing about where pages are mapped. Without a
+// driver (accounting only) a page is just an index.
 //
 // Limitations. Not thread-safe (the backend's mutex guards it). The page count is fixed for the
 // pool's lifetime; growing or shrinking the budget means a new pool. Handles are released only at
@@ -43,7 +47,22 @@ class PhysicalPagePool {
   PhysicalPagePool& operator=(const PhysicalPagePool&) = delete;
 
   /// A free page, or nullopt (nothing changes) when none is left.
-  [[nodiscard]] std::optional<PageId> allocate();
+  [[nodiscard]] std::optional<PageId> allocate() {
+    const PageId p = allocate_page();
+    return p == kNoPage ? std::nullopt : std::optional<PageId>(p);
+  }
+  /// allocate() for the per-page hot path: kNoPage when none is left. Inline and without the
+  /// optional: GCC builds an optional<int32_t> on the stack from two stores and reads it back
+  /// with one wider load, a store-forwarding stall that was most of a replay's cost per page.
+  [[nodiscard]] PageId allocate_page() {
+    if (order_ != PageFreeOrder::lifo) return allocate_lru();
+    if (stack_.empty()) return kNoPage;
+    const PageId p = stack_.back();
+    stack_.pop_back();
+    --num_free_;
+    in_use_[static_cast<std::size_t>(p)] = 1;
+    return p;
+  }
   /// Takes the free page `page` off the free list (it must be free).
   void take(PageId page);
   void release(PageId page);
@@ -61,12 +80,14 @@ class PhysicalPagePool {
   std::vector<PhysHandle> handles_;
   PageFreeOrder order_;
   std::vector<char> in_use_;
-  // The free list: a doubly linked list over page ids; allocate() takes the head, release() puts
-  // the page at the head (lifo) or the tail (lru).
+  // lifo: the free pages, the next one to hand out last.
+  std::vector<PageId> stack_;
+  // lru: a doubly linked list over page ids; allocate() takes the head, release() appends.
   std::vector<PageId> prev_, next_;
   PageId head_ = -1, tail_ = -1;
   std::int64_t num_free_ = 0;
   void unlink(PageId page) noexcept;
+  [[nodiscard]] PageId allocate_lru();
 };
 
 }  // namespace kvlab

@@ -129,12 +129,6 @@ void PageSharing::enter_complete(int slot, std::int64_t length) {
   if (c.entered < complete) c.caching = false;  // already cached elsewhere: the rest stays private
 }
 
-std::optional<PageId> PageSharing::allocate_fresh() {
-  const std::optional<PageId> page = arena_->pool().allocate();
-  if (page && index_ && index_->forget_unit(*page)) ++stats_.evictions;  // the page is reused: its prefix is gone
-  return page;
-}
-
 void PageSharing::take_for_mapping(PageId page) {
   if (arena_->mappings(page) != 0) return;  // mapped elsewhere: already out of the pool
   arena_->pool().take(page);                // a free page that still holds its prefix: revive it

@@ -91,9 +91,13 @@ class PageSharing {
   void grew(int slot, std::int64_t length);
   /// The sequence in `slot` ended (or the slot starts a fork): it enters nothing more.
   void end_sequence(int slot);
-  /// A page from the pool for new KV (whatever prefix it cached is gone: an eviction); nullopt
-  /// when none is free.
-  [[nodiscard]] std::optional<PageId> allocate_fresh();
+  /// A page from the pool for new KV (whatever prefix it cached is gone: an eviction); kNoPage
+  /// when none is free. Inline, like the pool's allocate_page(): called once per page mapped.
+  [[nodiscard]] PageId allocate_fresh() {
+    const PageId page = arena_->pool().allocate_page();
+    if (page != kNoPage && index_ && index_->forget_unit(page)) ++stats_.evictions;  // reused: its prefix is gone
+    return page;
+  }
   /// `page`, which holds KV, is about to be mapped again: a free one leaves the pool.
   void take_for_mapping(PageId page);
   [[nodiscard]] const PrefixCacheStats& stats() const noexcept { return stats_; }

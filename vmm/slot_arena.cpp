@@ -38,6 +38,7 @@ SlotArena::SlotArena(VmDriver* driver, const ArenaShape& shape, PageFreeOrder or
   }
   pages_.resize(static_cast<std::size_t>(shape.tensors) * static_cast<std::size_t>(shape.slots));
   held_.assign(static_cast<std::size_t>(shape.slots), 0);
+  bounds_.assign(static_cast<std::size_t>(shape.slots), RowBounds{0, 0, shape.tensors, shape.tensors});
   refs_.assign(static_cast<std::size_t>(shape.num_pages), 0);
 }
 
@@ -91,20 +92,37 @@ std::int64_t SlotArena::total_mappings() const noexcept {
   return n;
 }
 
-std::int64_t SlotArena::complete_rows(int slot) const noexcept {
-  std::int64_t rows = INT64_MAX;
-  for (int t = 0; t < shape_.tensors; ++t) rows = std::min<std::int64_t>(rows, static_cast<std::int64_t>(pages(slot, t).size()));
-  return rows;
+void SlotArena::rescan_bounds(int slot) noexcept {
+  RowBounds b{INT64_MAX, 0, 0, 0};
+  for (int t = 0; t < shape_.tensors; ++t) {
+    const auto rows = static_cast<std::int64_t>(pages(slot, t).size());
+    if (rows < b.min) b = {rows, b.max, 0, b.at_max};
+    if (rows > b.max) b = {b.min, rows, b.at_min, 0};
+    b.at_min += rows == b.min;
+    b.at_max += rows == b.max;
+  }
+  bounds_[static_cast<std::size_t>(slot)] = b;
 }
 
-std::int64_t SlotArena::top_rows(int slot) const noexcept {
-  std::int64_t rows = 0;
-  for (int t = 0; t < shape_.tensors; ++t) rows = std::max<std::int64_t>(rows, static_cast<std::int64_t>(pages(slot, t).size()));
-  return rows;
+void SlotArena::track_rows(int slot, std::int64_t before, bool grew) noexcept {
+  RowBounds& b = bounds_[static_cast<std::size_t>(slot)];
+  const std::int64_t after = grew ? before + 1 : before - 1;
+  // The extreme the tensor moves towards.
+  if (grew) {
+    if (after > b.max) b.max = after, b.at_max = 0;
+    b.at_max += after == b.max;
+  } else {
+    if (after < b.min) b.min = after, b.at_min = 0;
+    b.at_min += after == b.min;
+  }
+  // The extreme it may leave: when it was the last tensor there, the new extreme is found anew.
+  int& left = grew ? b.at_min : b.at_max;
+  if (before == (grew ? b.min : b.max) && --left == 0) rescan_bounds(slot);
 }
 
 void SlotArena::book_mapped(int slot, std::vector<PageId>& pages, PageId page) noexcept {
   pages.push_back(page);
+  track_rows(slot, static_cast<std::int64_t>(pages.size()) - 1, true);
   ++held_[static_cast<std::size_t>(slot)];
   ++refs_[static_cast<std::size_t>(page)];
 }
@@ -165,6 +183,7 @@ bool SlotArena::unmap_tail(int slot, int tensor, MapOrigin origin) {
   }
   const PageId page = pages.back();
   pages.pop_back();
+  track_rows(slot, static_cast<std::int64_t>(pages.size()) + 1, false);
   --held_[static_cast<std::size_t>(slot)];
   const bool freed = --refs_[static_cast<std::size_t>(page)] == 0;
   if (freed) return_to_pool(page);

@@ -100,11 +100,16 @@ class SlotArena {
   /// Mappings in `slot` over all tensors, and over all slots.
   [[nodiscard]] std::int64_t held(int slot) const noexcept { return held_[static_cast<std::size_t>(slot)]; }
   [[nodiscard]] std::int64_t total_mappings() const noexcept;
-  /// Rows mapped in every tensor of `slot` (the shortest tensor), and in any (the longest).
-  [[nodiscard]] std::int64_t complete_rows(int slot) const noexcept;
-  [[nodiscard]] std::int64_t top_rows(int slot) const noexcept;
-  /// Pages `slot` lacks for `rows` rows in every tensor.
+  /// Rows mapped in every tensor of `slot` (the shortest tensor), and in any (the longest). O(1):
+  /// kept up to date by every map and unmap (the policy asks at every grow and every step).
+  [[nodiscard]] std::int64_t complete_rows(int slot) const noexcept { return bounds_[static_cast<std::size_t>(slot)].min; }
+  [[nodiscard]] std::int64_t top_rows(int slot) const noexcept { return bounds_[static_cast<std::size_t>(slot)].max; }
+  /// Pages `slot` lacks for `rows` rows in every tensor. O(1) unless `rows` lies strictly between
+  /// the slot's shortest and longest tensor (a partial row: a rollback or a prefetch under way).
   [[nodiscard]] std::int64_t missing_pages(int slot, std::int64_t rows) const noexcept {
+    const RowBounds& b = bounds_[static_cast<std::size_t>(slot)];
+    if (rows <= b.min) return 0;
+    if (rows >= b.max) return static_cast<std::int64_t>(shape_.tensors) * rows - held(slot);
     std::int64_t missing = 0;
     for (int t = 0; t < shape_.tensors; ++t)
       missing += std::max<std::int64_t>(0, rows - static_cast<std::int64_t>(pages(slot, t).size()));
@@ -136,6 +141,17 @@ class SlotArena {
   [[nodiscard]] std::vector<PageId>& tail(int slot, int tensor) noexcept;
   [[nodiscard]] std::byte* page_va(int slot, int tensor, std::int64_t row) const noexcept;
   void book_mapped(int slot, std::vector<PageId>& pages, PageId page) noexcept;
+  /// The shortest and longest tensor of a slot, and how many tensors are at each: a tensor
+  /// moving off an extreme that no other tensor holds any more makes one O(tensors) rescan, so
+  /// mapping or unmapping a whole row costs O(1) per page.
+  struct RowBounds {
+    std::int64_t min = 0, max = 0;
+    int at_min = 0, at_max = 0;
+  };
+  /// A tensor of `slot` went from `before` rows to `before + 1` (grew) or `before - 1`; called
+  /// after its page list changed (a rescan reads the lists).
+  void track_rows(int slot, std::int64_t before, bool grew) noexcept;
+  void rescan_bounds(int slot) noexcept;
   void return_to_pool(PageId page);
 
   VmDriver* driver_;
@@ -145,6 +161,7 @@ class SlotArena {
   std::unique_ptr<PhysicalPagePool> pool_;
   std::vector<std::vector<PageId>> pages_;  // [slot * tensors + tensor]
   std::vector<std::int64_t> held_;          // [slot]
+  std::vector<RowBounds> bounds_;           // [slot]
   std::vector<std::int32_t> refs_;          // [page] slots mapping it
   std::function<void(PageId)> on_page_freed_;
   DriverActivity activity_[2];

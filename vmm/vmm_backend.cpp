@@ -319,8 +319,8 @@ void VmmBackend::set_needed_rows(int slot, std::int64_t rows) noexcept {
 }
 
 bool VmmBackend::map_fresh(int slot, int tensor, MapOrigin origin) {
-  const std::optional<PageId> page = sharing_.allocate_fresh();
-  return page && arena_.map_tail(slot, tensor, *page, origin);
+  const PageId page = sharing_.allocate_fresh();
+  return page != kNoPage && arena_.map_tail(slot, tensor, page, origin);
 }
 
 bool VmmBackend::map_shared(int slot, int tensor, PageId page, MapOrigin origin) {
@@ -603,13 +603,22 @@ MemoryBreakdown VmmBackend::do_breakdown(const SequenceSpec*) const {
     const std::size_t held = static_cast<std::size_t>(s.length) * token_bytes_;
     const std::int64_t eventually = std::max(s.final_tokens, s.length);  // final <= max_seq_len: the front door checks it
     const std::size_t will_hold = static_cast<std::size_t>(eventually) * token_bytes_;
-    for (int t = 0; t < num_tensors(); ++t) {
-      const std::size_t mapped = arena_.pages(s.slot, t).size() * config_.page_bytes;
-      const std::size_t filled_eventually = std::min(will_hold, mapped);
-      m.token_states += held;
-      m.reserved += filled_eventually - held;
-      m.internal_fragmentation += mapped - filled_eventually;
+    const auto T = static_cast<std::size_t>(num_tensors());
+    const std::size_t mapped_all = static_cast<std::size_t>(arena_.held(s.slot)) * config_.page_bytes;
+    // Per tensor, min(will_hold, mapped) bytes will be filled. When every tensor maps at least
+    // will_hold (the common case), or none maps more, the sum needs no walk over the tensors.
+    std::size_t filled_eventually = 0;
+    if (will_hold <= static_cast<std::size_t>(arena_.complete_rows(s.slot)) * config_.page_bytes) {
+      filled_eventually = T * will_hold;
+    } else if (will_hold >= static_cast<std::size_t>(arena_.top_rows(s.slot)) * config_.page_bytes) {
+      filled_eventually = mapped_all;
+    } else {
+      for (std::size_t t = 0; t < T; ++t)
+        filled_eventually += std::min(will_hold, arena_.pages(s.slot, static_cast<int>(t)).size() * config_.page_bytes);
     }
+    m.token_states += T * held;
+    m.reserved += filled_eventually - T * held;
+    m.internal_fragmentation += mapped_all - filled_eventually;
   }
   // A page several running sequences map is full of token states for each of them (only whole
   // rows below every holder's length are shared): count it once.

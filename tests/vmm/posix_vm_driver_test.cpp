@@ -2,7 +2,10 @@
 // bookkeeping and against /proc/self/maps; the page pool over it.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
+#include <deque>
+#include <random>
 #include <vector>
 
 #include "alloc/error.hpp"
@@ -137,6 +140,54 @@ TEST(PhysicalPagePool, CreatesEveryHandleUpFrontAndReusesThem) {
     EXPECT_EQ(d.call_count(VmCall::create), 8u) << "no handle is created after construction";
   }
   EXPECT_TRUE(d.usage().empty());
+}
+
+/// Both free orders against a model of their definition (a deque: lifo hands out the page freed
+/// last, lru the one freed longest ago; take() removes one page and keeps the rest in order), over
+/// a seeded random walk of allocate, release, take, and running dry.
+TEST(PhysicalPagePool, BothFreeOrdersHandOutPagesAsDefined) {
+  for (const PageFreeOrder order : {PageFreeOrder::lifo, PageFreeOrder::lru}) {
+    constexpr int kPages = 37;
+    PhysicalPagePool pool(nullptr, 16 * kKiB, kPages, order);
+    std::deque<PageId> free_pages;  // the next one handed out first
+    for (PageId p = 0; p < kPages; ++p) free_pages.push_back(p);
+    std::vector<PageId> used;
+    std::mt19937 rng(order == PageFreeOrder::lifo ? 11u : 12u);
+    int takes = 0, dry = 0;
+    for (int step = 0; step < 5000; ++step) {
+      const unsigned what = rng() % 8;
+      if (what < 4) {
+        const std::optional<PageId> p = pool.allocate();
+        if (free_pages.empty()) {
+          ASSERT_FALSE(p.has_value());
+          ++dry;
+          continue;
+        }
+        ASSERT_TRUE(p.has_value());
+        ASSERT_EQ(*p, free_pages.front()) << "step " << step;
+        free_pages.pop_front();
+        used.push_back(*p);
+      } else if (what < 7 && !used.empty()) {
+        const std::size_t k = rng() % used.size();
+        const PageId p = used[k];
+        used.erase(used.begin() + static_cast<std::ptrdiff_t>(k));
+        pool.release(p);
+        if (order == PageFreeOrder::lifo) free_pages.push_front(p); else free_pages.push_back(p);
+      } else if (!free_pages.empty()) {
+        const std::size_t k = rng() % free_pages.size();
+        const PageId p = free_pages[k];
+        free_pages.erase(free_pages.begin() + static_cast<std::ptrdiff_t>(k));
+        pool.take(p);
+        used.push_back(p);
+        ++takes;
+      }
+      ASSERT_EQ(pool.num_free(), static_cast<std::int64_t>(free_pages.size()));
+      for (const PageId p : used) ASSERT_TRUE(pool.in_use(p));
+    }
+    EXPECT_GT(takes, 100);
+    EXPECT_GT(dry, 10) << "the walk never ran the pool dry";
+    EXPECT_THROW(pool.take(used.front()), InvalidArgument) << "a page in use cannot be taken";
+  }
 }
 
 TEST(PhysicalPagePool, CreationIsAllOrNothing) {

@@ -2,7 +2,9 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <algorithm>
 #include <memory>
+#include <random>
 #include <stdexcept>
 
 #include "alloc/error.hpp"
@@ -131,6 +133,62 @@ TEST(SlotArena, WithoutADriverItOnlyKeepsTheBooks) {
   map_fresh(arena, txn, 2, 1, 4);
   EXPECT_EQ(arena.held(2), 4);
   EXPECT_EQ(arena.pool().num_free(), 2);
+}
+
+
+/// complete_rows, top_rows and missing_pages are kept incrementally; recomputed here from the page
+/// lists after every one of a seeded random walk of maps and unmaps (shared pages included, so a
+/// page's last unmap and an unmap that keeps it both occur), over 1, 2, 3 and 5 tensors.
+TEST(SlotArena, RowBoundsMatchThePageListsAfterEveryMapAndUnmap) {
+  for (const int tensors : {1, 2, 3, 5}) {
+    ArenaShape shape;
+    shape.tensors = tensors;
+    shape.slots = 3;
+    shape.page_bytes = 4 * kKiB;
+    shape.slot_bytes = 6 * shape.page_bytes;
+    shape.num_pages = static_cast<std::int64_t>(tensors) * 3 * 6;
+    SlotArena arena(nullptr, shape, PageFreeOrder::lifo);
+    std::mt19937 rng(20261126u + static_cast<unsigned>(tensors));
+    int checked_partial = 0;
+    for (int step = 0; step < 4000; ++step) {
+      const int slot = static_cast<int>(rng() % 3), tensor = static_cast<int>(rng() % static_cast<unsigned>(tensors));
+      const auto size = static_cast<std::int64_t>(arena.pages(slot, tensor).size());
+      const bool grow = size == 0 || (size < arena.rows_per_slot() && rng() % 2 == 0);
+      if (grow) {
+        // Every third map shares a page another slot maps (when there is one).
+        const int other = (slot + 1) % 3;
+        const std::span<const PageId> theirs = arena.pages(other, tensor);
+        if (rng() % 3 == 0 && static_cast<std::int64_t>(theirs.size()) > size) {
+          ASSERT_TRUE(arena.map_tail(slot, tensor, theirs[static_cast<std::size_t>(size)], MapOrigin::critical));
+        } else {
+          const auto page = arena.pool().allocate();
+          ASSERT_TRUE(page.has_value());
+          ASSERT_TRUE(arena.map_tail(slot, tensor, *page, MapOrigin::critical));
+        }
+      } else {
+        arena.unmap_tail(slot, tensor, MapOrigin::critical);
+      }
+      for (int s = 0; s < 3; ++s) {
+        std::int64_t lo = INT64_MAX, hi = 0;
+        for (int t = 0; t < tensors; ++t) {
+          lo = std::min<std::int64_t>(lo, static_cast<std::int64_t>(arena.pages(s, t).size()));
+          hi = std::max<std::int64_t>(hi, static_cast<std::int64_t>(arena.pages(s, t).size()));
+        }
+        ASSERT_EQ(arena.complete_rows(s), lo) << tensors << " tensors, step " << step << ", slot " << s;
+        ASSERT_EQ(arena.top_rows(s), hi) << tensors << " tensors, step " << step << ", slot " << s;
+        for (std::int64_t rows = 0; rows <= arena.rows_per_slot(); ++rows) {
+          std::int64_t missing = 0;
+          for (int t = 0; t < tensors; ++t)
+            missing += std::max<std::int64_t>(0, rows - static_cast<std::int64_t>(arena.pages(s, t).size()));
+          ASSERT_EQ(arena.missing_pages(s, rows), missing) << tensors << " tensors, step " << step << ", rows " << rows;
+          checked_partial += rows > lo && rows < hi;
+        }
+      }
+    }
+    if (tensors > 1) {
+      EXPECT_GT(checked_partial, 100) << "the walk never left a slot with a partial row";
+    }
+  }
 }
 
 }  // namespace
