@@ -21,7 +21,8 @@ StepTime step_time(const ModelGeometry& model, const DeviceModel& d, const StepW
     const double attention_flops = 4.0 * model.num_layers * model.num_q_heads * model.head_dim *
                                    static_cast<double>(w.attention_pairs);
     t.attention = std::max(kv_bytes * view / (d.memory_bandwidth * d.attention_bandwidth_efficiency),
-                           attention_flops / (d.peak_flops * d.attention_flops_efficiency));
+                           attention_flops / (d.peak_flops * d.attention_flops_efficiency)) +
+                  model.num_layers * d.attention_layer_overhead_s;
 
     t.cpu = d.step_overhead_s + static_cast<double>(w.sequences) * d.sequence_overhead_s +
             static_cast<double>(w.block_table_entries) * d.block_table_entry_s;

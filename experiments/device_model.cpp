@@ -37,10 +37,11 @@ struct Scalar {
   double DeviceModel::* field;
   double min;  ///< inclusive
   double max;  ///< inclusive
+  bool optional = false;  ///< may be left out (the field keeps its default)
 };
 
 constexpr double kInf = 1e300;
-const std::array<Scalar, 14> kScalars = {{
+const std::array<Scalar, 15> kScalars = {{
     {"memory_bandwidth", &DeviceModel::memory_bandwidth, 1e6, kInf},
     {"peak_flops", &DeviceModel::peak_flops, 1e6, kInf},
     {"linear_bandwidth_efficiency", &DeviceModel::linear_bandwidth_efficiency, 1e-3, 2},
@@ -48,6 +49,7 @@ const std::array<Scalar, 14> kScalars = {{
     {"linear_layer_overhead_s", &DeviceModel::linear_layer_overhead_s, 0, 10},
     {"attention_bandwidth_efficiency", &DeviceModel::attention_bandwidth_efficiency, 1e-3, 2},
     {"attention_flops_efficiency", &DeviceModel::attention_flops_efficiency, 1e-3, 2},
+    {"attention_layer_overhead_s", &DeviceModel::attention_layer_overhead_s, 0, 10, true},
     {"step_overhead_s", &DeviceModel::step_overhead_s, 0, 10},
     {"sequence_overhead_s", &DeviceModel::sequence_overhead_s, 0, 10},
     {"block_table_entry_s", &DeviceModel::block_table_entry_s, 0, 10},
@@ -163,7 +165,7 @@ DeviceModel parse_device_model(std::string_view text, const std::string& origin)
   };
   if (m.name.empty()) missing("name");
   for (const Scalar& s : kScalars)
-    if (!seen.contains(s.key)) missing(s.key);
+    if (!s.optional && !seen.contains(s.key)) missing(s.key);
   for (const Table& t : kTables)
     if ((m.*(t.field)).empty()) missing(std::string(t.key) + ".SIZE");
   return m;
@@ -180,7 +182,10 @@ DeviceModel read_device_model(const std::filesystem::path& file) {
 std::string format_device_model(const DeviceModel& m) {
   const auto source = [&](const std::string& key) {
     const auto it = m.sources.find(key);
-    return it == m.sources.end() || it->second.empty() ? std::string("unspecified") : it->second;
+    if (it != m.sources.end() && !it->second.empty()) return it->second;
+    for (const Scalar& s : kScalars)
+      if (s.optional && key == s.key) return std::string("not given in the model this file was written from: the default");
+    return std::string("unspecified");
   };
   std::string out = "# kvlab device model (format 1): the constants of the modelled clock for one device.\n"
                     "# One 'key = value  # source' per line; see docs/clock.md for what each key means.\n";

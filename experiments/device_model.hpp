@@ -48,9 +48,13 @@ struct DeviceModel {
 
   // Attention: KV bytes at attention_bandwidth_efficiency of memory bandwidth through the
   // contiguous view (contiguous and vmm backends), times paged_attention_factor(B) through the
-  // paged view at block size B; attention FLOPs at attention_flops_efficiency of peak.
+  // paged view at block size B; attention FLOPs at attention_flops_efficiency of peak; plus
+  // num_layers * attention_layer_overhead_s (a kernel's floor: launch, and a grid too small to
+  // fill the GPU at small sizes). attention_layer_overhead_s may be left out of a file (0), so
+  // files written before it existed still read.
   double attention_bandwidth_efficiency = 1;
   double attention_flops_efficiency = 1;
+  double attention_layer_overhead_s = 0;
   SizeTable paged_attention_factor;  ///< by block size in tokens; 1 means as fast as contiguous
 
   // CPU work each step (scheduling, input and block-table preparation), not overlapped with the

@@ -132,14 +132,17 @@ ReplaySummary replay_on(const DeviceModel& device) {
 }
 
 TEST(Calibrate, AReplayUsesTheCalibratedModel) {
-  // Twice the bandwidth and twice the FLOP/s halve the model's compute parts exactly (the host
-  // model has no per-layer floor), whichever roof binds; the CPU part, measured by the same
-  // calibration, is what it is (under a sanitizer it is large), so the makespan only has to shrink.
+  // Twice the bandwidth, twice the FLOP/s and half the attention call's measured floor halve the
+  // model's compute parts exactly (the host model has no linear per-layer floor), whichever roof
+  // binds; the CPU part, measured by the same calibration, is what it is (under a sanitizer it is
+  // large), so the makespan only has to shrink.
   const DeviceModel& m = quick_model();
   ASSERT_EQ(m.linear_layer_overhead_s, 0);
+  ASSERT_GT(m.attention_layer_overhead_s, 0) << "calibrate measures the attention call's floor";
   DeviceModel faster = m;
   faster.memory_bandwidth *= 2;
   faster.peak_flops *= 2;
+  faster.attention_layer_overhead_s /= 2;
   const ReplaySummary base = replay_on(m), fast = replay_on(faster);
   const double base_compute = base.clock_parts.linear + base.clock_parts.attention;
   const double fast_compute = fast.clock_parts.linear + fast.clock_parts.attention;

@@ -94,6 +94,17 @@ TEST(DeviceModel, MissingKeyIsNamed) {
     const std::string e = error_of(model_text(key, "# removed"));
     EXPECT_NE(e.find("dev.txt: key '" + key + "' is missing"), std::string::npos) << key << ": " << e;
   }
+  // attention_layer_overhead_s came later: a file without it still reads, as 0.
+  const std::string old_file = model_text("attention_layer_overhead_s", "# removed");
+  EXPECT_EQ(error_of(old_file), "");
+  EXPECT_EQ(parse_device_model(old_file, "old.txt").attention_layer_overhead_s, 0);
+  EXPECT_EQ(format_device_model(parse_device_model(old_file, "old.txt")).find("unspecified"), std::string::npos);
+  EXPECT_DOUBLE_EQ(parse_device_model(model_text("attention_layer_overhead_s", "attention_layer_overhead_s = 2.5e-5  # x"),
+                                      "new.txt").attention_layer_overhead_s,
+                   2.5e-5);
+  EXPECT_NE(error_of(model_text("attention_layer_overhead_s", "attention_layer_overhead_s = -1e-6  # x"))
+                .find("key 'attention_layer_overhead_s'"),
+            std::string::npos);
   // A table with no point at all.
   std::string text = model_text();
   for (std::size_t at; (at = text.find("\nunmap_s.")) != std::string::npos;)

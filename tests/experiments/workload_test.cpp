@@ -100,6 +100,13 @@ TEST(CostModel, EachPartOfADecodeStepFollowsItsFormula) {
   EXPECT_EQ(t.copy, 0.0);
   EXPECT_DOUBLE_EQ(step_seconds(m, d, w), t.linear + t.attention + t.cpu);
   EXPECT_EQ(step_seconds(m, d, StepWork{}), 0.0);
+  // The attention call's floor is paid once per layer, on top of the roof, and only by a step
+  // that runs attention at all.
+  DeviceModel floored = d;
+  floored.attention_layer_overhead_s = 2e-5;
+  EXPECT_DOUBLE_EQ(step_time(m, floored, w).attention, 1003.0 * m.kv_bytes_per_token() / 0.8e12 + m.num_layers * 2e-5);
+  EXPECT_DOUBLE_EQ(step_time(m, floored, w).linear, t.linear);
+  EXPECT_EQ(step_seconds(m, floored, StepWork{}), 0.0);
 }
 
 TEST(CostModel, ThePagedViewCostsItsFactorAndItsBlockTables) {
