@@ -312,6 +312,11 @@ double time_attention(const Session& s, const AttentionParams& p, const KvView& 
   return timer.stop();
 }
 
+/// A call's time less the attention floor the clock adds per layer on top of its roofs, when the
+/// call is clearly longer than the floor (else the whole time: a difference of two similar
+/// numbers would be noise, and an efficiency from it wildly high).
+double net_of_floor(double seconds, double floor) { return seconds > 2 * floor ? seconds - floor : seconds; }
+
 /// Prefill: the last `fresh` tokens of `seqs` sequences arrive at once, causal over the cached rest.
 void measure_prefill(const Session& s, DecodeData& d, DeviceModel& m, int reps) {
   const int seqs = std::min(d.batch, s.size.prefill_seqs), fresh = s.size.prefill_tokens;
@@ -328,11 +333,12 @@ void measure_prefill(const Session& s, DecodeData& d, DeviceModel& m, int reps) 
   for (int i = 0; i < fresh; ++i) flops += 4.0 * kHeadDim * (d.context - fresh + i + 1) * kQHeads * seqs;
   std::vector<double> t;
   for (int r = 0; r < reps; ++r) t.push_back(time_attention(s, p, d.contiguous()));
-  const double rate = flops / median(t);
+  const double rate = flops / net_of_floor(median(t), m.attention_layer_overhead_s);
   const double eff = clamp_to(rate / m.peak_flops, 1e-3, 2);
   s.set(m, &DeviceModel::attention_flops_efficiency, "attention_flops_efficiency", eff,
         s.source(fmt::format("{} prefill attention FLOP/s ({} sequences x {} new tokens over {} cached, llama-3-8b "
-                             "heads, fp16 KV, contiguous view; {:.1f} GFLOP/s) over peak_flops, {} repetitions, median",
+                             "heads, fp16 KV, contiguous view; {:.1f} GFLOP/s over the call's time less "
+                             "attention_layer_overhead_s) over peak_flops, {} repetitions, median",
                              s.kernels, seqs, fresh, d.context - fresh, rate / 1e9, reps)));
   s.say(fmt::format("attention_flops_efficiency = {:.3f} (prefill {:.1f} GFLOP/s)", eff, rate / 1e9));
 }
@@ -346,15 +352,17 @@ void measure_paged_factors(const Session& s, DeviceModel& m, const DecodeData& d
     (void)time_attention(s, p, pv);
     std::vector<double> ratios;  // interleaved pairs, so drift in the machine's load cancels
     for (int r = 0; r < pairs; ++r) {
-      const double tc = time_attention(s, p, d.contiguous());
-      ratios.push_back(time_attention(s, p, pv) / tc);
+      // The clock applies the factor to the bytes term only; the floor is added apart.
+      const double tc = net_of_floor(time_attention(s, p, d.contiguous()), m.attention_layer_overhead_s);
+      ratios.push_back(net_of_floor(time_attention(s, p, pv), m.attention_layer_overhead_s) / tc);
     }
     const double f = clamp_to(median(ratios), 0.1, 1000);
     const std::string key = fmt::format("paged_attention_factor.{}", b);
     m.paged_attention_factor.points[b] = f;
     m.sources[key] = s.source(fmt::format("{} decode attention time through the paged view (block {}, shuffled "
-                                          "blocks) over the contiguous view on the same data ({}), {} interleaved "
-                                          "pairs, median ratio", s.kernels, b, geometry, pairs));
+                                          "blocks) over the contiguous view on the same data ({}), each less "
+                                          "attention_layer_overhead_s, {} interleaved pairs, median ratio",
+                                          s.kernels, b, geometry, pairs));
     s.say(fmt::format("{} = {:.3f}", key, f));
   }
 }
@@ -380,7 +388,7 @@ void measure_attention(const Session& s, DeviceModel& m) {
   std::vector<double> t;
   for (int r = 0; r < reps; ++r) t.push_back(time_attention(s, p, d.contiguous()));
   // The clock charges the floor once per layer on top of bytes / (bandwidth x efficiency).
-  const double rate = d.kv_bytes() / std::max(median(t) - floor, median(t) * 1e-3);
+  const double rate = d.kv_bytes() / net_of_floor(median(t), floor);
   const double eff = clamp_to(rate / m.memory_bandwidth, 1e-3, 2);
   s.set(m, &DeviceModel::attention_bandwidth_efficiency, "attention_bandwidth_efficiency", eff,
         s.source(fmt::format("{} decode attention ({}, contiguous view) KV bytes/s ({}, the call's time less "

@@ -40,11 +40,16 @@ def load(path):
     except OSError as e:
         sys.exit(f"{path}: cannot read: {e.strerror}")
     with f:
-        reader = csv.DictReader(f)
-        missing = [c for c in COLUMNS if c not in (reader.fieldnames or [])]
+        reader = csv.reader(f)
+        header = next(reader, [])
+        missing = [c for c in COLUMNS if c not in header]
         if missing:
             sys.exit(f"{path}:1: {missing[0]}: column missing (is this Vidur's attention.csv?)")
-        for line, r in enumerate(reader, start=2):
+        for fields in reader:
+            line = reader.line_num
+            if len(fields) != len(header):
+                sys.exit(f"{path}:{line}: {len(fields)} fields where the header has {len(header)}")
+            r = dict(zip(header, fields))
             if r["is_prefill"].strip().lower() not in ("false", "0") or not r["time_stats.attn_decode.median"].strip():
                 continue
             values = {}
@@ -74,17 +79,18 @@ def load(path):
 def fit(rows):
     """floor, seconds per byte and the relative errors of t = floor + bytes * s minimising
     sum(((floor + bytes * s - t) / t)^2)."""
-    # Normal equations of the weighted least squares with weight 1/t^2.
+    # Normal equations of the weighted least squares with weight 1/t^2, in MiB so that the sums
+    # stay near 1 and a singular system (every row one size) shows as a small determinant.
     s00 = sum(1 / t**2 for _, t in rows)
-    s01 = sum(b / t**2 for b, t in rows)
-    s11 = sum(b * b / t**2 for b, t in rows)
+    s01 = sum(b / MIB / t**2 for b, t in rows)
+    s11 = sum((b / MIB) ** 2 / t**2 for b, t in rows)
     r0 = sum(1 / t for _, t in rows)
-    r1 = sum(b / t for b, t in rows)
+    r1 = sum(b / MIB / t for b, t in rows)
     det = s00 * s11 - s01 * s01
-    if det <= 0:
+    if det <= 1e-9 * s00 * s11:
         sys.exit("the selected rows cannot separate a floor from a bandwidth (one size only?)")
     floor = (r0 * s11 - r1 * s01) / det
-    per_byte = (s00 * r1 - s01 * r0) / det
+    per_byte = (s00 * r1 - s01 * r0) / det / MIB
     errors = [abs(floor + b * per_byte - t) / t for b, t in rows]
     return floor, per_byte, errors
 

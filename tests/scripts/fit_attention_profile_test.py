@@ -60,6 +60,15 @@ def main():
         r = run(bad)
         if r.returncode == 0 or f"{bad}:1: n_q_head: column missing" not in r.stderr:
             failures.append(f"a missing column: rc {r.returncode}, stderr {r.stderr!r}")
+        profile(bad, "0.5,8192,64,8")  # a short row
+        r = run(bad)
+        if r.returncode == 0 or f"{bad}:36: 4 fields where the header has 12" not in r.stderr:
+            failures.append(f"a short row: rc {r.returncode}, stderr {r.stderr!r}")
+        with open(bad, "w") as f:  # every row one size: no floor can be told from a bandwidth
+            f.write(HEADER + "".join(f"{0.02 + i * 1e-4},4096,32,32,16,1,4096,4,0,512,False,FA\n" for i in range(5)))
+        r = run(bad)
+        if r.returncode == 0 or "cannot separate a floor from a bandwidth" not in r.stderr:
+            failures.append(f"one size only: rc {r.returncode}, stdout {r.stdout!r}, stderr {r.stderr!r}")
         r = run(os.path.join(d, "absent.csv"))
         if r.returncode == 0 or "absent.csv: cannot read" not in r.stderr:
             failures.append(f"a missing file: rc {r.returncode}, stderr {r.stderr!r}")
