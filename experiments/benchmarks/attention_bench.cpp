@@ -7,6 +7,9 @@
 //   build/release/bench/kvlab_bench_attention --benchmark_out=attention.json --benchmark_out_format=json
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
+#include <array>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <memory>
@@ -151,6 +154,68 @@ void BM_DecodePaged(benchmark::State& state) {
   report(state, d.kv_bytes());
 }
 
+/// Side by side, against drift: this host's read bandwidth moves by 10-20 % within seconds (other
+/// tenants of the VM's memory), so a ratio of two numbers taken seconds apart moves with it. Each
+/// of kRounds rounds runs one bandwidth pass, one contiguous decode and one paged (block 16 and 64)
+/// decode in a seeded random order, back to back on the same threads, then the same on one thread; a round's fraction is its
+/// decode rate over the mean of the bandwidth passes just before and after it. Reported: the median
+/// round and the spread (min, max) of each ratio.
+void BM_DecodeSideBySide(benchmark::State& state) {
+  constexpr int kRounds = 15;
+  DecodeData& d = data();
+  const KvView contiguous =
+      erase(ContiguousKv<half_t>{d.kptr.data(), d.vptr.data(), d.row, kHeadDim}, kKvHeads, kHeadDim);
+  const PagedCopy paged16(16), paged64(64);
+  const KvView p16 = erase(paged16.view, kKvHeads, kHeadDim), p64 = erase(paged64.view, kKvHeads, kHeadDim);
+  const AttentionParams p = d.params();
+  const auto rate = [&](const KvView& view, ThreadPool& pool) {
+    const auto t0 = std::chrono::steady_clock::now();
+    host_attention(p, view, pool);
+    benchmark::ClobberMemory();
+    return d.kv_bytes() / std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
+  const auto bandwidth = [](ThreadPool& pool) { return measure_read_bandwidth(pool, std::size_t{1} << 30, 1); };
+  std::vector<double> fraction, fraction_one, paged16_ratio, paged64_ratio, kv_rate, kv_rate_one;
+  std::mt19937_64 rng(11);
+  for (auto _ : state) {
+    ThreadPool& all = default_thread_pool();
+    (void)rate(contiguous, all);  // warm: the first call pays the threads' first touch of the chunk state
+    double bw = bandwidth(all), bw_one = bandwidth(one_thread());
+    for (int r = 0; r < kRounds; ++r) {
+      // The three views in a fresh order each round, so none always follows the bandwidth pass.
+      std::array<int, 3> order{0, 1, 2};
+      std::shuffle(order.begin(), order.end(), rng);
+      std::array<double, 3> got{};
+      for (const int i : order) got[static_cast<std::size_t>(i)] = rate(i == 0 ? contiguous : i == 1 ? p16 : p64, all);
+      const double c = got[0], c16 = got[1], c64 = got[2];
+      const double bw_next = bandwidth(all);
+      const double c_one = rate(contiguous, one_thread());
+      const double bw_one_next = bandwidth(one_thread());
+      fraction.push_back(c / ((bw + bw_next) / 2));
+      fraction_one.push_back(c_one / ((bw_one + bw_one_next) / 2));
+      paged16_ratio.push_back(c16 / c);
+      paged64_ratio.push_back(c64 / c);
+      kv_rate.push_back(c);
+      kv_rate_one.push_back(c_one);
+      bw = bw_next;
+      bw_one = bw_one_next;
+    }
+  }
+  const auto put = [&](const std::string& name, std::vector<double> x) {
+    std::sort(x.begin(), x.end());
+    state.counters[name + "_median"] = x[x.size() / 2];
+    state.counters[name + "_min"] = x.front();
+    state.counters[name + "_max"] = x.back();
+  };
+  put("fraction_of_bandwidth", fraction);
+  put("fraction_of_bandwidth_one_thread", fraction_one);
+  put("paged16_over_contiguous", paged16_ratio);
+  put("paged64_over_contiguous", paged64_ratio);
+  put("kv_bytes_per_s", kv_rate);
+  put("kv_bytes_per_s_one_thread", kv_rate_one);
+  state.counters["rounds"] = static_cast<double>(fraction.size());
+}
+
 /// Prefill: the last 256 tokens of 4 of the sequences arrive at once (causal, the first 3840 tokens
 /// cached). Reported as attention FLOP/s (QK^T and PV, 2 FLOPs per multiply-add).
 void BM_PrefillContiguous(benchmark::State& state) {
@@ -222,6 +287,7 @@ BENCHMARK(BM_MemoryReadBandwidth)->Unit(benchmark::kMillisecond)->UseRealTime()-
 BENCHMARK(BM_FmaPeakOneThread)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(1.0);
 BENCHMARK(BM_DecodeContiguous)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(2.0);
 BENCHMARK(BM_DecodeContiguousOneThread)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(2.0);
+BENCHMARK(BM_DecodeSideBySide)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(1);
 BENCHMARK(BM_PrefillContiguous)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(2.0);
 BENCHMARK(BM_DecodePaged)->RangeMultiplier(2)->Range(1, 256)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(2.0);
 
