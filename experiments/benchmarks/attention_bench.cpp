@@ -2,7 +2,8 @@
 // batch 32, context 4096, through the contiguous view and the paged view (several block sizes) on
 // the same data, and the contiguous one again on one thread. Each benchmark reports KV bytes read
 // per second and that rate as a fraction of the memory read bandwidth this binary measures at
-// start-up with the same number of threads (context: memory_read_bandwidth*).
+// start-up with the same number of threads (context: memory_read_bandwidth*); BM_DecodeSideBySide
+// takes those ratios again round by round, each decode between two bandwidth passes.
 //
 //   build/release/bench/kvlab_bench_attention --benchmark_out=attention.json --benchmark_out_format=json
 #include <benchmark/benchmark.h>
@@ -156,10 +157,10 @@ void BM_DecodePaged(benchmark::State& state) {
 
 /// Side by side, against drift: this host's read bandwidth moves by 10-20 % within seconds (other
 /// tenants of the VM's memory), so a ratio of two numbers taken seconds apart moves with it. Each
-/// of kRounds rounds runs one bandwidth pass, one contiguous decode and one paged (block 16 and 64)
-/// decode in a seeded random order, back to back on the same threads, then the same on one thread; a round's fraction is its
-/// decode rate over the mean of the bandwidth passes just before and after it. Reported: the median
-/// round and the spread (min, max) of each ratio.
+/// of kRounds rounds runs one bandwidth pass, then the contiguous, paged-16 and paged-64 decodes in
+/// a seeded random order, then another bandwidth pass, all on the same threads, then the same on
+/// one thread; a round's fraction is its decode rate over the mean of the bandwidth passes just
+/// before and after it. Reported: the median round and the spread (min, max) of each ratio.
 void BM_DecodeSideBySide(benchmark::State& state) {
   constexpr int kRounds = 15;
   DecodeData& d = data();
