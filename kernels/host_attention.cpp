@@ -43,12 +43,16 @@ constexpr int kMaxBlockRows = kLanes;
 /// The lines to request while a block computes: rows [0, nt) of head `head_off` (an element
 /// offset) of a tile, whole cache lines. A tile reads 16 rows a token stride apart per head, which
 /// the hardware prefetchers follow poorly, so attend() asks one head ahead of the computation (and
-/// for the next tile's first head during this tile's last), and tile_block() spreads the requests
-/// over the computation: the next head's K rows a few per group of scores, its V rows one per
-/// token of the V pass. Measured on the benchmark geometry (docs/kernels.md): spreading them beat
-/// issuing the head's 128 requests at once by 10 % (a burst fills the line-fill buffers and stalls
-/// the loop behind it); one head ahead beat a whole tile at once (+20 %), two heads ahead (-3 %),
-/// whole tiles ahead into L1 or L2 (-3 to -25 %) and no prefetch at all.
+/// for the next tile's first head during this tile's last), and score_block() and v_block() spread
+/// the requests over the computation: the next head's K rows a few per group of scores, its V rows
+/// one per token of the V pass. The requests bring lines into L2, not L1: the loads then hit L2,
+/// and a request held in one of L1's few line-fill buffers until memory answers no longer limits
+/// how many lines are in flight. Measured on the benchmark geometry (docs/kernels.md): spreading
+/// them beat issuing the head's 128 requests at once by 10 % (a burst fills the line-fill buffers
+/// and stalls the loop behind it); one head ahead beat a whole tile at once (+20 %), two heads
+/// ahead (-2 to -3 %), whole tiles ahead into L1 or L2 (-3 to -25 %) and no prefetch at all; into
+/// L2 beat into L1 by 4-6 % from memory (contiguous; paged-16 1 %) and cost 2-5 % with the KV
+/// already in L2.
 template <class T>
 struct PrefetchPlan {
   const T* const* k = nullptr;  // nullptr: nothing to request
@@ -62,7 +66,7 @@ inline void prefetch_rows(const T* const* rows, int j0, int j1, std::int64_t hea
   constexpr int kRowBytes = D * static_cast<int>(sizeof(T));
   for (int j = j0; j < j1; ++j) {
     const char* r = reinterpret_cast<const char*>(rows[j] + head_off);
-    for (int off = 0; off < kRowBytes; off += 64) __builtin_prefetch(r + off, 0, 3);
+    for (int off = 0; off < kRowBytes; off += 64) __builtin_prefetch(r + off, 0, 2);  // prefetcht1: into L2
   }
 }
 
@@ -130,7 +134,7 @@ struct ChunkState {
 /// skip each row's invisible tokens instead of weighting them 0, so nothing a row must not see
 /// (not even a NaN) reaches it.
 template <class T, int D, int RB, bool kRagged>
-void accumulate_v(float* acc, const float (&w)[RB][kTile], const float* corr, const int* live, int jv,
+void accumulate_v(float* acc, const float (*w)[kTile], const float* corr, const int* live, int jv,
                   const T* const* vt, std::int64_t head_off, const PrefetchPlan<T>& pf) {
   constexpr int kChunks = D / kLanes;
   constexpr int CP = std::min(kChunks, kLanes / RB);
@@ -167,18 +171,28 @@ void row_maxima(const vec (&s)[RB], float (&out)[RB]) {
   }
 }
 
-/// One tile of `nt` tokens (from tbase) for one row block of RB slots.
+/// One row block's weights for one tile, from its score pass to its V pass: the softmax
+/// numerators, each row's rescaling of its accumulators and how many of the tile's tokens it sees.
+struct TileWeights {
+  alignas(64) float w[kMaxBlockRows][kTile];
+  float corr[kMaxBlockRows];
+  int live[kMaxBlockRows];
+  int jv;  ///< tokens any row of the block sees in this tile
+  bool ragged;
+};
+
+/// The score pass and online softmax of one tile of `nt` tokens (from tbase) for one row block of
+/// RB slots: updates the rows' running max and sum and leaves the weights in `tw` for v_block.
 template <class T, int D, int RB>
-void tile_block(ChunkState& st, const RowBlock& b, const T* const* kt, const T* const* vt, std::int64_t head_off,
-                int nt, std::int64_t tbase, const PrefetchPlan<T>& pf) {
+void score_block(ChunkState& st, const RowBlock& b, const T* const* kt, std::int64_t head_off, int nt,
+                 std::int64_t tbase, const PrefetchPlan<T>& pf, TileWeights& tw) {
   constexpr int kChunks = D / kLanes;
   constexpr int KB = kLanes / RB;  // keys per group of 16 dot products
   const float* q = st.q.data() + static_cast<std::size_t>(b.first_slot) * D;
-  float* acc = st.acc.data() + static_cast<std::size_t>(b.first_slot) * D;
   float* m = st.m.data() + b.first_slot;
   float* l = st.l.data() + static_cast<std::size_t>(b.first_slot) * kLanes;
   const std::int64_t* visible = st.visible.data() + b.first_slot;
-  alignas(64) float w[RB][kTile];
+  float (*w)[kTile] = tw.w;
 
   // Scores: accumulator r * KB + k is row r against key j0 + k.
   for (int j0 = 0; j0 < nt; j0 += KB) {
@@ -202,55 +216,82 @@ void tile_block(ChunkState& st, const RowBlock& b, const T* const* kt, const T* 
   // Online softmax, one vector per row; masked (not yet visible) tokens weigh exactly zero.
   vec lane;
   for (int i = 0; i < kLanes; ++i) lane[i] = static_cast<float>(i);
-  int live[RB];
-  float corr[RB];  // this tile's rescaling of each row's accumulators
-  int jv = 0;  // tokens any row of the block sees in this tile
-  bool ragged = false;
+  tw.jv = 0;
+  tw.ragged = false;
   vec s[RB];
   for (int r = 0; r < RB; ++r) {
-    live[r] = static_cast<int>(std::clamp<std::int64_t>(visible[r] - tbase, 0, nt));
-    ragged = ragged || live[r] != live[0];
-    jv = std::max(jv, live[r]);
-    s[r] = lane < static_cast<float>(live[r]) ? simd::loadv(w[r]) : simd::splat(-std::numeric_limits<float>::infinity());
+    tw.live[r] = static_cast<int>(std::clamp<std::int64_t>(visible[r] - tbase, 0, nt));
+    tw.ragged = tw.ragged || tw.live[r] != tw.live[0];
+    tw.jv = std::max(tw.jv, tw.live[r]);
+    s[r] = lane < static_cast<float>(tw.live[r]) ? simd::loadv(w[r]) : simd::splat(-std::numeric_limits<float>::infinity());
   }
   float tile_max[RB];
   row_maxima<RB>(s, tile_max);
   for (int r = 0; r < RB; ++r) {
-    if (live[r] == 0) {
+    if (tw.live[r] == 0) {
       simd::storev(w[r], simd::splat(0.f));
-      corr[r] = 1.f;
+      tw.corr[r] = 1.f;
       continue;
     }
-    const auto is_live = lane < static_cast<float>(live[r]);
+    const auto is_live = lane < static_cast<float>(tw.live[r]);
     const float mx = std::max(m[r], tile_max[r]);
     const vec e = is_live ? simd::exp(s[r] - mx) : simd::splat(0.f);
     // Once the running max settles (most tiles), nothing needs rescaling. A NaN score never
     // becomes the max (std::max keeps m, vmax keeps the other lane); it reaches the output
     // through e = exp(NaN - mx) below.
-    corr[r] = mx == m[r] ? 1.f : std::exp(m[r] - mx);
+    tw.corr[r] = mx == m[r] ? 1.f : std::exp(m[r] - mx);
     // The sum stays a vector of per-lane partial sums, reduced once when the chunk finishes.
-    simd::storev(l + r * kLanes, simd::loadv(l + r * kLanes) * corr[r] + e);
+    simd::storev(l + r * kLanes, simd::loadv(l + r * kLanes) * tw.corr[r] + e);
     m[r] = mx;
     simd::storev(w[r], e);
   }
-  if (ragged) {
-    accumulate_v<T, D, RB, true>(acc, w, corr, live, jv, vt, head_off, pf);
+}
+
+/// The V pass of one tile for one row block, with the weights its score pass left.
+template <class T, int D, int RB>
+void v_block(ChunkState& st, const RowBlock& b, const T* const* vt, std::int64_t head_off, const TileWeights& tw,
+             const PrefetchPlan<T>& pf) {
+  float* acc = st.acc.data() + static_cast<std::size_t>(b.first_slot) * D;
+  if (tw.ragged) {
+    accumulate_v<T, D, RB, true>(acc, tw.w, tw.corr, tw.live, tw.jv, vt, head_off, pf);
   } else {
-    accumulate_v<T, D, RB, false>(acc, w, corr, live, jv, vt, head_off, pf);
+    accumulate_v<T, D, RB, false>(acc, tw.w, tw.corr, tw.live, tw.jv, vt, head_off, pf);
   }
 }
 
 template <class T, int D>
-void dispatch_block(ChunkState& st, const RowBlock& b, const T* const* kt, const T* const* vt, std::int64_t head_off,
-                    int nt, std::int64_t tbase, const PrefetchPlan<T>& pf) {
+void dispatch_score(ChunkState& st, const RowBlock& b, const T* const* kt, std::int64_t head_off, int nt,
+                    std::int64_t tbase, const PrefetchPlan<T>& pf, TileWeights& tw) {
   switch (b.rb) {
-    case 1: return tile_block<T, D, 1>(st, b, kt, vt, head_off, nt, tbase, pf);
-    case 2: return tile_block<T, D, 2>(st, b, kt, vt, head_off, nt, tbase, pf);
-    case 4: return tile_block<T, D, 4>(st, b, kt, vt, head_off, nt, tbase, pf);
-    case 8: return tile_block<T, D, 8>(st, b, kt, vt, head_off, nt, tbase, pf);
-    default: return tile_block<T, D, 16>(st, b, kt, vt, head_off, nt, tbase, pf);
+    case 1: return score_block<T, D, 1>(st, b, kt, head_off, nt, tbase, pf, tw);
+    case 2: return score_block<T, D, 2>(st, b, kt, head_off, nt, tbase, pf, tw);
+    case 4: return score_block<T, D, 4>(st, b, kt, head_off, nt, tbase, pf, tw);
+    case 8: return score_block<T, D, 8>(st, b, kt, head_off, nt, tbase, pf, tw);
+    default: return score_block<T, D, 16>(st, b, kt, head_off, nt, tbase, pf, tw);
   }
 }
+
+template <class T, int D>
+void dispatch_v(ChunkState& st, const RowBlock& b, const T* const* vt, std::int64_t head_off, const TileWeights& tw,
+                const PrefetchPlan<T>& pf) {
+  switch (b.rb) {
+    case 1: return v_block<T, D, 1>(st, b, vt, head_off, tw, pf);
+    case 2: return v_block<T, D, 2>(st, b, vt, head_off, tw, pf);
+    case 4: return v_block<T, D, 4>(st, b, vt, head_off, tw, pf);
+    case 8: return v_block<T, D, 8>(st, b, vt, head_off, tw, pf);
+    default: return v_block<T, D, 16>(st, b, vt, head_off, tw, pf);
+  }
+}
+
+/// A block's V pass waiting for the next block's score pass to be issued ahead of it.
+template <class T>
+struct PendingV {
+  const RowBlock* block = nullptr;  // nullptr: none
+  const T* const* vt = nullptr;
+  std::int64_t head_off = 0;
+  PrefetchPlan<T> pf;
+  const TileWeights* tw = nullptr;
+};
 
 /// Where a task's rows go: every head's rows cut into blocks of up to 16.
 std::vector<RowBlock> row_blocks(int kh0, int nh, int rows_per_head, std::int64_t len, int n, int group) {
@@ -310,8 +351,11 @@ void attend(const AttentionParams& p, const View& kv, int s, int kh0, int nh, Ch
   st.m.resize(kSlots);
   st.l.resize(static_cast<std::size_t>(kSlots) * kLanes);
   st.visible.resize(kSlots);
-  const T* kt[kTile];
-  const T* vt[kTile];
+  // Three tiles' addresses: the one computing, the next (requested ahead), and the previous one,
+  // whose last block's V pass may still be pending.
+  const T* ks[3][kTile];
+  const T* vs[3][kTile];
+  TileWeights weights[2];  // the pending block's and the one being scored
   for (std::size_t first = 0; first < blocks.size();) {
     std::size_t last = first;
     for (int slots = 0; last < blocks.size() && slots + blocks[last].rb <= kSlots; ++last) slots += blocks[last].rb;
@@ -319,16 +363,24 @@ void attend(const AttentionParams& p, const View& kv, int s, int kh0, int nh, Ch
     start_chunk<D>(p, s, chunk, st);
     std::int64_t max_visible = 0;
     for (const RowBlock& b : chunk) max_visible = std::max(max_visible, b.max_visible);
-    // One head ahead (PrefetchPlan): the next tile's addresses are needed during this tile's last head.
-    const T* nkt[kTile];
-    const T* nvt[kTile];
     const auto token_bytes = static_cast<std::uintptr_t>(kv.token_stride) * sizeof(T);
     const int touch_step = static_cast<int>(std::max<std::uintptr_t>(1, 4096 / std::max<std::uintptr_t>(1, token_bytes)));
+    int cur = 0;
     int nt = static_cast<int>(std::min<std::int64_t>(kTile, max_visible));
-    tile_tokens(kv, s, 0, nt, kt, vt);
-    prefetch_rows<T, D>(kt, 0, nt, chunk.front().head * kv.head_stride);
-    prefetch_rows<T, D>(vt, 0, nt, chunk.front().head * kv.head_stride);
+    tile_tokens(kv, s, 0, nt, ks[cur], vs[cur]);
+    prefetch_rows<T, D>(ks[cur], 0, nt, chunk.front().head * kv.head_stride);
+    prefetch_rows<T, D>(vs[cur], 0, nt, chunk.front().head * kv.head_stride);
+    // Each block's score pass and softmax are issued before the previous block's V pass, so that
+    // the V pass's FMAs never wait on the softmax's chain of dependent operations and the next
+    // block's score pass never waits behind them (software pipelining, docs/kernels.md).
+    PendingV<T> pending;
+    int next_weights = 0;
     for (std::int64_t t = 0; t < max_visible; t += kTile) {
+      const T* const* kt = ks[cur];
+      const T* const* vt = vs[cur];
+      const int nxt = (cur + 1) % 3;
+      const T** nkt = ks[nxt];
+      const T** nvt = vs[nxt];
       const std::int64_t next = t + kTile;
       const int next_nt = next < max_visible ? static_cast<int>(std::min<std::int64_t>(kTile, max_visible - next)) : 0;
       if (next_nt > 0) tile_tokens(kv, s, next, next_nt, nkt, nvt);
@@ -352,17 +404,24 @@ void attend(const AttentionParams& p, const View& kv, int s, int kh0, int nh, Ch
           pf = {nkt, nvt, next_nt, chunk.front().head * kv.head_stride};
         }
         if (b.max_visible > t) {
-          dispatch_block<T, D>(st, b, kt, vt, b.head * kv.head_stride, nt, t, pf);
+          TileWeights& tw = weights[next_weights];
+          const std::int64_t head_off = b.head * kv.head_stride;
+          dispatch_score<T, D>(st, b, kt, head_off, nt, t, pf, tw);
+          if (pending.block != nullptr)
+            dispatch_v<T, D>(st, *pending.block, pending.vt, pending.head_off, *pending.tw, pending.pf);
+          pending = {&b, vt, head_off, pf, &tw};
+          next_weights ^= 1;
         } else if (pf.k != nullptr) {  // nothing to compute here (causal): request them at once
           prefetch_rows<T, D>(pf.k, 0, pf.nt, pf.head_off);
           prefetch_rows<T, D>(pf.v, 0, pf.nt, pf.head_off);
         }
       }
       if (next_nt == 0) break;
-      std::copy_n(nkt, kTile, kt);
-      std::copy_n(nvt, kTile, vt);
+      cur = nxt;
       nt = next_nt;
     }
+    if (pending.block != nullptr)
+      dispatch_v<T, D>(st, *pending.block, pending.vt, pending.head_off, *pending.tw, pending.pf);
     finish_chunk<D>(p, s, chunk, st);
     first = last;
   }

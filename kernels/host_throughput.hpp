@@ -5,11 +5,34 @@
 // model file (experiments/calibrate.hpp).
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
+#include <memory>
 #include <vector>
 
 #include "kernels/thread_pool.hpp"
 
 namespace kvlab {
+
+/// A buffer of `bytes` (huge-page backed like the benchmarks' KV caches), first touched by the
+/// threads of `pool` that will read it, and read again on every call. Benchmarks that take the
+/// bandwidth between kernel runs (attention_bench's side-by-side rounds) hold one, so that a pass
+/// costs one read of the buffer and not an allocation and a first touch as well.
+class ReadBandwidthProbe {
+ public:
+  ReadBandwidthProbe(ThreadPool& pool, std::size_t bytes);
+
+  /// Bytes/s of each of `reps` parallel streaming reads (a sum of floats) over the buffer.
+  [[nodiscard]] std::vector<double> samples(int reps);
+  /// The best of samples(reps) (the benchmarks' convention).
+  [[nodiscard]] double best(int reps);
+
+  [[nodiscard]] std::size_t bytes() const { return n_ * sizeof(float); }
+
+ private:
+  ThreadPool* pool_;
+  std::size_t n_;  // floats read per pass: bytes rounded down to whole 512-byte groups
+  std::unique_ptr<float[], decltype(&std::free)> data_;
+};
 
 /// Bytes/s of each of `reps` parallel streaming reads (a sum of floats) over `bytes` of memory,
 /// using every thread of `pool`. The buffer is first touched by the threads that read it, outside
