@@ -8,10 +8,11 @@
 //     whole GQA group in decode), then one transposed reduction for all 16;
 //   * online softmax on the tile's 16 scores of a row as one vector (vectorised exp);
 //   * V converted in registers and accumulated into registers, 16 accumulators at a time;
-// and the next head's K and V lines are requested while one head computes, spread over its
-// computation. No fp32 copy of K or V is ever made. The FMA ceiling is about four times the
-// memory's on the 2-core AVX-512 benchmark host; what limits the kernel is how many cache lines
-// it keeps in flight (docs/kernels.md).
+// software-pipelined: a block's scores and softmax are issued before the previous block's V pass,
+// so the V pass never waits on the softmax's chain of dependent operations. The next head's K and
+// V lines are requested into L2 while one head computes, spread over its computation. No fp32 copy
+// of K or V is ever made. From memory the kernel is limited by how many cache lines a core keeps
+// in flight, not by its arithmetic (docs/kernels.md).
 #include <algorithm>
 #include <bit>
 #include <cmath>
