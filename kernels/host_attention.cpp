@@ -51,7 +51,7 @@ constexpr int kMaxBlockRows = kLanes;
 /// how many lines are in flight. Measured on the benchmark geometry (docs/kernels.md): spreading
 /// them beat issuing the head's 128 requests at once by 10 % (a burst fills the line-fill buffers
 /// and stalls the loop behind it); one head ahead beat a whole tile at once (+20 %), two heads
-/// ahead (-2 to -3 %), whole tiles ahead into L1 or L2 (-3 to -25 %) and no prefetch at all; into
+/// ahead (-3 %; into L2 -1.7 %), whole tiles ahead into L1 or L2 (-3 to -25 %) and no prefetch at all; into
 /// L2 beat into L1 by 4-6 % from memory (contiguous; paged-16 1 %) and cost 2-5 % with the KV
 /// already in L2.
 template <class T>

@@ -13,8 +13,9 @@
 
 namespace kvlab {
 
-/// A buffer of `bytes` (huge-page backed like the benchmarks' KV caches), first touched by the
-/// threads of `pool` that will read it, and read again on every call. Benchmarks that take the
+/// A buffer of `bytes` (rounded down to whole 512-byte groups; under 512 throws InvalidArgument),
+/// huge-page backed like the benchmarks' KV caches, first touched by the threads of `pool` (one
+/// socket: which thread touches which page does not matter), and read again on every call. Benchmarks that take the
 /// bandwidth between kernel runs (attention_bench's side-by-side rounds) hold one, so that a pass
 /// costs one read of the buffer and not an allocation and a first touch as well.
 class ReadBandwidthProbe {
@@ -34,9 +35,9 @@ class ReadBandwidthProbe {
   std::unique_ptr<float[], decltype(&std::free)> data_;
 };
 
-/// Bytes/s of each of `reps` parallel streaming reads (a sum of floats) over `bytes` of memory,
-/// using every thread of `pool`. The buffer is first touched by the threads that read it, outside
-/// the timing.
+/// Bytes/s of each of `reps` parallel streaming reads (a sum of floats) over a fresh
+/// ReadBandwidthProbe of `bytes` (so under 512 bytes throws InvalidArgument), using every thread of
+/// `pool`. The buffer is first touched outside the timing.
 [[nodiscard]] std::vector<double> measure_read_bandwidth_samples(ThreadPool& pool, std::size_t bytes, int reps);
 
 /// The best of measure_read_bandwidth_samples (the benchmarks' convention).

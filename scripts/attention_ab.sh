@@ -4,6 +4,7 @@
 # experiments/benchmarks/attention_ab.cpp for the cases and why (this host's bandwidth drifts too
 # much for two separate benchmark runs to resolve a 5 % change).
 set -euo pipefail
+caller="$PWD"
 cd "$(dirname "$0")/.."
 
 usage() {
@@ -20,7 +21,7 @@ Both builds compile against the working tree's headers, so BASE must be a revisi
 host_attention.cpp still compiles against them.
 
 options:
-  --build DIR     a configured and built kvlab build directory [default build/release]
+  --build DIR     a configured and built kvlab build directory [default the repository's build/release]
   --rounds N      rounds per case [default 21]
   --quick         small shapes and few rounds: checks that it runs, not speed (CI)
   --keep DIR      build in DIR and keep it (default: a temporary directory, removed afterwards)
@@ -32,7 +33,7 @@ examples:
 EOF
 }
 
-base=HEAD build=build/release rounds=21 quick="" keep=""
+base=HEAD build="" rounds=21 quick="" keep=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --build) build="${2:?--build needs a directory}"; shift 2 ;;
@@ -45,6 +46,10 @@ while [ $# -gt 0 ]; do
   esac
 done
 [[ "$rounds" =~ ^[1-9][0-9]*$ ]] || { echo "attention_ab: --rounds: '$rounds' is not a positive integer" >&2; exit 2; }
+# --build and --keep are relative to where the script was called from; the default build is the
+# repository's build/release.
+if [ -z "$build" ]; then build="$PWD/build/release"; else case "$build" in /*) ;; *) build="$caller/$build" ;; esac; fi
+if [ -n "$keep" ]; then case "$keep" in /*) ;; *) keep="$caller/$keep" ;; esac; fi
 db="$build/compile_commands.json"
 [ -f "$db" ] || { echo "attention_ab: $db not found: configure and build first (scripts/setup.sh)" >&2; exit 1; }
 for lib in kernels/libkvlab_kernels.a alloc/libkvlab_alloc.a; do
@@ -56,7 +61,7 @@ mapfile -d '' compile < <(python3 - "$db" <<'PY'
 import json, shlex, sys
 for e in json.load(open(sys.argv[1])):
     if e["file"].endswith("kernels/host_attention.cpp"):
-        args = shlex.split(e["command"])
+        args = e["arguments"] if "arguments" in e else shlex.split(e["command"])
         out, skip = [], False
         for a in args:
             if skip: skip = False; continue
@@ -69,16 +74,22 @@ else:
 PY
 )
 [ "${#compile[@]}" -gt 0 ] || exit 1
-libs=$(sed -n '/^build bench\/kvlab_bench_attention:/,/^$/s/^ *LINK_LIBRARIES = //p' "$build/build.ninja" 2>/dev/null || true)
+# The build's link line for the attention benchmark: libraries, search path and linker flags.
+block=$(sed -n '/^build bench\/kvlab_bench_attention:/,/^$/p' "$build/build.ninja" 2>/dev/null || true)
+libs=$(sed -n 's/^ *LINK_LIBRARIES = //p' <<< "$block")
 [ -n "$libs" ] || { echo "attention_ab: no link line for kvlab_bench_attention in $build/build.ninja (a Ninja build with benchmarks is needed)" >&2; exit 1; }
 link=()
-for l in $libs; do  # the build's own libraries are named relative to the build directory
-  case "$l" in -*|/*) link+=("$l") ;; *) link+=("$build/$l") ;; esac
+set -f  # the link line is split on spaces, never globbed
+for l in $(sed -n 's/^ *LINK_FLAGS = //p' <<< "$block") $(sed -n 's/^ *LINK_PATH = //p' <<< "$block") $libs; do
+  case "$l" in -*|/*) link+=("$l") ;; *) link+=("$build/$l") ;; esac  # the build's own libraries are relative to it
 done
+set +f
 
 if [ -n "$keep" ]; then work="$keep"; mkdir -p "$work"; else work=$(mktemp -d); trap 'rm -rf "$work"' EXIT; fi
-git show "$base:kernels/host_attention.cpp" > "$work/host_attention_a.cpp" ||
-  { echo "attention_ab: no kernels/host_attention.cpp at revision '$base'" >&2; exit 1; }
+if ! git show "$base:kernels/host_attention.cpp" > "$work/host_attention_a.cpp" 2> "$work/git.err"; then
+  echo "attention_ab: no kernels/host_attention.cpp at revision '$base': $(head -n1 "$work/git.err")" >&2
+  exit 1
+fi
 cp kernels/host_attention.cpp "$work/host_attention_b.cpp"
 
 echo "# A: kernels/host_attention.cpp at $(git rev-parse --short "$base"); B: the working tree ($(git rev-parse --short HEAD)$(git diff --quiet HEAD -- kernels/host_attention.cpp || echo ' + uncommitted changes'))"
@@ -92,7 +103,7 @@ echo "# command: scripts/attention_ab.sh $base --build $build --rounds $rounds $
 failed=0
 for p in $pa $pb $pd; do wait "$p" || failed=1; done
 [ "$failed" = 0 ] || { echo "attention_ab: compiling failed (see above)" >&2; exit 1; }
-# The build's own flags (sanitizers included) link the objects with the build's libraries.
+# The build's compile flags and link line (its sanitizer flags included) link the objects.
 "${compile[@]}" "$work/driver.o" "$work/a.o" "$work/b.o" -o "$work/attention_ab" "${link[@]}"
 "$work/attention_ab" --rounds "$rounds" $quick
 echo "# load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
