@@ -30,6 +30,7 @@
 #include "kernels/host_throughput.hpp"
 #include "kernels/huge_pages.hpp"
 #include "kernels/kv_view.hpp"
+#include "kernels/shuffled_block_pool.hpp"
 
 namespace kvlab {
 
@@ -274,27 +275,23 @@ struct DecodeData {
 /// The same KV as a shuffled block pool with block tables (the paged backend's view), where the
 /// target's kernels read it.
 struct PagedCopy {
-  std::vector<half_t, HugePageAllocator<half_t>> k, v;
-  std::vector<std::int32_t> table;
+  ShuffledBlockPool<half_t> pool;
   StagedArrays staged;
   PagedKv<half_t> view;
-  PagedCopy(const Target& target, const DecodeData& d, int block_size) : staged(target.device_memory()) {
-    const int per_seq = (d.context + block_size - 1) / block_size;
-    table.resize(static_cast<std::size_t>(per_seq) * d.batch);
-    std::iota(table.begin(), table.end(), 0);
-    std::shuffle(table.begin(), table.end(), std::mt19937_64(7));
-    const std::int64_t bstride = block_size * kRow;
-    k.resize(table.size() * static_cast<std::size_t>(bstride));
-    v.resize(k.size());
-    for (int s = 0; s < d.batch; ++s)
-      for (int t = 0; t < d.context; ++t) {
-        const std::int64_t dst = table[static_cast<std::size_t>(s) * per_seq + t / block_size] * bstride + (t % block_size) * kRow;
-        const std::int64_t src = (static_cast<std::int64_t>(s) * d.context + t) * kRow;
-        std::copy_n(&d.k[static_cast<std::size_t>(src)], kRow, &k[static_cast<std::size_t>(dst)]);
-        std::copy_n(&d.v[static_cast<std::size_t>(src)], kRow, &v[static_cast<std::size_t>(dst)]);
-      }
-    view = {staged.put(std::span(k)), staged.put(std::span(v)), staged.put(std::span(table)), per_seq, block_size,
-            bstride, kRow, kHeadDim};
+  PagedCopy(const Target& target, const DecodeData& d, int block_size)
+      : pool(sequence_starts(d.k, d).data(), sequence_starts(d.v, d).data(), d.batch, d.context, kRow, block_size),
+        staged(target.device_memory()) {
+    view = {staged.put(std::span(pool.k)), staged.put(std::span(pool.v)), staged.put(std::span(pool.table)),
+            pool.blocks_per_seq, block_size, pool.block_stride(), kRow, kHeadDim};
+  }
+
+ private:
+  /// The host address of each sequence's first token in `x` (d's host arrays).
+  static std::vector<const half_t*> sequence_starts(const std::vector<half_t, HugePageAllocator<half_t>>& x,
+                                                    const DecodeData& d) {
+    std::vector<const half_t*> starts;
+    for (int s = 0; s < d.batch; ++s) starts.push_back(x.data() + static_cast<std::size_t>(s) * d.context * kRow);
+    return starts;
   }
 };
 

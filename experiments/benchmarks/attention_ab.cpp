@@ -31,6 +31,7 @@
 #include "kernels/attention.hpp"
 #include "kernels/huge_pages.hpp"
 #include "kernels/kv_view.hpp"
+#include "kernels/shuffled_block_pool.hpp"
 
 namespace kvlab {
 void host_attention_a(const AttentionParams& p, const KvView& kv, ThreadPool& pool);
@@ -74,27 +75,10 @@ struct Cache {
 
 /// The same cache as a block pool of `block_size` tokens per block, blocks in a shuffled order.
 struct PagedCache {
-  HalfVector k, v;
-  std::vector<std::int32_t> table;
-  PagedKv<half_t> kv;
-
-  PagedCache(const Cache& c, int block_size) {
-    const int per_seq = (c.context + block_size - 1) / block_size;
-    table.resize(static_cast<std::size_t>(per_seq) * c.batch);
-    for (std::size_t i = 0; i < table.size(); ++i) table[i] = static_cast<std::int32_t>(i);
-    std::shuffle(table.begin(), table.end(), std::mt19937_64(7));
-    const std::int64_t stride = block_size * kRow;
-    k.resize(table.size() * static_cast<std::size_t>(stride));
-    v.resize(k.size());
-    for (int s = 0; s < c.batch; ++s)
-      for (int t = 0; t < c.context; ++t) {
-        const std::int64_t dst = table[static_cast<std::size_t>(s * per_seq + t / block_size)] * stride + (t % block_size) * kRow;
-        std::copy_n(c.kptr[s] + t * kRow, kRow, &k[static_cast<std::size_t>(dst)]);
-        std::copy_n(c.vptr[s] + t * kRow, kRow, &v[static_cast<std::size_t>(dst)]);
-      }
-    kv = {k.data(), v.data(), table.data(), per_seq, block_size, stride, kRow, kHeadDim};
-  }
-  [[nodiscard]] KvView view() const { return erase(kv, kKvHeads, kHeadDim); }
+  ShuffledBlockPool<half_t> pool;
+  PagedCache(const Cache& c, int block_size)
+      : pool(c.kptr.data(), c.vptr.data(), c.batch, c.context, kRow, block_size) {}
+  [[nodiscard]] KvView view() { return erase(pool.view(kHeadDim), kKvHeads, kHeadDim); }
 };
 
 /// Queries and outputs for `tokens` query tokens (one per sequence in decode).
@@ -206,7 +190,7 @@ void run_all(int rounds, bool quick) {
   {
     const Cache c(quick ? 5 : 32, quick ? 300 : 4096);
     Queries qs(c.batch);
-    const PagedCache paged(c, 16);
+    PagedCache paged(c, 16);
     const AttentionParams p = params(c, qs, c.batch);
     run_case({"decode, memory, all", p, c.view(), &all, &qs, 1, c.bytes(), "GB/s"}, rounds, rng);
     run_case({"decode, memory, 1 thread", p, c.view(), &one, &qs, 1, c.bytes(), "GB/s"}, rounds, rng);

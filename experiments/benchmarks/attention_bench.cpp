@@ -23,6 +23,7 @@
 #include "kernels/huge_pages.hpp"
 #include "kernels/attention.hpp"
 #include "kernels/kv_view.hpp"
+#include "kernels/shuffled_block_pool.hpp"
 
 namespace {
 
@@ -81,29 +82,12 @@ DecodeData& data() {
   return d;
 }
 
+/// The same KV as a block pool in shuffled order (kernels/shuffled_block_pool.hpp).
 struct PagedCopy {
-  std::vector<half_t, HugePageAllocator<half_t>> k, v;
-  std::vector<std::int32_t> table;
+  ShuffledBlockPool<half_t> pool;
   PagedKv<half_t> view;
-  explicit PagedCopy(int block_size) {
-    DecodeData& d = data();
-    const int per_seq = (kContext + block_size - 1) / block_size;
-    const int blocks = per_seq * kBatch;
-    std::vector<std::int32_t> order(blocks);
-    std::iota(order.begin(), order.end(), 0);
-    std::shuffle(order.begin(), order.end(), std::mt19937_64(7));
-    table = order;
-    const std::int64_t bstride = block_size * d.row;
-    k.resize(static_cast<std::size_t>(blocks) * bstride);
-    v.resize(k.size());
-    for (int s = 0; s < kBatch; ++s)
-      for (int t = 0; t < kContext; ++t) {
-        const std::int64_t dst = table[s * per_seq + t / block_size] * bstride + (t % block_size) * d.row;
-        std::copy_n(d.kptr[s] + t * d.row, d.row, &k[dst]);
-        std::copy_n(d.vptr[s] + t * d.row, d.row, &v[dst]);
-      }
-    view = {k.data(), v.data(), table.data(), per_seq, block_size, bstride, d.row, kHeadDim};
-  }
+  explicit PagedCopy(int block_size)
+      : pool(data().kptr.data(), data().vptr.data(), kBatch, kContext, data().row, block_size), view(pool.view(kHeadDim)) {}
 };
 
 void report(benchmark::State& state, double bytes, double bandwidth = g_bandwidth) {
