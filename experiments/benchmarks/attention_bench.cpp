@@ -139,17 +139,24 @@ void BM_DecodePaged(benchmark::State& state) {
 
 /// Side by side, against drift: this host's read bandwidth moves by 10-20 % within seconds (other
 /// tenants of the VM's memory), so a ratio of two numbers taken seconds apart moves with it. Each
-/// of kRounds rounds runs one bandwidth pass, then the contiguous, paged-16 and paged-64 decodes in
-/// a seeded random order, then another bandwidth pass, all on the same threads, then the same on
-/// one thread; a round's fraction is its decode rate over the mean of the bandwidth passes just
-/// before and after it. Reported: the median round and the spread (min, max) of each ratio.
+/// of kRounds rounds runs one bandwidth pass, then the contiguous decode and the paged decodes at
+/// every block size of kSideBySideBlocks (issue 16's goal covers blocks of 16 and more) in a seeded
+/// random order, then another bandwidth pass, all on the same threads, then the same on one
+/// thread; a round's fraction is its decode rate over the mean of the bandwidth passes just before
+/// and after it. Reported: the median round and the spread (min, max) of each ratio.
+constexpr std::array<int, 4> kSideBySideBlocks{16, 32, 64, 128};
+
 void BM_DecodeSideBySide(benchmark::State& state) {
   constexpr int kRounds = 15;
+  constexpr std::size_t kViews = 1 + kSideBySideBlocks.size();  // view 0 contiguous, then paged
   DecodeData& d = data();
-  const KvView contiguous =
-      erase(ContiguousKv<half_t>{d.kptr.data(), d.vptr.data(), d.row, kHeadDim}, kKvHeads, kHeadDim);
-  const PagedCopy paged16(16), paged64(64);
-  const KvView p16 = erase(paged16.view, kKvHeads, kHeadDim), p64 = erase(paged64.view, kKvHeads, kHeadDim);
+  std::vector<std::unique_ptr<PagedCopy>> paged;
+  std::array<KvView, kViews> views{};
+  views[0] = erase(ContiguousKv<half_t>{d.kptr.data(), d.vptr.data(), d.row, kHeadDim}, kKvHeads, kHeadDim);
+  for (std::size_t i = 0; i < kSideBySideBlocks.size(); ++i) {
+    paged.push_back(std::make_unique<PagedCopy>(kSideBySideBlocks[i]));
+    views[i + 1] = erase(paged.back()->view, kKvHeads, kHeadDim);
+  }
   const AttentionParams p = d.params();
   const auto rate = [&](const KvView& view, ThreadPool& pool) {
     const auto t0 = std::chrono::steady_clock::now();
@@ -160,26 +167,27 @@ void BM_DecodeSideBySide(benchmark::State& state) {
   // One buffer per pool, touched once: a pass reads 1 GiB and allocates nothing.
   ReadBandwidthProbe probe_all(default_thread_pool(), std::size_t{1} << 30), probe_one(one_thread(), std::size_t{1} << 30);
   const auto bandwidth = [&](ThreadPool& pool) { return (&pool == &one_thread() ? probe_one : probe_all).best(1); };
-  std::vector<double> fraction, fraction_one, paged16_ratio, paged64_ratio, kv_rate, kv_rate_one;
+  std::vector<double> fraction, fraction_one, kv_rate, kv_rate_one;
+  std::array<std::vector<double>, kSideBySideBlocks.size()> paged_ratio;
   std::mt19937_64 rng(11);
   for (auto _ : state) {
     ThreadPool& all = default_thread_pool();
-    (void)rate(contiguous, all);  // warm: the first call pays the threads' first touch of the chunk state
+    (void)rate(views[0], all);  // warm: the first call pays the threads' first touch of the chunk state
     double bw = bandwidth(all), bw_one = bandwidth(one_thread());
     for (int r = 0; r < kRounds; ++r) {
-      // The three views in a fresh order each round, so none always follows the bandwidth pass.
-      std::array<int, 3> order{0, 1, 2};
+      // The views in a fresh order each round, so none always follows the bandwidth pass.
+      std::array<std::size_t, kViews> order{};
+      std::iota(order.begin(), order.end(), std::size_t{0});
       std::shuffle(order.begin(), order.end(), rng);
-      std::array<double, 3> got{};
-      for (const int i : order) got[static_cast<std::size_t>(i)] = rate(i == 0 ? contiguous : i == 1 ? p16 : p64, all);
-      const double c = got[0], c16 = got[1], c64 = got[2];
+      std::array<double, kViews> got{};
+      for (const std::size_t i : order) got[i] = rate(views[i], all);
+      const double c = got[0];
       const double bw_next = bandwidth(all);
-      const double c_one = rate(contiguous, one_thread());
+      const double c_one = rate(views[0], one_thread());
       const double bw_one_next = bandwidth(one_thread());
       fraction.push_back(c / ((bw + bw_next) / 2));
       fraction_one.push_back(c_one / ((bw_one + bw_one_next) / 2));
-      paged16_ratio.push_back(c16 / c);
-      paged64_ratio.push_back(c64 / c);
+      for (std::size_t i = 0; i < kSideBySideBlocks.size(); ++i) paged_ratio[i].push_back(got[i + 1] / c);
       kv_rate.push_back(c);
       kv_rate_one.push_back(c_one);
       bw = bw_next;
@@ -194,8 +202,8 @@ void BM_DecodeSideBySide(benchmark::State& state) {
   };
   put("fraction_of_bandwidth", fraction);
   put("fraction_of_bandwidth_one_thread", fraction_one);
-  put("paged16_over_contiguous", paged16_ratio);
-  put("paged64_over_contiguous", paged64_ratio);
+  for (std::size_t i = 0; i < kSideBySideBlocks.size(); ++i)
+    put("paged" + std::to_string(kSideBySideBlocks[i]) + "_over_contiguous", paged_ratio[i]);
   put("kv_bytes_per_s", kv_rate);
   put("kv_bytes_per_s_one_thread", kv_rate_one);
   state.counters["rounds"] = static_cast<double>(fraction.size());
