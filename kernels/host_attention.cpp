@@ -385,19 +385,17 @@ void attend(const AttentionParams& p, const View& kv, int s, int kh0, int nh, Ch
       const std::int64_t next = t + kTile;
       const int next_nt = next < max_visible ? static_cast<int>(std::min<std::int64_t>(kTile, max_visible - next)) : 0;
       if (next_nt > 0) tile_tokens(kv, s, next, next_nt, nkt, nvt);
-      // Where the next tile does not continue this one in memory (the paged view at a block
-      // boundary), the hardware prefetchers cannot run on into it: one line of each of its 4 KiB
-      // pages is requested into L2 while the tile's second-to-last block computes, which starts
-      // them on those pages (and the translation of each page) shortly before the next head's
-      // lines are requested. Measured at block 16 (docs/kernels.md): 0.92x contiguous without;
-      // requested two blocks before the tile's end, 2-3 % faster than at the tile's start and
-      // 1.6 % faster than during the last block.
-      const bool jump = next_nt > 0 && reinterpret_cast<std::uintptr_t>(nkt[0]) !=
-                                           reinterpret_cast<std::uintptr_t>(kt[nt - 1]) + token_bytes;  // no pointer past an array
+      // The L2 hardware streamer follows a run of lines within one 4 KiB page and starts afresh
+      // on each page. One line of each of the next tile's pages is requested into L2 while this
+      // tile's second-to-last block computes, which starts it on those pages shortly before the
+      // next head's lines are requested. Where the next tile lies somewhere else (the paged view
+      // at a block boundary) it also translates each page's address early. Measured in one
+      // process (docs/kernels.md): contiguous +2.5-3 % (one thread +2.6-4.3 %); paged-16 +2-3 %
+      // against the same requests at the tile's start, which is where they were paged-only before.
       const std::size_t touch_at = chunk.size() > 2 ? chunk.size() - 2 : 0;
       for (std::size_t i = 0; i < chunk.size(); ++i) {
         const RowBlock& b = chunk[i];
-        if (jump && i == touch_at)
+        if (next_nt > 0 && i == touch_at)
           for (int j = 0; j < next_nt; j += touch_step) {
             __builtin_prefetch(nkt[j], 0, 1);
             __builtin_prefetch(nvt[j], 0, 1);
