@@ -366,6 +366,16 @@ void attend(const AttentionParams& p, const View& kv, int s, int kh0, int nh, Ch
     for (const RowBlock& b : chunk) max_visible = std::max(max_visible, b.max_visible);
     const auto token_bytes = static_cast<std::uintptr_t>(kv.token_stride) * sizeof(T);
     const int touch_step = static_cast<int>(std::max<std::uintptr_t>(1, 4096 / std::max<std::uintptr_t>(1, token_bytes)));
+    // The L2 hardware streamer follows a run of lines within one 4 KiB page and starts afresh on
+    // each page. One line of each of the next tile's pages is requested into L2 while this tile's
+    // second-to-last block computes, which starts it on those pages a block before the next
+    // tile's first-head lines are requested (during the last block). Measured in one process (docs/kernels.md):
+    // contiguous +2-3 % (one thread +2.6-4.3 %) against no such requests, paged-16 +2-3 % against
+    // the same requests at the tile's start. A chunk of one block (one KV head per task) has no
+    // second-to-last block: there the requests go out at the tile's start and only where the next
+    // tile lies elsewhere, as they did before; for contiguous tiles that timing cost 4 %.
+    const std::size_t touch_at = chunk.size() >= 2 ? chunk.size() - 2 : 0;
+    const bool touch_every_tile = chunk.size() >= 2;
     int cur = 0;
     int nt = static_cast<int>(std::min<std::int64_t>(kTile, max_visible));
     tile_tokens(kv, s, 0, nt, ks[cur], vs[cur]);
@@ -385,17 +395,13 @@ void attend(const AttentionParams& p, const View& kv, int s, int kh0, int nh, Ch
       const std::int64_t next = t + kTile;
       const int next_nt = next < max_visible ? static_cast<int>(std::min<std::int64_t>(kTile, max_visible - next)) : 0;
       if (next_nt > 0) tile_tokens(kv, s, next, next_nt, nkt, nvt);
-      // The L2 hardware streamer follows a run of lines within one 4 KiB page and starts afresh
-      // on each page. One line of each of the next tile's pages is requested into L2 while this
-      // tile's second-to-last block computes, which starts it on those pages shortly before the
-      // next head's lines are requested. Where the next tile lies somewhere else (the paged view
-      // at a block boundary) it also translates each page's address early. Measured in one
-      // process (docs/kernels.md): contiguous +2.5-3 % (one thread +2.6-4.3 %); paged-16 +2-3 %
-      // against the same requests at the tile's start, which is where they were paged-only before.
-      const std::size_t touch_at = chunk.size() > 2 ? chunk.size() - 2 : 0;
+      // Where the next tile lies somewhere else (the paged view at a block boundary), the early
+      // requests also translate each of its pages' addresses.
+      const bool touch = next_nt > 0 && (touch_every_tile || reinterpret_cast<std::uintptr_t>(nkt[0]) !=
+                                                                  reinterpret_cast<std::uintptr_t>(kt[nt - 1]) + token_bytes);
       for (std::size_t i = 0; i < chunk.size(); ++i) {
         const RowBlock& b = chunk[i];
-        if (next_nt > 0 && i == touch_at)
+        if (touch && i == touch_at)
           for (int j = 0; j < next_nt; j += touch_step) {
             __builtin_prefetch(nkt[j], 0, 1);
             __builtin_prefetch(nvt[j], 0, 1);

@@ -141,9 +141,10 @@ void BM_DecodePaged(benchmark::State& state) {
 /// tenants of the VM's memory), so a ratio of two numbers taken seconds apart moves with it. Each
 /// of kRounds rounds runs one bandwidth pass, then the contiguous decode and the paged decodes at
 /// every block size of kSideBySideBlocks (issue 16's goal covers blocks of 16 and more) in a seeded
-/// random order, then another bandwidth pass, all on the same threads, then the same on one
-/// thread; a round's fraction is its decode rate over the mean of the bandwidth passes just before
-/// and after it. Reported: the median round and the spread (min, max) of each ratio.
+/// random order, then another bandwidth pass, all on the same threads, then the contiguous decode
+/// and a bandwidth pass on one thread; a round's fraction is its decode rate over the mean of the
+/// bandwidth passes just before and after it. Reported: the median round and the spread (min,
+/// max) of each ratio.
 constexpr std::array<int, 4> kSideBySideBlocks{16, 32, 64, 128};
 
 void BM_DecodeSideBySide(benchmark::State& state) {
