@@ -369,11 +369,12 @@ void attend(const AttentionParams& p, const View& kv, int s, int kh0, int nh, Ch
     // The L2 hardware streamer follows a run of lines within one 4 KiB page and starts afresh on
     // each page. One line of each of the next tile's pages is requested into L2 while this tile's
     // second-to-last block computes, which starts it on those pages a block before the next
-    // tile's first-head lines are requested (during the last block). Measured in one process (docs/kernels.md):
-    // contiguous +2-3 % (one thread +2.6-4.3 %) against no such requests, paged-16 +2-3 % against
-    // the same requests at the tile's start. A chunk of one block (one KV head per task) has no
-    // second-to-last block: there the requests go out at the tile's start and only where the next
-    // tile lies elsewhere, as they did before; for contiguous tiles that timing cost 4 %.
+    // tile's first-head lines are requested (during the last block). Measured in one process
+    // (docs/kernels.md): contiguous +2-3 % (one thread +2.6-4.3 %) against no such requests,
+    // paged-16 +2-3 % against the same requests at the tile's start. A chunk of one block (one KV
+    // head per task) has no second-to-last block: there the requests go out at the tile's start
+    // and only where the next tile lies elsewhere, as they did before; for contiguous tiles that
+    // timing cost 4 %.
     const std::size_t touch_at = chunk.size() >= 2 ? chunk.size() - 2 : 0;
     const bool touch_every_tile = chunk.size() >= 2;
     int cur = 0;
