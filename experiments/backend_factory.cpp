@@ -284,9 +284,15 @@ std::unique_ptr<KvBackend> make_contiguous_backend(std::string_view name, const 
 }
 
 /// paged-B or paged-B-hash / paged-B-radix (prefix caching, docs/prefix-caching.md);
-/// paged-B-hash-hostG adds a host tier of G GiB to the hash cache.
+/// paged-B-hash-hostG adds a host tier of G GiB to the hash cache; a -region suffix (not with
+/// hash) turns on region block placement (paged/block_pool.hpp, docs/kernels.md).
 std::unique_ptr<KvBackend> make_paged_backend(std::string_view name, const BackendOptions& options) {
   std::string_view rest = name.substr(std::string_view("paged-").size());
+  bool region = false;
+  if (rest.ends_with("-region")) {
+    region = true;
+    rest.remove_suffix(std::string_view("-region").size());
+  }
   std::size_t host_gib = 0;
   if (const auto host = rest.find("-host"); host != std::string_view::npos) {
     const long long g = suffix_number(rest.substr(host + 1), "host");
@@ -310,6 +316,11 @@ std::unique_ptr<KvBackend> make_paged_backend(std::string_view name, const Backe
   c.block_size = static_cast<std::int32_t>(bs);
   c.prefix_cache = cache;
   c.host_cache_bytes = host_gib << 30;
+  c.region_placement = region;
+  if (region && cache == PrefixCacheMode::hash)
+    KVLAB_THROW(InvalidArgument, fmt::format("backend '{}': region placement cannot be combined with the hash prefix "
+                                             "cache (its LRU free queue decides evictions); use -radix or no cache",
+                                             name));
   if (options.device != nullptr) c.swap_memory = options.device->swap_memory();  // pinned on a GPU
   if (host_gib > 0 && cache != PrefixCacheMode::hash)
     KVLAB_THROW(InvalidArgument, fmt::format("backend '{}': a host tier needs the hash prefix cache", name));
@@ -329,8 +340,9 @@ Registry& registry() {
                       {"contiguous-max", "contiguous-pow2", "contiguous-oracle", "contiguous-pow2-buddy",
                        "contiguous-oracle-buddy"},
                       make_contiguous_backend},
-                     {"paged-", "paged-B[-hash[-hostG]|-radix] (B = 1..1024 tokens, G GiB of host tier)",
-                      {"paged-1", "paged-7", "paged-16", "paged-256", "paged-16-hash", "paged-16-radix"},
+                     {"paged-", "paged-B[-hash[-hostG]|-radix[-region]|-region] (B = 1..1024 tokens, G GiB of host tier)",
+                      {"paged-1", "paged-7", "paged-16", "paged-256", "paged-16-hash", "paged-16-radix",
+                       "paged-7-region", "paged-16-radix-region"},
                       make_paged_backend},
                      // vmm forms whose pages fit the conformance suite's tiny model (300-2000 token
                      // budgets): a vmm-64k page holds 512 of its tokens per tensor, vmm-2m 16384.

@@ -30,7 +30,7 @@
 #include "kernels/host_throughput.hpp"
 #include "kernels/huge_pages.hpp"
 #include "kernels/kv_view.hpp"
-#include "kernels/shuffled_block_pool.hpp"
+#include "kernels/block_pool_copy.hpp"
 
 namespace kvlab {
 
@@ -275,7 +275,7 @@ struct DecodeData {
 /// The same KV as a shuffled block pool with block tables (the paged backend's view), where the
 /// target's kernels read it.
 struct PagedCopy {
-  ShuffledBlockPool<half_t> pool;
+  BlockPoolCopy<half_t> pool;
   StagedArrays staged;
   PagedKv<half_t> view;
   PagedCopy(const Target& target, const DecodeData& d, int block_size)

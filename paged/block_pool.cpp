@@ -1,16 +1,23 @@
 #include "paged/block_pool.hpp"
 
+#include <algorithm>
 #include <string>
 
 #include "alloc/error.hpp"
 
 namespace kvlab {
 
-BlockPool::BlockPool(std::int32_t num_blocks, FreeOrder order) : order_(order) {
+BlockPool::BlockPool(std::int32_t num_blocks, FreeOrder order, std::int32_t region_blocks)
+    : order_(order), region_blocks_(region_blocks) {
   KVLAB_EXPECTS(num_blocks >= 1, "a block pool needs at least one block (got " + std::to_string(num_blocks) + ")");
+  KVLAB_EXPECTS(region_blocks >= 1, "a block pool's regions need at least one block (got " +
+                                        std::to_string(region_blocks) + ")");
   refs_.assign(static_cast<std::size_t>(num_blocks), 0);
   cached_.assign(refs_.size(), 0);
-  if (order_ == FreeOrder::lifo) {
+  if (order_ == FreeOrder::region) {
+    region_free_.assign(static_cast<std::size_t>((num_blocks - 1) / region_blocks_ + 1), 0);
+    for (BlockId b = 0; b < num_blocks; ++b) push_free(b);
+  } else if (order_ == FreeOrder::lifo) {
     free_.reserve(static_cast<std::size_t>(num_blocks));
     for (BlockId b = num_blocks - 1; b >= 0; --b) free_.push_back(b);
     num_free_ = num_blocks;
@@ -26,6 +33,10 @@ void BlockPool::push_free(BlockId b) {
   num_free_cached_ += cached_[static_cast<std::size_t>(b)];
   if (order_ == FreeOrder::lifo) {
     free_.push_back(b);
+    return;
+  }
+  if (order_ == FreeOrder::region) {
+    region_insert(b);
     return;
   }
   const auto i = static_cast<std::size_t>(b);
@@ -47,15 +58,48 @@ void BlockPool::unlink(BlockId b) {
   num_free_cached_ -= cached_[i];
 }
 
+void BlockPool::region_insert(BlockId b) {
+  const std::int32_t r = b / region_blocks_;
+  std::int32_t& n = region_free_[static_cast<std::size_t>(r)];
+  if (n > 0) regions_.erase({-n, r});
+  regions_.insert({-++n, r});
+  free_set_.insert(b);
+}
+
+void BlockPool::region_erase(BlockId b) {
+  const std::int32_t r = b / region_blocks_;
+  std::int32_t& n = region_free_[static_cast<std::size_t>(r)];
+  regions_.erase({-n, r});
+  if (--n > 0) regions_.insert({-n, r});
+  free_set_.erase(b);
+  --num_free_;
+  num_free_cached_ -= cached_[static_cast<std::size_t>(b)];
+}
+
+BlockId BlockPool::region_pick(BlockId near) const {
+  if (near >= 0) {
+    const auto end = static_cast<BlockId>(
+        std::min<std::int64_t>(num_blocks(), (static_cast<std::int64_t>(near) / region_blocks_ + 1) * region_blocks_));
+    if (const auto it = free_set_.upper_bound(near); it != free_set_.end() && *it < end) return *it;
+  }
+  // The region with the most free blocks (the lowest such region), its lowest free block.
+  return *free_set_.lower_bound(regions_.begin()->second * region_blocks_);
+}
+
 std::optional<BlockId> BlockPool::peek() const noexcept {
   if (num_free_ == 0) return std::nullopt;
+  if (order_ == FreeOrder::region) return region_pick(-1);
   return order_ == FreeOrder::lifo ? free_.back() : head_;
 }
 
-std::optional<BlockId> BlockPool::allocate() {
+std::optional<BlockId> BlockPool::allocate(BlockId near) {
+  KVLAB_EXPECTS(near >= -1 && near < num_blocks(), "block " + std::to_string(near) + " is out of range");
   if (num_free_ == 0) return std::nullopt;
   BlockId b;
-  if (order_ == FreeOrder::lifo) {
+  if (order_ == FreeOrder::region) {
+    b = region_pick(near);
+    region_erase(b);
+  } else if (order_ == FreeOrder::lifo) {
     b = free_.back();
     free_.pop_back();
     --num_free_;
@@ -112,6 +156,8 @@ std::vector<BlockId> BlockPool::free_list() const {
   out.reserve(static_cast<std::size_t>(num_free_));
   if (order_ == FreeOrder::lifo) {
     out.assign(free_.rbegin(), free_.rend());
+  } else if (order_ == FreeOrder::region) {
+    for (const BlockId b : free_set_) out.push_back(b);
   } else {
     for (BlockId b = head_; b >= 0; b = next_[static_cast<std::size_t>(b)]) out.push_back(b);
   }

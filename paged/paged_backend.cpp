@@ -23,18 +23,32 @@ std::int32_t blocks_in(const PagedConfig& c) {
   KVLAB_EXPECTS(blocks <= static_cast<std::size_t>(INT32_MAX), "too many blocks for 32-bit block ids");
   return static_cast<std::int32_t>(blocks);
 }
-FreeOrder free_order_for(PrefixCacheMode mode) {
+FreeOrder free_order_for(const PagedConfig& c) {
+  const PrefixCacheMode mode = c.prefix_cache;
   KVLAB_EXPECTS(mode == PrefixCacheMode::none || mode == PrefixCacheMode::hash || mode == PrefixCacheMode::radix,
                 "unknown prefix cache mode");
+  // The hash cache evicts cached free blocks in the LRU queue's order, so a placement that chose
+  // among free blocks would change which entries survive, and with them the hit rates.
+  KVLAB_EXPECTS(!(c.region_placement && mode == PrefixCacheMode::hash),
+                "region block placement cannot be combined with the hash prefix cache (its LRU free queue decides "
+                "evictions); use the radix cache or none");
+  if (c.region_placement) return FreeOrder::region;
   return mode == PrefixCacheMode::hash ? FreeOrder::lru : FreeOrder::lifo;
 }
+/// Block ids per region under region placement: one 2 MiB huge page of a K or V plane.
+std::int32_t region_blocks_for(const PagedConfig& c) {
+  if (!c.region_placement) return 1;
+  const std::size_t block_bytes = static_cast<std::size_t>(c.block_size) * c.model.kv_bytes_per_token_per_layer() / 2;
+  return static_cast<std::int32_t>(std::max<std::size_t>(1, kRegionBytes / std::max<std::size_t>(1, block_bytes)));
+}
+BlockId last_block(const PagedSequence& s) { return s.blocks.empty() ? -1 : s.blocks.back(); }
 }  // namespace
 
 PagedBackend::PagedBackend(PagedConfig config)
     : TableBackend(config.model, config.max_seq_len),
       config_(std::move(config)),
       block_bytes_(static_cast<std::size_t>(config_.block_size) * config_.model.kv_bytes_per_token_per_layer() / 2),
-      pool_(blocks_in(config_), free_order_for(config_.prefix_cache)),
+      pool_(blocks_in(config_), free_order_for(config_), region_blocks_for(config_)),
       holders_(static_cast<std::size_t>(pool_.num_blocks())),
       transfers_(config_.memory != nullptr ? config_.memory->device() : Device::host) {
   static_assert(sizeof(BlockHolders) == 16);
@@ -111,6 +125,7 @@ std::string PagedBackend::do_name() const {
     n += to_string(config_.prefix_cache);
   }
   if (config_.host_cache_bytes > 0) n += "-host" + std::to_string(config_.host_cache_bytes >> 30);
+  if (config_.region_placement) n += "-region";
   return n;
 }
 
@@ -163,8 +178,8 @@ void PagedBackend::make_room(std::int64_t n) {
   KVLAB_ASSERT(pool_.num_free() >= n);
 }
 
-BlockId PagedBackend::take_block() {
-  const auto b = pool_.allocate();
+BlockId PagedBackend::take_block(BlockId near) {
+  const auto b = pool_.allocate(near);
   KVLAB_ASSERT(b.has_value());
   cache_->forget_block(*b);  // hash mode: the LRU head loses its cache entry (an eviction)
   return *b;
@@ -226,11 +241,11 @@ void PagedBackend::do_admit(SeqId id, const SequenceSpec& spec, std::int64_t ini
       s.blocks.push_back(b);
       continue;
     }
-    const BlockId into = take_block();  // a host hit: its KV comes back into a fresh block
+    const BlockId into = take_block(last_block(s));  // a host hit: its KV comes back into a fresh block
     cache_->promote(b, into);
     s.blocks.push_back(into);
   }
-  for (std::int64_t i = l.hit.promoted; i < need; ++i) s.blocks.push_back(take_block());
+  for (std::int64_t i = l.hit.promoted; i < need; ++i) s.blocks.push_back(take_block(last_block(s)));
   if (!ids.empty()) {
     // Every id the spec gives (the prompt's, and the generated tokens' where known) is kept: a
     // block is entered as soon as it is full, now or when the sequence grows.
@@ -287,7 +302,7 @@ void PagedBackend::do_grow(SeqId id, std::int64_t n) {
   count_sequence(s, -1);
   if (s.length % config_.block_size != 0 && pool_.ref_count(s.blocks.back()) > 1) {
     const BlockId shared = s.blocks.back();
-    const BlockId own = take_block();
+    const BlockId own = take_block(s.blocks.size() >= 2 ? s.blocks[s.blocks.size() - 2] : -1);
     try {
       copy_blocks({{shared, own}});
     } catch (...) {  // a failed copy leaves the sequence as it was
@@ -304,7 +319,7 @@ void PagedBackend::do_grow(SeqId id, std::int64_t n) {
   const std::int64_t old_blocks = static_cast<std::int64_t>(s.blocks.size());
   const std::int64_t need = blocks_for(s.length + n) - old_blocks;
   for (std::int64_t i = 0; i < need; ++i) {
-    s.blocks.push_back(take_block());
+    s.blocks.push_back(take_block(last_block(s)));
     hold(s.blocks.back(), id, static_cast<std::int32_t>(s.blocks.size() - 1));
   }
   const std::int64_t old_length = s.length;
@@ -434,7 +449,7 @@ void PagedBackend::do_swap_in(SeqId id) {
   Sequence& s = at(id);
   const std::int64_t nb = s.swapped_blocks;
   make_room(nb);
-  for (std::int64_t i = 0; i < nb; ++i) s.blocks.push_back(take_block());  // private: not re-cached
+  for (std::int64_t i = 0; i < nb; ++i) s.blocks.push_back(take_block(last_block(s)));  // private: not re-cached
   if (region_ != nullptr) {
     const int planes = 2 * config_.model.num_layers;
     const auto* src = static_cast<const std::byte*>(s.swap);

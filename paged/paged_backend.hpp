@@ -26,6 +26,11 @@
 //    full and its token ids are known: prompt blocks at admit and during chunked prefill, and
 //    decode blocks when the spec's ids cover the generated tokens (vLLM v1, SGLang).
 //    Cached blocks no sequence holds count as `free` in the five fractions and as `cached`.
+//  * Block placement: which free block a sequence gets is the pool's free order (lifo, or the
+//    hash cache's LRU queue, exactly as vLLM). `region_placement` (`paged-B-region`, not with the
+//    hash cache) hands a sequence the next free block after its last within the same 2 MiB of a
+//    plane instead, so the kernels read it in address order (paged/block_pool.hpp,
+//    docs/kernels.md). It changes block ids only: every count and fraction is the same.
 #include <chrono>
 #include <memory>
 #include <string_view>
@@ -54,6 +59,9 @@ struct PagedConfig {
   /// Host tier of the hash prefix cache (docs/prefix-caching.md): bytes of host memory cached
   /// blocks move to when their device block is reused, and come back from on a hit. 0: none.
   std::size_t host_cache_bytes = 0;
+  /// Region block placement (`paged-B-region`, paged/block_pool.hpp): a sequence's next block is
+  /// the lowest free one after its last within the same 2 MiB of a plane. Not with the hash cache.
+  bool region_placement = false;
 };
 
 /// A sequence's block table, or (swapped out) where its bytes wait.
@@ -136,7 +144,8 @@ class PagedBackend final : public TableBackend<PagedSequence> {
   [[nodiscard]] Lookup lookup(const SequenceSpec& spec, std::int64_t initial_tokens) const;
   [[nodiscard]] std::span<const std::int32_t> prompt_ids(const SequenceSpec& spec, std::int64_t initial_tokens) const;
   /// Takes one block from the pool (evicting a cached entry when needed). Requires availability.
-  BlockId take_block();
+  /// `near`: the block it will follow in its sequence (-1: none), for region placement.
+  BlockId take_block(BlockId near);
   /// Makes sure `n` blocks can be taken (evicts cached blocks the cache alone holds). Requires availability.
   void make_room(std::int64_t n);
   /// Enters the sequence's full blocks whose ids are known into the prefix cache (from `entered` on).

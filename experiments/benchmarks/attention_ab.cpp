@@ -31,7 +31,7 @@
 #include "kernels/attention.hpp"
 #include "kernels/huge_pages.hpp"
 #include "kernels/kv_view.hpp"
-#include "kernels/shuffled_block_pool.hpp"
+#include "kernels/block_pool_copy.hpp"
 
 namespace kvlab {
 void host_attention_a(const AttentionParams& p, const KvView& kv, ThreadPool& pool);
@@ -75,7 +75,7 @@ struct Cache {
 
 /// The same cache as a block pool of `block_size` tokens per block, blocks in a shuffled order.
 struct PagedCache {
-  ShuffledBlockPool<half_t> pool;
+  BlockPoolCopy<half_t> pool;
   PagedCache(const Cache& c, int block_size)
       : pool(c.kptr.data(), c.vptr.data(), c.batch, c.context, kRow, block_size) {}
   [[nodiscard]] KvView view() { return erase(pool.view(kHeadDim), kKvHeads, kHeadDim); }

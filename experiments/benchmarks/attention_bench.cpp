@@ -3,7 +3,9 @@
 // the same data, and the contiguous one again on one thread. Each benchmark reports KV bytes read
 // per second and that rate as a fraction of the memory read bandwidth this binary measures at
 // start-up with the same number of threads (context: memory_read_bandwidth*); BM_DecodeSideBySide
-// takes those ratios again round by round, each decode between two bandwidth passes.
+// takes those ratios again round by round, each decode between two bandwidth passes, for the
+// paged view in two placements: shuffled (a sequence's blocks anywhere in the pool) and where the
+// region order of paged/block_pool.hpp (`paged-B-region`) puts them.
 //
 //   build/release/bench/kvlab_bench_attention --benchmark_out=attention.json --benchmark_out_format=json
 #include <benchmark/benchmark.h>
@@ -23,7 +25,8 @@
 #include "kernels/huge_pages.hpp"
 #include "kernels/attention.hpp"
 #include "kernels/kv_view.hpp"
-#include "kernels/shuffled_block_pool.hpp"
+#include "kernels/block_pool_copy.hpp"
+#include "paged/block_pool.hpp"
 
 namespace {
 
@@ -82,12 +85,45 @@ DecodeData& data() {
   return d;
 }
 
-/// The same KV as a block pool in shuffled order (kernels/shuffled_block_pool.hpp).
+/// The block table the region order (paged/block_pool.hpp) hands the batch, as in a serving pool:
+/// a pool a third larger than the batch needs, a seeded random quarter of it held by other
+/// sequences, then the batch decoding side by side, each sequence taking one block in turn after
+/// its last one. A region is 2 MiB of the K (or V) pool, as in PagedBackend.
+std::vector<std::int32_t> region_table(int block_size, std::int32_t pool_blocks) {
+  const int per_seq = (kContext + block_size - 1) / block_size;
+  const auto block_bytes = static_cast<std::size_t>(block_size) * kKvHeads * kHeadDim * sizeof(half_t);
+  BlockPool pool(pool_blocks, FreeOrder::region, static_cast<std::int32_t>(std::max<std::size_t>(1, kRegionBytes / block_bytes)));
+  std::vector<BlockId> all;
+  while (const auto b = pool.allocate()) all.push_back(*b);
+  std::shuffle(all.begin(), all.end(), std::mt19937_64(13));
+  for (std::int64_t i = 0; i < static_cast<std::int64_t>(kBatch) * per_seq; ++i) pool.release(all[static_cast<std::size_t>(i)]);
+  std::vector<std::int32_t> table(static_cast<std::size_t>(kBatch) * per_seq);
+  for (int j = 0; j < per_seq; ++j)
+    for (int s = 0; s < kBatch; ++s) {
+      const std::size_t at = static_cast<std::size_t>(s) * per_seq + j;
+      table[at] = *pool.allocate(j == 0 ? -1 : table[at - 1]);
+    }
+  return table;
+}
+
+enum class Placement { shuffled, region };
+
+/// The same KV as a block pool: shuffled (kernels/block_pool_copy.hpp), or where region placement puts it.
 struct PagedCopy {
-  ShuffledBlockPool<half_t> pool;
+  BlockPoolCopy<half_t> pool;
   PagedKv<half_t> view;
-  explicit PagedCopy(int block_size)
-      : pool(data().kptr.data(), data().vptr.data(), kBatch, kContext, data().row, block_size), view(pool.view(kHeadDim)) {}
+  explicit PagedCopy(int block_size, Placement placement = Placement::shuffled)
+      : pool(placement == Placement::shuffled ? shuffled_pool(block_size) : region_pool(block_size)),
+        view(pool.view(kHeadDim)) {}
+  static BlockPoolCopy<half_t> shuffled_pool(int block_size) {
+    return {data().kptr.data(), data().vptr.data(), kBatch, kContext, data().row, block_size};
+  }
+  static BlockPoolCopy<half_t> region_pool(int block_size) {
+    const std::int32_t needed = kBatch * ((kContext + block_size - 1) / block_size);
+    const std::int32_t pool_blocks = needed + needed / 3;
+    return {data().kptr.data(), data().vptr.data(), kBatch, kContext, data().row, block_size,
+            region_table(block_size, pool_blocks), pool_blocks};
+  }
 };
 
 void report(benchmark::State& state, double bytes, double bandwidth = g_bandwidth) {
@@ -140,8 +176,8 @@ void BM_DecodePaged(benchmark::State& state) {
 /// Side by side, against drift: this host's read bandwidth moves by 10-20 % within seconds (other
 /// tenants of the VM's memory), so a ratio of two numbers taken seconds apart moves with it. Each
 /// of kRounds rounds runs one bandwidth pass, then the contiguous decode and the paged decodes at
-/// every block size of kSideBySideBlocks (issue 16's goal covers blocks of 16 and more) in a seeded
-/// random order, then another bandwidth pass, all on the same threads, then the contiguous decode
+/// every block size of kSideBySideBlocks (issue 16's goal covers blocks of 16 and more), each
+/// shuffled and in region placement, in a seeded random order, then another bandwidth pass, all on the same threads, then the contiguous decode
 /// and a bandwidth pass on one thread; a round's fraction is its decode rate over the mean of the
 /// bandwidth passes just before and after it. Reported: the median round and the spread (min,
 /// max) of each ratio.
@@ -149,13 +185,16 @@ constexpr std::array<int, 4> kSideBySideBlocks{16, 32, 64, 128};
 
 void BM_DecodeSideBySide(benchmark::State& state) {
   constexpr int kRounds = 15;
-  constexpr std::size_t kViews = 1 + kSideBySideBlocks.size();  // view 0 contiguous, then paged
+  constexpr std::size_t kBlocks = kSideBySideBlocks.size();
+  // View 0 contiguous, then paged shuffled at each block size, then paged in region placement.
+  constexpr std::size_t kViews = 1 + 2 * kBlocks;
   DecodeData& d = data();
   std::vector<std::unique_ptr<PagedCopy>> paged;
   std::array<KvView, kViews> views{};
   views[0] = erase(ContiguousKv<half_t>{d.kptr.data(), d.vptr.data(), d.row, kHeadDim}, kKvHeads, kHeadDim);
-  for (std::size_t i = 0; i < kSideBySideBlocks.size(); ++i) {
-    paged.push_back(std::make_unique<PagedCopy>(kSideBySideBlocks[i]));
+  for (std::size_t i = 0; i < 2 * kBlocks; ++i) {
+    paged.push_back(std::make_unique<PagedCopy>(kSideBySideBlocks[i % kBlocks],
+                                                i < kBlocks ? Placement::shuffled : Placement::region));
     views[i + 1] = erase(paged.back()->view, kKvHeads, kHeadDim);
   }
   const AttentionParams p = d.params();
@@ -169,7 +208,7 @@ void BM_DecodeSideBySide(benchmark::State& state) {
   ReadBandwidthProbe probe_all(default_thread_pool(), std::size_t{1} << 30), probe_one(one_thread(), std::size_t{1} << 30);
   const auto bandwidth = [&](ThreadPool& pool) { return (&pool == &one_thread() ? probe_one : probe_all).best(1); };
   std::vector<double> fraction, fraction_one, kv_rate, kv_rate_one;
-  std::array<std::vector<double>, kSideBySideBlocks.size()> paged_ratio;
+  std::array<std::vector<double>, 2 * kBlocks> paged_ratio;
   std::mt19937_64 rng(11);
   for (auto _ : state) {
     ThreadPool& all = default_thread_pool();
@@ -188,7 +227,7 @@ void BM_DecodeSideBySide(benchmark::State& state) {
       const double bw_one_next = bandwidth(one_thread());
       fraction.push_back(c / ((bw + bw_next) / 2));
       fraction_one.push_back(c_one / ((bw_one + bw_one_next) / 2));
-      for (std::size_t i = 0; i < kSideBySideBlocks.size(); ++i) paged_ratio[i].push_back(got[i + 1] / c);
+      for (std::size_t i = 0; i < 2 * kBlocks; ++i) paged_ratio[i].push_back(got[i + 1] / c);
       kv_rate.push_back(c);
       kv_rate_one.push_back(c_one);
       bw = bw_next;
@@ -203,8 +242,9 @@ void BM_DecodeSideBySide(benchmark::State& state) {
   };
   put("fraction_of_bandwidth", fraction);
   put("fraction_of_bandwidth_one_thread", fraction_one);
-  for (std::size_t i = 0; i < kSideBySideBlocks.size(); ++i)
-    put("paged" + std::to_string(kSideBySideBlocks[i]) + "_over_contiguous", paged_ratio[i]);
+  for (std::size_t i = 0; i < 2 * kBlocks; ++i)
+    put("paged" + std::to_string(kSideBySideBlocks[i % kBlocks]) + (i < kBlocks ? "" : "_region") + "_over_contiguous",
+        paged_ratio[i]);
   put("kv_bytes_per_s", kv_rate);
   put("kv_bytes_per_s_one_thread", kv_rate_one);
   state.counters["rounds"] = static_cast<double>(fraction.size());

@@ -1,6 +1,10 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <map>
+#include <random>
 #include <set>
+#include <vector>
 
 #include "alloc/error.hpp"
 #include "paged/block_pool.hpp"
@@ -36,8 +40,8 @@ TEST(BlockPool, ReferenceCountsDecideWhenABlockIsFree) {
 }
 
 TEST(BlockPool, CountsTheFreeBlocksMarkedCached) {
-  for (const FreeOrder order : {FreeOrder::lifo, FreeOrder::lru}) {
-    BlockPool pool(4, order);
+  for (const FreeOrder order : {FreeOrder::lifo, FreeOrder::lru, FreeOrder::region}) {
+    BlockPool pool(4, order, 2);
     const BlockId a = *pool.allocate(), b = *pool.allocate();
     pool.set_cached(a, true);
     pool.set_cached(b, true);
@@ -58,6 +62,90 @@ TEST(BlockPool, CountsTheFreeBlocksMarkedCached) {
     }
     EXPECT_EQ(pool.num_free_cached(), 0);
     EXPECT_TRUE(pool.is_cached(a));
+  }
+}
+
+TEST(BlockPool, RegionOrderKeepsEachSequenceAscendingWithinARegion) {
+  BlockPool pool(16, FreeOrder::region, 4);  // regions {0-3} {4-7} {8-11} {12-15}
+  EXPECT_EQ(pool.region_blocks(), 4);
+  EXPECT_EQ(*pool.peek(), 0);
+  const BlockId a = *pool.allocate();  // every region has 4 free: the lowest region
+  const BlockId b = *pool.allocate();  // region 0 now has 3 free, the others 4
+  EXPECT_EQ(a, 0);
+  EXPECT_EQ(b, 4);
+  EXPECT_EQ(*pool.allocate(a), 1);  // each sequence continues after its last block
+  EXPECT_EQ(*pool.allocate(b), 5);
+  EXPECT_EQ(*pool.allocate(1), 2);
+  EXPECT_EQ(*pool.allocate(2), 3);
+  EXPECT_EQ(*pool.allocate(3), 8);  // region 0 is full: the region with the most free blocks
+  EXPECT_TRUE(pool.release(2));
+  EXPECT_EQ(*pool.allocate(1), 2);  // the freed block right after 1
+  EXPECT_TRUE(pool.release(1));
+  // Nothing free after 2 in its region: never backwards (1 is free), a fresh region instead.
+  EXPECT_EQ(*pool.allocate(2), 12);
+  EXPECT_EQ(*pool.allocate(4), 6);  // 5 is held: skipped
+  EXPECT_THROW((void)pool.allocate(16), InvalidArgument);
+  EXPECT_THROW((void)pool.allocate(-2), InvalidArgument);
+  EXPECT_THROW(BlockPool(4, FreeOrder::region, 0), InvalidArgument);
+}
+
+TEST(BlockPool, LifoAndLruIgnoreTheHint) {
+  for (const FreeOrder order : {FreeOrder::lifo, FreeOrder::lru}) {
+    BlockPool with(8, order), without(8, order);
+    std::mt19937 rng(5);
+    for (int i = 0; i < 6; ++i) EXPECT_EQ(*with.allocate(static_cast<BlockId>(rng() % 8)), *without.allocate());
+    EXPECT_EQ(with.free_list(), without.free_list());
+  }
+}
+
+/// The region order against a reference that scans every block: a random mix of allocations
+/// (with and without a hint) and releases over pools whose last region is partial.
+TEST(BlockPool, RegionOrderMatchesAScanningReference) {
+  for (const auto& [blocks, region] : std::vector<std::pair<int, int>>{{1, 1}, {7, 3}, {64, 8}, {100, 7}, {33, 64}}) {
+    BlockPool pool(blocks, FreeOrder::region, region);
+    std::vector<bool> free(static_cast<std::size_t>(blocks), true);
+    std::vector<BlockId> held;
+    std::mt19937 rng(static_cast<unsigned>(blocks * 1000 + region));
+    const auto expected = [&](BlockId near) -> BlockId {
+      if (near >= 0)
+        for (BlockId x = near + 1; x < std::min(blocks, (near / region + 1) * region); ++x)
+          if (free[static_cast<std::size_t>(x)]) return x;
+      int best = -1, best_free = 0;
+      for (int r = 0; r * region < blocks; ++r) {
+        int n = 0;
+        for (BlockId x = r * region; x < std::min(blocks, (r + 1) * region); ++x) n += free[static_cast<std::size_t>(x)];
+        if (n > best_free) best = r, best_free = n;
+      }
+      for (BlockId x = best * region;; ++x)
+        if (free[static_cast<std::size_t>(x)]) return x;
+    };
+    for (int step = 0; step < 2000; ++step) {
+      const int n_free = static_cast<int>(std::count(free.begin(), free.end(), true));
+      ASSERT_EQ(pool.num_free(), n_free);
+      if (n_free > 0 && (held.empty() || rng() % 3 != 0)) {
+        const BlockId near = held.empty() || rng() % 4 == 0 ? -1 : held[rng() % held.size()];
+        const BlockId want = expected(near);
+        if (near < 0) {
+          ASSERT_EQ(*pool.peek(), want);
+        }
+        const BlockId got = *pool.allocate(near);
+        ASSERT_EQ(got, want) << "blocks " << blocks << " region " << region << " step " << step << " near " << near;
+        free[static_cast<std::size_t>(got)] = false;
+        held.push_back(got);
+      } else if (!held.empty()) {
+        const std::size_t i = rng() % held.size();
+        ASSERT_TRUE(pool.release(held[i]));
+        free[static_cast<std::size_t>(held[i])] = true;
+        held.erase(held.begin() + static_cast<std::ptrdiff_t>(i));
+      } else {
+        ASSERT_FALSE(pool.allocate().has_value());
+        ASSERT_FALSE(pool.peek().has_value());
+      }
+      std::vector<BlockId> want_free;
+      for (BlockId x = 0; x < blocks; ++x)
+        if (free[static_cast<std::size_t>(x)]) want_free.push_back(x);
+      ASSERT_EQ(pool.free_list(), want_free);
+    }
   }
 }
 

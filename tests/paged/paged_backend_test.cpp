@@ -257,5 +257,138 @@ TEST(PagedBackend, AttentionThroughThePagedViewEqualsTheContiguousBackend) {
   }
 }
 
+/// llama-3-8b at block 16: 32 KiB per block and plane, so a 2 MiB region holds 64 blocks.
+PagedConfig llama_config(std::int64_t blocks, bool region) {
+  PagedConfig c;
+  c.model = model_preset("llama-3-8b");
+  c.block_size = 16;
+  c.capacity_bytes = static_cast<std::size_t>(blocks) * 16 * c.model.kv_bytes_per_token();
+  c.region_placement = region;
+  return c;
+}
+
+/// Steps where a sequence's next block does not follow its last in address order.
+int jumps(const std::vector<BlockId>& table) {
+  int n = 0;
+  for (std::size_t i = 1; i < table.size(); ++i) n += table[i] != table[i - 1] + 1;
+  return n;
+}
+
+TEST(PagedBackend, RegionPlacementKeepsSequencesGrowingTogetherInOrder) {
+  // Four sequences decoding side by side, one block each per step, 101 blocks each, in a pool of
+  // 8 regions of 64 blocks: each runs in order through one region, then through a fresh one.
+  // Under lifo the same steps interleave them block by block.
+  for (const bool region : {false, true}) {
+    PagedBackend b(llama_config(512, region));
+    EXPECT_EQ(b.pool().region_blocks(), region ? 64 : 1);
+    EXPECT_EQ(b.name(), region ? "paged-b16-region" : "paged-b16");
+    for (SeqId id = 0; id < 4; ++id) b.admit(id, {16, 4096}, 16);
+    for (int step = 0; step < 100; ++step)
+      for (SeqId id = 0; id < 4; ++id) b.grow(id, 16);
+    for (SeqId id = 0; id < 4; ++id) {
+      const auto& table = b.block_table(id);
+      ASSERT_EQ(table.size(), 101u);
+      if (region) {
+        EXPECT_EQ(jumps(table), 1) << id;
+        EXPECT_EQ(table.front(), id * 64);
+        EXPECT_EQ(table[64], (id + 4) * 64);
+      } else {
+        EXPECT_EQ(jumps(table), 100) << id;
+      }
+    }
+  }
+  // A region is one 2 MiB of a plane whatever the block size: 8 blocks of 128 tokens.
+  PagedConfig c = llama_config(64, true);
+  c.block_size = 128;
+  EXPECT_EQ(PagedBackend(c).pool().region_blocks(), 8);
+  c.prefix_cache = PrefixCacheMode::hash;
+  EXPECT_THROW(PagedBackend{c}, InvalidArgument);
+  c.prefix_cache = PrefixCacheMode::radix;
+  EXPECT_NO_THROW(PagedBackend{c});
+}
+
+TEST(PagedBackend, RegionPlacementChangesWhichBlocksNeverHowMany) {
+  // The same random admits, growth, forks (copy-on-write), swaps and releases on lifo and region
+  // pools: every accounting figure and every yes/no answer agree after every operation.
+  PagedConfig lifo_config = config(7, 600, &host_memory_resource());
+  PagedConfig region_config = lifo_config;
+  region_config.region_placement = true;
+  PagedBackend lifo(lifo_config), region(region_config);
+  std::mt19937 rng(17);
+  std::vector<SeqId> live;
+  SeqId next = 0;
+  int swaps = 0, forks = 0;
+  for (int op = 0; op < 3000; ++op) {
+    const int kind = static_cast<int>(rng() % 6);
+    const SeqId id = live.empty() ? -1 : live[rng() % live.size()];
+    if (kind == 0 || live.empty()) {
+      const std::int64_t prompt = 1 + rng() % 60;
+      const SequenceSpec spec{prompt, prompt + static_cast<std::int64_t>(rng() % 60)};
+      ASSERT_EQ(lifo.can_admit(spec, prompt), region.can_admit(spec, prompt));
+      if (!lifo.can_admit(spec, prompt)) continue;
+      lifo.admit(next, spec, prompt);
+      region.admit(next, spec, prompt);
+      live.push_back(next++);
+    } else if (kind == 1 && !lifo.is_swapped(id)) {
+      ASSERT_EQ(lifo.can_grow(id, 5), region.can_grow(id, 5));
+      if (lifo.can_grow(id, 5)) {
+        lifo.grow(id, 5);
+        region.grow(id, 5);
+      }
+    } else if (kind == 2 && !lifo.is_swapped(id)) {
+      lifo.fork(id, next);
+      region.fork(id, next);
+      live.push_back(next++);
+      ++forks;
+    } else if (kind == 3 && !lifo.is_swapped(id)) {
+      lifo.swap_out(id);
+      region.swap_out(id);
+      ++swaps;
+    } else if (kind == 4 && lifo.is_swapped(id)) {
+      ASSERT_EQ(lifo.can_swap_in(id), region.can_swap_in(id));
+      if (lifo.can_swap_in(id)) {
+        lifo.swap_in(id);
+        region.swap_in(id);
+      }
+    } else if (kind == 5) {
+      lifo.release(id);
+      region.release(id);
+      live.erase(std::find(live.begin(), live.end(), id));
+    }
+    lifo.begin_step();
+    region.begin_step();
+    const MemoryBreakdown a = lifo.breakdown(), r = region.breakdown();
+    ASSERT_EQ(a.token_states, r.token_states) << op;
+    ASSERT_EQ(a.reserved, r.reserved) << op;
+    ASSERT_EQ(a.internal_fragmentation, r.internal_fragmentation) << op;
+    ASSERT_EQ(a.external_fragmentation, r.external_fragmentation) << op;
+    ASSERT_EQ(a.shared_savings, r.shared_savings) << op;
+    ASSERT_EQ(a.cached, r.cached) << op;
+    ASSERT_EQ(lifo.pool().num_free(), region.pool().num_free()) << op;
+    ASSERT_EQ(lifo.cow_copies(), region.cow_copies()) << op;
+  }
+  EXPECT_GT(swaps, 50);
+  EXPECT_GT(forks, 50);
+  EXPECT_GT(lifo.cow_copies(), 10);
+  // Bytes written through the region pool's tables read back, none overwritten by another sequence.
+  // (Swapped sequences and those sharing blocks are released first: a write here bypasses copy-on-write.)
+  std::erase_if(live, [&](SeqId id) { return region.is_swapped(id) ? (region.release(id), true) : false; });
+  for (bool shared = true; shared;) {
+    shared = false;
+    for (auto it = live.begin(); it != live.end() && !shared; ++it) {
+      const auto& table = region.block_table(*it);
+      shared = std::any_of(table.begin(), table.end(), [&](BlockId b) { return region.pool().ref_count(b) > 1; });
+      if (shared) {
+        region.release(*it);
+        live.erase(it);
+      }
+    }
+  }
+  ASSERT_GT(live.size(), 3u);
+  for (std::size_t i = 0; i < live.size(); ++i) write_tokens(region, live[i], static_cast<int>(i), 0, region.length(live[i]));
+  for (std::size_t i = 0; i < live.size(); ++i)
+    EXPECT_EQ(count_mismatches(region, live[i], static_cast<int>(i), 0, region.length(live[i])), 0);
+}
+
 }  // namespace
 }  // namespace kvlab
