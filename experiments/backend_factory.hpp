@@ -92,7 +92,7 @@ void register_backend_family(BackendFamily family);
 /// The registered families, the built-in ones first.
 [[nodiscard]] std::vector<BackendFamily> backend_families();
 
-/// Known forms (each family's usage string): contiguous-max|pow2|oracle[-buddy]; paged-B[-hash|-radix][-region]
+/// Known forms (each family's usage string): contiguous-max|pow2|oracle[-buddy]; paged-B[-hash[-hostG]|-radix[-region]|-region]
 /// (B = block size in tokens, 1..1024); vmm-SIZE[-mega][-overlap][-eagerN][-nodefer][-prefix]
 /// (SIZE a multiple of 4 KiB written with k or m: vmm-4k, vmm-64k, vmm-2m; deferred reclamation on
 /// unless -nodefer).

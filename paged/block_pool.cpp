@@ -29,16 +29,14 @@ BlockPool::BlockPool(std::int32_t num_blocks, FreeOrder order, std::int32_t regi
 }
 
 void BlockPool::push_free(BlockId b) {
+  if (order_ == FreeOrder::region) region_insert(b);  // first: the one step that can throw
   ++num_free_;
   num_free_cached_ += cached_[static_cast<std::size_t>(b)];
   if (order_ == FreeOrder::lifo) {
-    free_.push_back(b);
+    free_.push_back(b);  // within the capacity reserved for every block: never reallocates
     return;
   }
-  if (order_ == FreeOrder::region) {
-    region_insert(b);
-    return;
-  }
+  if (order_ == FreeOrder::region) return;
   const auto i = static_cast<std::size_t>(b);
   prev_[i] = tail_;
   next_[i] = -1;
@@ -59,18 +57,35 @@ void BlockPool::unlink(BlockId b) {
 }
 
 void BlockPool::region_insert(BlockId b) {
+  // Strong guarantee: the only allocations (a free-set node, and a node for a region that had no
+  // free block) come before anything changes or are undone; re-keying a region moves its node.
   const std::int32_t r = b / region_blocks_;
   std::int32_t& n = region_free_[static_cast<std::size_t>(r)];
-  if (n > 0) regions_.erase({-n, r});
-  regions_.insert({-++n, r});
-  free_set_.insert(b);
+  const auto [at, inserted] = free_set_.insert(b);
+  KVLAB_ASSERT(inserted);
+  if (n == 0) {
+    try {
+      regions_.insert({-1, r});
+    } catch (...) {
+      free_set_.erase(at);
+      throw;
+    }
+  } else {
+    auto node = regions_.extract({-n, r});
+    node.value().first = -(n + 1);
+    regions_.insert(std::move(node));
+  }
+  ++n;
 }
 
 void BlockPool::region_erase(BlockId b) {
   const std::int32_t r = b / region_blocks_;
   std::int32_t& n = region_free_[static_cast<std::size_t>(r)];
-  regions_.erase({-n, r});
-  if (--n > 0) regions_.insert({-n, r});
+  auto node = regions_.extract({-n, r});  // re-keyed in place: no allocation
+  if (--n > 0) {
+    node.value().first = -n;
+    regions_.insert(std::move(node));
+  }
   free_set_.erase(b);
   --num_free_;
   num_free_cached_ -= cached_[static_cast<std::size_t>(b)];
@@ -141,8 +156,13 @@ void BlockPool::add_ref(BlockId b) {
 
 bool BlockPool::release(BlockId b) {
   check(b);
-  if (--refs_[static_cast<std::size_t>(b)] > 0) return false;
-  push_free(b);
+  std::int32_t& refs = refs_[static_cast<std::size_t>(b)];
+  if (refs > 1) {
+    --refs;
+    return false;
+  }
+  push_free(b);  // region order may throw (out of memory) here, and then nothing has changed
+  refs = 0;
   return true;
 }
 

@@ -10,16 +10,18 @@
 //    (prev/next per block id): allocate takes the head, release appends to the tail, and take()
 //    removes any free block in O(1) — how a prefix-cache hit revives a cached free block.
 //  * region (opt-in, `paged-B-region`): placement for the kernels' sake. Block ids fall into
-//    regions of `region_blocks` consecutive ids (the backend makes a region one 2 MiB huge page of
-//    a K or V plane). allocate(near), with `near` the sequence's last block, hands out the lowest
+//    regions of `region_blocks` consecutive ids (PagedBackend makes a region 2 MiB of a K or V
+//    plane's blocks). allocate(near), with `near` the sequence's last block, hands out the lowest
 //    free block after `near` in near's region, so a sequence's blocks run in ascending address
-//    order within a huge page; otherwise (a new sequence, or near's region has nothing above it)
-//    the lowest free block of the region with the most free blocks, which leaves the sequence the
-//    most room to grow in order. Why: a decode kernel reading a sequence's blocks scattered over
-//    the pool runs 4-6 % slower on this host than over the same blocks in order (docs/kernels.md,
-//    "Block placement"). O(log n) per operation (an ordered set of free ids, one of regions by
-//    free count). Only which block is handed out changes: how many blocks anything takes, and so
-//    every accounting figure, is the same as under lifo.
+//    order there; otherwise (a new sequence, or nothing free after `near` in its region) the
+//    lowest free block of the region with the most free blocks (the lowest such region). Two new
+//    sequences may start in the same region and interleave there; nothing reserves a region for
+//    one. Why: the host decode kernel reads a sequence's blocks scattered over the pool 3-4 %
+//    slower than the same blocks in address order (docs/kernels.md, "Block placement").
+//    O(log n) per operation (an ordered set of free ids, one of regions by free count); release
+//    can throw out of memory here (a set node), and then changes nothing. Only which block is
+//    handed out changes: how many blocks anything takes, and so every accounting figure, is the
+//    same as under lifo.
 //
 // A block can be marked cached (hash prefix caching: it has a cache entry); the pool counts the
 // free blocks that are marked, in O(1) per change, so the accounting never scans the pool.
@@ -46,8 +48,8 @@ class BlockPool {
   explicit BlockPool(std::int32_t num_blocks, FreeOrder order = FreeOrder::lifo, std::int32_t region_blocks = 1);
 
   /// A free block with reference count 1, or nullopt (and nothing changes) when none is free.
-  /// `near` (region order; -1: none): the block the new one should follow, the sequence's last;
-  /// lifo and lru ignore it.
+  /// `near` (-1: none, else a block id, checked): the block the new one should follow, the
+  /// sequence's last. Only region order uses it.
   [[nodiscard]] std::optional<BlockId> allocate(BlockId near = -1);
   /// The block allocate() would return now (nullopt when none is free). No side effects.
   [[nodiscard]] std::optional<BlockId> peek() const noexcept;

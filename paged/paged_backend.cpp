@@ -35,11 +35,13 @@ FreeOrder free_order_for(const PagedConfig& c) {
   if (c.region_placement) return FreeOrder::region;
   return mode == PrefixCacheMode::hash ? FreeOrder::lru : FreeOrder::lifo;
 }
-/// Block ids per region under region placement: one 2 MiB huge page of a K or V plane.
+/// Block ids per region under region placement: `region_bytes` (2 MiB) of a K or V plane.
 std::int32_t region_blocks_for(const PagedConfig& c) {
   if (!c.region_placement) return 1;
+  KVLAB_EXPECTS(c.region_bytes >= 1, "region placement needs a region of at least one byte");
   const std::size_t block_bytes = static_cast<std::size_t>(c.block_size) * c.model.kv_bytes_per_token_per_layer() / 2;
-  return static_cast<std::int32_t>(std::max<std::size_t>(1, kRegionBytes / std::max<std::size_t>(1, block_bytes)));
+  const std::size_t blocks = std::max<std::size_t>(1, c.region_bytes / std::max<std::size_t>(1, block_bytes));
+  return static_cast<std::int32_t>(std::min<std::size_t>(blocks, INT32_MAX));
 }
 BlockId last_block(const PagedSequence& s) { return s.blocks.empty() ? -1 : s.blocks.back(); }
 }  // namespace

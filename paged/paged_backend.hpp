@@ -28,9 +28,11 @@
 //    Cached blocks no sequence holds count as `free` in the five fractions and as `cached`.
 //  * Block placement: which free block a sequence gets is the pool's free order (lifo, or the
 //    hash cache's LRU queue, exactly as vLLM). `region_placement` (`paged-B-region`, not with the
-//    hash cache) hands a sequence the next free block after its last within the same 2 MiB of a
-//    plane instead, so the kernels read it in address order (paged/block_pool.hpp,
-//    docs/kernels.md). It changes block ids only: every count and fraction is the same.
+//    hash cache) hands a sequence the next free block after its last within the same 2 MiB of
+//    block ids of a plane instead, so the kernels read it mostly in address order
+//    (paged/block_pool.hpp, docs/kernels.md). A region is aligned to the plane's start, which is
+//    a multiple of 2 MiB only when the pool's blocks fill whole regions, so it may straddle two
+//    huge pages. It changes block ids only: every count and fraction is the same.
 #include <chrono>
 #include <memory>
 #include <string_view>
@@ -60,8 +62,11 @@ struct PagedConfig {
   /// blocks move to when their device block is reused, and come back from on a hit. 0: none.
   std::size_t host_cache_bytes = 0;
   /// Region block placement (`paged-B-region`, paged/block_pool.hpp): a sequence's next block is
-  /// the lowest free one after its last within the same 2 MiB of a plane. Not with the hash cache.
+  /// the lowest free one after its last within the same region of a plane. Not with the hash cache.
   bool region_placement = false;
+  /// A region's bytes within one K or V plane: a region holds max(1, region_bytes / block bytes)
+  /// consecutive block ids. Default one 2 MiB huge page.
+  std::size_t region_bytes = kRegionBytes;
 };
 
 /// A sequence's block table, or (swapped out) where its bytes wait.

@@ -41,7 +41,7 @@ ThreadPool& one_thread() {
   return pool;
 }
 
-/// One KV cache, stored once contiguously and once per block size as a shuffled block pool.
+/// One KV cache, stored contiguously; PagedCopy copies it into block pools (shuffled, or in region placement).
 struct DecodeData {
   std::int64_t row = static_cast<std::int64_t>(kKvHeads) * kHeadDim;
   std::vector<half_t, HugePageAllocator<half_t>> k, v;  // [batch][context][kv_heads][head_dim]

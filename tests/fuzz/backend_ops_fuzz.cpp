@@ -495,7 +495,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     fail(name, std::string("make_backend threw an unexpected exception: ") + e.what());
   }
   const bool paged = name.starts_with("paged-");
-  const bool cache = paged && (name.ends_with("-hash") || name.ends_with("-radix"));
+  const bool cache = paged && (name.find("-hash") != std::string::npos || name.find("-radix") != std::string::npos);
   Harness h(name, std::move(b), paged, cache);
   h.set_capacity_bytes(o.capacity_bytes);
   h.start();

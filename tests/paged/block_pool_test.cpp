@@ -81,7 +81,8 @@ TEST(BlockPool, RegionOrderKeepsEachSequenceAscendingWithinARegion) {
   EXPECT_TRUE(pool.release(2));
   EXPECT_EQ(*pool.allocate(1), 2);  // the freed block right after 1
   EXPECT_TRUE(pool.release(1));
-  // Nothing free after 2 in its region: never backwards (1 is free), a fresh region instead.
+  // Nothing free after 2 in its region: the region with the most free blocks (region 3; region 0's
+  // free block 1 lies behind).
   EXPECT_EQ(*pool.allocate(2), 12);
   EXPECT_EQ(*pool.allocate(4), 6);  // 5 is held: skipped
   EXPECT_THROW((void)pool.allocate(16), InvalidArgument);
@@ -93,8 +94,20 @@ TEST(BlockPool, LifoAndLruIgnoreTheHint) {
   for (const FreeOrder order : {FreeOrder::lifo, FreeOrder::lru}) {
     BlockPool with(8, order), without(8, order);
     std::mt19937 rng(5);
-    for (int i = 0; i < 6; ++i) EXPECT_EQ(*with.allocate(static_cast<BlockId>(rng() % 8)), *without.allocate());
-    EXPECT_EQ(with.free_list(), without.free_list());
+    std::vector<BlockId> held;
+    for (int i = 0; i < 200; ++i) {
+      if (with.num_free() > 0 && (held.empty() || rng() % 2 == 0)) {
+        const BlockId b = *with.allocate(static_cast<BlockId>(rng() % 8));
+        ASSERT_EQ(b, *without.allocate());
+        held.push_back(b);
+      } else {
+        const std::size_t k = rng() % held.size();
+        ASSERT_TRUE(with.release(held[k]));
+        ASSERT_TRUE(without.release(held[k]));
+        held.erase(held.begin() + static_cast<std::ptrdiff_t>(k));
+      }
+      ASSERT_EQ(with.free_list(), without.free_list());
+    }
   }
 }
 
@@ -119,10 +132,19 @@ TEST(BlockPool, RegionOrderMatchesAScanningReference) {
       for (BlockId x = best * region;; ++x)
         if (free[static_cast<std::size_t>(x)]) return x;
     };
-    for (int step = 0; step < 2000; ++step) {
+    int exhausted = 0;
+    for (int step = 0; step < 3000; ++step) {
       const int n_free = static_cast<int>(std::count(free.begin(), free.end(), true));
       ASSERT_EQ(pool.num_free(), n_free);
-      if (n_free > 0 && (held.empty() || rng() % 3 != 0)) {
+      // Phases of 300 steps that mostly fill, then mostly drain, so every occupancy is visited.
+      const bool filling = (step / 300) % 2 == 0;
+      if (n_free == 0) {
+        ASSERT_FALSE(pool.allocate().has_value());
+        ASSERT_FALSE(pool.allocate(held.front()).has_value());
+        ASSERT_FALSE(pool.peek().has_value());
+        ++exhausted;
+      }
+      if (n_free > 0 && (held.empty() || rng() % 4 < (filling ? 3u : 1u))) {
         const BlockId near = held.empty() || rng() % 4 == 0 ? -1 : held[rng() % held.size()];
         const BlockId want = expected(near);
         if (near < 0) {
@@ -132,20 +154,18 @@ TEST(BlockPool, RegionOrderMatchesAScanningReference) {
         ASSERT_EQ(got, want) << "blocks " << blocks << " region " << region << " step " << step << " near " << near;
         free[static_cast<std::size_t>(got)] = false;
         held.push_back(got);
-      } else if (!held.empty()) {
+      } else {
         const std::size_t i = rng() % held.size();
         ASSERT_TRUE(pool.release(held[i]));
         free[static_cast<std::size_t>(held[i])] = true;
         held.erase(held.begin() + static_cast<std::ptrdiff_t>(i));
-      } else {
-        ASSERT_FALSE(pool.allocate().has_value());
-        ASSERT_FALSE(pool.peek().has_value());
       }
       std::vector<BlockId> want_free;
       for (BlockId x = 0; x < blocks; ++x)
         if (free[static_cast<std::size_t>(x)]) want_free.push_back(x);
       ASSERT_EQ(pool.free_list(), want_free);
     }
+    EXPECT_GT(exhausted, 0) << "blocks " << blocks;
   }
 }
 

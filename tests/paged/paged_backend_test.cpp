@@ -307,34 +307,59 @@ TEST(PagedBackend, RegionPlacementKeepsSequencesGrowingTogetherInOrder) {
   EXPECT_NO_THROW(PagedBackend{c});
 }
 
-TEST(PagedBackend, RegionPlacementChangesWhichBlocksNeverHowMany) {
-  // The same random admits, growth, forks (copy-on-write), swaps and releases on lifo and region
-  // pools: every accounting figure and every yes/no answer agree after every operation.
-  PagedConfig lifo_config = config(7, 600, &host_memory_resource());
-  PagedConfig region_config = lifo_config;
-  region_config.region_placement = true;
-  PagedBackend lifo(lifo_config), region(region_config);
-  std::mt19937 rng(17);
+TEST(PagedBackend, RegionPlacementPassesEachBlockItsPredecessor) {
+  // 64 blocks per region. Copy-on-write follows the block before the copied one; swap-in refills
+  // in order; growth continues after the last block.
+  PagedBackend b(llama_config(512, true));
+  b.admit(0, {20, 100}, 20);  // blocks 0, 1 (the second partial)
+  EXPECT_EQ(b.block_table(0), (std::vector<BlockId>{0, 1}));
+  b.fork(0, 1);
+  b.grow(1, 1);  // copy-on-write of block 1: the copy follows block 0 (2), not a fresh region (64)
+  EXPECT_EQ(b.block_table(1), (std::vector<BlockId>{0, 2}));
+  b.grow(1, 30);  // 51 tokens: a fourth block after the third
+  EXPECT_EQ(b.block_table(1), (std::vector<BlockId>{0, 2, 3, 4}));
+  b.swap_out(1);
+  b.admit(2, {16, 16}, 16);  // region 1 (64 free) against region 0 (63)
+  EXPECT_EQ(b.block_table(2), (std::vector<BlockId>{64}));
+  b.swap_in(1);  // regions 0 and 1 hold blocks, 2-7 none: the lowest of those, in order
+  EXPECT_EQ(b.block_table(1), (std::vector<BlockId>{128, 129, 130, 131}));
+}
+
+/// Token ids for the twin test: one of 3 shared system prompts of 40 tokens, then the request's own.
+std::vector<std::int32_t> twin_ids(std::mt19937& rng, std::int64_t n) {
+  std::vector<std::int32_t> ids(static_cast<std::size_t>(n));
+  const auto group = static_cast<std::int32_t>(rng() % 3);
+  for (std::int64_t i = 0; i < n; ++i)
+    ids[static_cast<std::size_t>(i)] = i < 40 ? group * 1000 + static_cast<std::int32_t>(i) : static_cast<std::int32_t>(rng() % 50000);
+  return ids;
+}
+
+/// One random operation (admit with token ids, grow, fork, swap out or in, release) applied to
+/// both twins, after checking both answer the same yes/no question the same way.
+struct Twins {
+  PagedBackend& lifo;
+  PagedBackend& region;
   std::vector<SeqId> live;
   SeqId next = 0;
   int swaps = 0, forks = 0;
-  for (int op = 0; op < 3000; ++op) {
+
+  void random_op(std::mt19937& rng) {
     const int kind = static_cast<int>(rng() % 6);
     const SeqId id = live.empty() ? -1 : live[rng() % live.size()];
     if (kind == 0 || live.empty()) {
       const std::int64_t prompt = 1 + rng() % 60;
-      const SequenceSpec spec{prompt, prompt + static_cast<std::int64_t>(rng() % 60)};
+      const auto ids = twin_ids(rng, prompt);
+      const SequenceSpec spec{prompt, prompt + static_cast<std::int64_t>(rng() % 60), ids};
       ASSERT_EQ(lifo.can_admit(spec, prompt), region.can_admit(spec, prompt));
-      if (!lifo.can_admit(spec, prompt)) continue;
+      if (!lifo.can_admit(spec, prompt)) return;
       lifo.admit(next, spec, prompt);
       region.admit(next, spec, prompt);
       live.push_back(next++);
     } else if (kind == 1 && !lifo.is_swapped(id)) {
       ASSERT_EQ(lifo.can_grow(id, 5), region.can_grow(id, 5));
-      if (lifo.can_grow(id, 5)) {
-        lifo.grow(id, 5);
-        region.grow(id, 5);
-      }
+      if (!lifo.can_grow(id, 5)) return;
+      lifo.grow(id, 5);
+      region.grow(id, 5);
     } else if (kind == 2 && !lifo.is_swapped(id)) {
       lifo.fork(id, next);
       region.fork(id, next);
@@ -346,17 +371,17 @@ TEST(PagedBackend, RegionPlacementChangesWhichBlocksNeverHowMany) {
       ++swaps;
     } else if (kind == 4 && lifo.is_swapped(id)) {
       ASSERT_EQ(lifo.can_swap_in(id), region.can_swap_in(id));
-      if (lifo.can_swap_in(id)) {
-        lifo.swap_in(id);
-        region.swap_in(id);
-      }
+      if (!lifo.can_swap_in(id)) return;
+      lifo.swap_in(id);
+      region.swap_in(id);
     } else if (kind == 5) {
       lifo.release(id);
       region.release(id);
       live.erase(std::find(live.begin(), live.end(), id));
     }
-    lifo.begin_step();
-    region.begin_step();
+  }
+
+  void expect_same_accounting(int op) const {
     const MemoryBreakdown a = lifo.breakdown(), r = region.breakdown();
     ASSERT_EQ(a.token_states, r.token_states) << op;
     ASSERT_EQ(a.reserved, r.reserved) << op;
@@ -366,28 +391,81 @@ TEST(PagedBackend, RegionPlacementChangesWhichBlocksNeverHowMany) {
     ASSERT_EQ(a.cached, r.cached) << op;
     ASSERT_EQ(lifo.pool().num_free(), region.pool().num_free()) << op;
     ASSERT_EQ(lifo.cow_copies(), region.cow_copies()) << op;
+    const PrefixCacheStats pa = lifo.prefix_cache_stats(), pr = region.prefix_cache_stats();
+    ASSERT_EQ(pa.hits, pr.hits) << op;
+    ASSERT_EQ(pa.hit_blocks, pr.hit_blocks) << op;
+    ASSERT_EQ(pa.queries, pr.queries) << op;
+    ASSERT_EQ(pa.evictions, pr.evictions) << op;
+    ASSERT_EQ(pa.inserted_blocks, pr.inserted_blocks) << op;
   }
-  EXPECT_GT(swaps, 50);
-  EXPECT_GT(forks, 50);
-  EXPECT_GT(lifo.cow_copies(), 10);
-  // Bytes written through the region pool's tables read back, none overwritten by another sequence.
-  // (Swapped sequences and those sharing blocks are released first: a write here bypasses copy-on-write.)
-  std::erase_if(live, [&](SeqId id) { return region.is_swapped(id) ? (region.release(id), true) : false; });
-  for (bool shared = true; shared;) {
-    shared = false;
-    for (auto it = live.begin(); it != live.end() && !shared; ++it) {
-      const auto& table = region.block_table(*it);
-      shared = std::any_of(table.begin(), table.end(), [&](BlockId b) { return region.pool().ref_count(b) > 1; });
-      if (shared) {
-        region.release(*it);
-        live.erase(it);
+
+  /// Resident sequences of the region twin whose blocks span more than one region of `blocks`.
+  [[nodiscard]] int spanning(int blocks) const {
+    int n = 0;
+    for (const SeqId s : live)
+      if (!region.is_swapped(s)) {
+        const auto& t = region.block_table(s);
+        n += !t.empty() && t.front() / blocks != t.back() / blocks;
+      }
+    return n;
+  }
+
+  /// Bytes written through the region twin's tables read back, none overwritten by another
+  /// sequence. (Swapped sequences and those sharing blocks are released first: a write here
+  /// bypasses copy-on-write.)
+  void expect_bytes_read_back() {
+    std::erase_if(live, [&](SeqId s) { return region.is_swapped(s) ? (region.release(s), true) : false; });
+    for (bool shared = true; shared;) {
+      shared = false;
+      for (auto it = live.begin(); it != live.end() && !shared; ++it) {
+        const auto& table = region.block_table(*it);
+        shared = std::any_of(table.begin(), table.end(), [&](BlockId b) { return region.pool().ref_count(b) > 1; });
+        if (shared) {
+          region.release(*it);
+          live.erase(it);
+        }
       }
     }
+    ASSERT_GT(live.size(), 3u);
+    for (std::size_t i = 0; i < live.size(); ++i) write_tokens(region, live[i], static_cast<int>(i), 0, region.length(live[i]));
+    for (std::size_t i = 0; i < live.size(); ++i)
+      EXPECT_EQ(count_mismatches(region, live[i], static_cast<int>(i), 0, region.length(live[i])), 0);
   }
-  ASSERT_GT(live.size(), 3u);
-  for (std::size_t i = 0; i < live.size(); ++i) write_tokens(region, live[i], static_cast<int>(i), 0, region.length(live[i]));
-  for (std::size_t i = 0; i < live.size(); ++i)
-    EXPECT_EQ(count_mismatches(region, live[i], static_cast<int>(i), 0, region.length(live[i])), 0);
+};
+
+TEST(PagedBackend, RegionPlacementChangesWhichBlocksNeverHowMany) {
+  // The same random admits (with token ids that share prefixes), growth, forks (copy-on-write),
+  // swaps and releases on a lifo twin and a region twin of 10 regions of 9 blocks, without a
+  // prefix cache and with the radix cache: every accounting figure, cache counter and yes/no
+  // answer agree after every operation.
+  for (const PrefixCacheMode mode : {PrefixCacheMode::none, PrefixCacheMode::radix}) {
+    PagedConfig lifo_config = config(7, 600, &host_memory_resource());  // 85 blocks of 896 B per plane
+    lifo_config.prefix_cache = mode;
+    PagedConfig region_config = lifo_config;
+    region_config.region_placement = true;
+    region_config.region_bytes = 8192;
+    PagedBackend lifo(lifo_config), region(region_config);
+    ASSERT_EQ(region.pool().region_blocks(), 9);
+    Twins twins{lifo, region, {}};
+    std::mt19937 rng(17);
+    int spanning = 0;
+    for (int op = 0; op < 3000; ++op) {
+      twins.random_op(rng);
+      lifo.begin_step();
+      region.begin_step();
+      twins.expect_same_accounting(op);
+      if (HasFatalFailure()) return;
+      spanning += twins.spanning(9);
+    }
+    EXPECT_GT(twins.swaps, 50);
+    EXPECT_GT(twins.forks, 50);
+    EXPECT_GT(lifo.cow_copies(), 10);
+    EXPECT_GT(spanning, 100);  // sequences did span regions
+    if (mode == PrefixCacheMode::radix) {
+      EXPECT_GT(lifo.prefix_cache_stats().hits, 1000);
+    }
+    twins.expect_bytes_read_back();
+  }
 }
 
 }  // namespace
