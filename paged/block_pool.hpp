@@ -43,6 +43,12 @@ enum class FreeOrder { lifo, lru, region };
 /// THP, the CUDA VMM granularity) of a K or V plane.
 inline constexpr std::size_t kRegionBytes = std::size_t{2} << 20;
 
+/// Block ids per region for blocks of `block_bytes` (per K or V plane): at least 1.
+[[nodiscard]] inline std::int32_t blocks_per_region(std::size_t block_bytes, std::size_t region_bytes = kRegionBytes) {
+  const std::size_t blocks = region_bytes / (block_bytes == 0 ? 1 : block_bytes);
+  return static_cast<std::int32_t>(blocks < 1 ? 1 : blocks > INT32_MAX ? INT32_MAX : blocks);
+}
+
 class BlockPool {
  public:
   /// `region_blocks`: block ids per region (region order only; at least 1).

@@ -39,9 +39,8 @@ FreeOrder free_order_for(const PagedConfig& c) {
 std::int32_t region_blocks_for(const PagedConfig& c) {
   if (!c.region_placement) return 1;
   KVLAB_EXPECTS(c.region_bytes >= 1, "region placement needs a region of at least one byte");
-  const std::size_t block_bytes = static_cast<std::size_t>(c.block_size) * c.model.kv_bytes_per_token_per_layer() / 2;
-  const std::size_t blocks = std::max<std::size_t>(1, c.region_bytes / std::max<std::size_t>(1, block_bytes));
-  return static_cast<std::int32_t>(std::min<std::size_t>(blocks, INT32_MAX));
+  return blocks_per_region(static_cast<std::size_t>(c.block_size) * c.model.kv_bytes_per_token_per_layer() / 2,
+                           c.region_bytes);
 }
 BlockId last_block(const PagedSequence& s) { return s.blocks.empty() ? -1 : s.blocks.back(); }
 }  // namespace

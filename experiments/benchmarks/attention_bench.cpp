@@ -91,8 +91,8 @@ DecodeData& data() {
 /// its last one. A region is 2 MiB of the K (or V) pool, as in PagedBackend.
 std::vector<std::int32_t> region_table(int block_size, std::int32_t pool_blocks) {
   const int per_seq = (kContext + block_size - 1) / block_size;
-  const auto block_bytes = static_cast<std::size_t>(block_size) * kKvHeads * kHeadDim * sizeof(half_t);
-  BlockPool pool(pool_blocks, FreeOrder::region, static_cast<std::int32_t>(std::max<std::size_t>(1, kRegionBytes / block_bytes)));
+  BlockPool pool(pool_blocks, FreeOrder::region,
+                 blocks_per_region(static_cast<std::size_t>(block_size) * kKvHeads * kHeadDim * sizeof(half_t)));
   std::vector<BlockId> all;
   while (const auto b = pool.allocate()) all.push_back(*b);
   std::shuffle(all.begin(), all.end(), std::mt19937_64(13));
@@ -177,10 +177,10 @@ void BM_DecodePaged(benchmark::State& state) {
 /// tenants of the VM's memory), so a ratio of two numbers taken seconds apart moves with it. Each
 /// of kRounds rounds runs one bandwidth pass, then the contiguous decode and the paged decodes at
 /// every block size of kSideBySideBlocks (issue 16's goal covers blocks of 16 and more), each
-/// shuffled and in region placement, in a seeded random order, then another bandwidth pass, all on the same threads, then the contiguous decode
-/// and a bandwidth pass on one thread; a round's fraction is its decode rate over the mean of the
-/// bandwidth passes just before and after it. Reported: the median round and the spread (min,
-/// max) of each ratio.
+/// shuffled and in region placement, in a seeded random order, then another bandwidth pass, all
+/// on the same threads, then the contiguous decode and a bandwidth pass on one thread; a round's
+/// fraction is its decode rate over the mean of the bandwidth passes just before and after it.
+/// Reported: the median round and the spread (min, max) of each ratio.
 constexpr std::array<int, 4> kSideBySideBlocks{16, 32, 64, 128};
 
 void BM_DecodeSideBySide(benchmark::State& state) {

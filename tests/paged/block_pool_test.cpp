@@ -88,6 +88,9 @@ TEST(BlockPool, RegionOrderKeepsEachSequenceAscendingWithinARegion) {
   EXPECT_THROW((void)pool.allocate(16), InvalidArgument);
   EXPECT_THROW((void)pool.allocate(-2), InvalidArgument);
   EXPECT_THROW(BlockPool(4, FreeOrder::region, 0), InvalidArgument);
+  EXPECT_EQ(blocks_per_region(32 << 10), 64);      // block 16 of llama-3-8b: 32 KiB per plane
+  EXPECT_EQ(blocks_per_region(3 << 20), 1);        // a block larger than a region
+  EXPECT_EQ(blocks_per_region(896, 8192), 9);      // rounded down
 }
 
 TEST(BlockPool, LifoAndLruIgnoreTheHint) {
