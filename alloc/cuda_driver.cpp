@@ -3,6 +3,9 @@
 #include <string>
 #include <type_traits>
 
+#include <cudaTypedefs.h>
+
+#include "alloc/cuda_driver_log.hpp"
 #include "alloc/cuda_runtime.hpp"
 
 #if KVLAB_HAS_CUDA
@@ -11,11 +14,13 @@
 
 namespace kvlab {
 
-// The table must match <cuda.h> exactly: a wrong signature would still compile after the
-// reinterpret_cast in resolve() and then corrupt arguments at run time.
-#define KVLAB_CHECK_SIGNATURE(name)                                                      \
-  static_assert(std::is_same_v<decltype(CudaDriverApi::name), decltype(&::name)>,        \
-                "CudaDriverApi::" #name " does not match the signature in <cuda.h>");
+// Each member must have exactly the ABI it is resolved at: a wrong signature would still compile
+// after the reinterpret_cast in resolve_cuda_driver_table() and then read garbage arguments at run
+// time (cuCtxSynchronize at 13000 did, on the H200). <cudaTypedefs.h> names every ABI of every
+// entry point PFN_<name>_v<version>.
+#define KVLAB_CHECK_SIGNATURE(name, abi)                                                           \
+  static_assert(std::is_same_v<decltype(CudaDriverApi::name), PFN_##name##_v##abi>,              \
+                "CudaDriverApi::" #name " does not have the ABI of PFN_" #name "_v" #abi);
 KVLAB_CUDA_DRIVER_ENTRIES(KVLAB_CHECK_SIGNATURE)
 #undef KVLAB_CHECK_SIGNATURE
 
@@ -84,24 +89,18 @@ struct Resolution {
 };
 
 #if KVLAB_HAS_CUDA
-template <class Fn>
-void resolve_entry(const char* name, Fn& slot, std::string& error) {
-  if (!error.empty()) return;
+/// The real driver's entry point at one ABI version, through the runtime that is linked statically.
+void* runtime_entry_point(const char* name, int abi, std::string& why) {
   void* fn = nullptr;
   cudaDriverEntryPointQueryResult query = cudaDriverEntryPointSymbolNotFound;
-  // Ask for the ABI of the headers we compiled against: the signatures in CudaDriverApi are theirs.
-  const cudaError_t err = cudaGetDriverEntryPointByVersion(name, &fn, CUDA_VERSION, cudaEnableDefault, &query);
-  if (err != cudaSuccess || query != cudaDriverEntryPointSuccess || fn == nullptr) {
-    (void)cudaGetLastError();
-    error = std::string("the NVIDIA driver does not provide ") + name + " for CUDA " +
-            std::to_string(CUDA_VERSION / 1000) + "." + std::to_string(CUDA_VERSION % 1000 / 10) + " (" +
-            (err != cudaSuccess ? cudaGetErrorName(err)
-             : query == cudaDriverEntryPointVersionNotSufficent ? "driver too old"
-                                                                 : "symbol not found") +
-            ")";
-    return;
-  }
-  slot = reinterpret_cast<Fn>(fn);
+  const cudaError_t err =
+      cudaGetDriverEntryPointByVersion(name, &fn, static_cast<unsigned>(abi), cudaEnableDefault, &query);
+  if (err == cudaSuccess && query == cudaDriverEntryPointSuccess && fn != nullptr) return fn;
+  (void)cudaGetLastError();
+  why = err != cudaSuccess                                         ? cudaGetErrorName(err)
+        : query == cudaDriverEntryPointVersionNotSufficent ? "driver too old"
+                                                                   : "symbol not found";
+  return nullptr;
 }
 #endif
 
@@ -116,9 +115,7 @@ Resolution resolve() noexcept {
       return r;
     }
 #if KVLAB_HAS_CUDA
-#define KVLAB_RESOLVE_ENTRY(name) resolve_entry(#name, r.api.name, r.error);
-    KVLAB_CUDA_DRIVER_ENTRIES(KVLAB_RESOLVE_ENTRY)
-#undef KVLAB_RESOLVE_ENTRY
+    r.error = resolve_cuda_driver_table(r.api, runtime_entry_point);
     if (r.error.empty()) {
       // The runtime has initialised the driver already; cuInit is idempotent and makes the table
       // usable on its own.
@@ -141,7 +138,29 @@ Resolution resolve() noexcept {
 const CudaDriverApi& cuda_driver() {
   static const Resolution resolution = resolve();
   if (!resolution.error.empty()) KVLAB_THROW(CudaError, resolution.error);
-  return resolution.api;
+  static const CudaDriverApi& table = logged_if_requested(resolution.api);  // KVLAB_DRIVER_LOG=FILE
+  return table;
+}
+
+std::string resolve_cuda_driver_table(CudaDriverApi& api, const CudaEntryLookup& lookup) {
+  std::string error;
+  const auto entry = [&](const char* name, int abi, auto& slot) {
+    if (!error.empty()) return;
+    std::string why;
+    void* fn = lookup(name, abi, why);
+    if (fn == nullptr) {
+      error = std::string("the NVIDIA driver does not provide ") + name + " with the ABI of CUDA " +
+              std::to_string(abi / 1000) + "." + std::to_string(abi % 1000 / 10) + " (" +
+              (why.empty() ? "symbol not found" : why) + ")";
+      return;
+    }
+    slot = reinterpret_cast<std::remove_reference_t<decltype(slot)>>(fn);  // the ABI static_assert'ed above
+  };
+#define KVLAB_RESOLVE_ENTRY(name, abi) entry(#name, abi, api.name);
+  KVLAB_CUDA_DRIVER_ENTRIES(KVLAB_RESOLVE_ENTRY)
+#undef KVLAB_RESOLVE_ENTRY
+  if (!error.empty()) api = CudaDriverApi{};
+  return error;
 }
 
 const char* cu_result_name(CUresult result) noexcept {

@@ -17,36 +17,50 @@
 
 #include <cuda.h>
 
+#include <functional>
+#include <string>
+
 #include "alloc/error.hpp"
 
-// Every entry of CudaDriverApi, once. X(name) receives the documented (unversioned) driver name;
-// cuda.h maps a few of them to their current ABI by macro (cuMemGetInfo -> cuMemGetInfo_v2), which
-// applies to the member names too, so `api.cuMemGetInfo` always has the _v2 signature.
-#define KVLAB_CUDA_DRIVER_ENTRIES(X) \
-  X(cuInit)                          \
-  X(cuDriverGetVersion)              \
-  X(cuGetErrorName)                  \
-  X(cuGetErrorString)                \
-  X(cuDeviceGet)                     \
-  X(cuDeviceGetCount)                \
-  X(cuDeviceGetName)                 \
-  X(cuDeviceGetAttribute)            \
-  X(cuDeviceTotalMem)                \
-  X(cuDevicePrimaryCtxRetain)        \
-  X(cuDevicePrimaryCtxRelease)       \
-  X(cuCtxSetCurrent)                 \
-  X(cuCtxGetCurrent)                 \
-  X(cuCtxSynchronize)                \
-  X(cuMemGetInfo)                    \
-  X(cuMemGetAllocationGranularity)   \
-  X(cuMemAddressReserve)             \
-  X(cuMemAddressFree)                \
-  X(cuMemCreate)                     \
-  X(cuMemRelease)                    \
-  X(cuMemMap)                        \
-  X(cuMemUnmap)                      \
-  X(cuMemSetAccess)                  \
-  X(cuMemGetAccess)
+// Every entry of CudaDriverApi, once: X(name, abi). `name` is the documented (unversioned) driver
+// name; cuda.h maps a few of them to their current ABI by macro (cuMemGetInfo -> cuMemGetInfo_v2),
+// which applies to the member names too. `abi` is the CUDA version of the ABI the member's
+// signature has: the suffix of its PFN_<name>_v<abi> typedef in <cudaTypedefs.h> (checked by
+// static_assert in cuda_driver.cpp), and the version the entry is resolved at.
+//
+// Why per entry and never CUDA_VERSION: the driver hands out the newest ABI of a symbol at or
+// below the version asked for, and an ABI may change its signature under the same name. CUDA 13.0
+// gave cuCtxSynchronize a context argument (cuCtxSynchronize_v2, PFN_cuCtxSynchronize_v13000).
+// kvlab asked for every entry at CUDA_VERSION (13000), got that function and called it with no
+// argument, so the driver read a garbage context from a register: on the H200 every synchronize
+// failed with CUDA_ERROR_CONTEXT_IS_DESTROYED and every device deallocation was refused
+// (shared/gpu-runs/2026-11-27-h200). The driver double serves entry points by version too
+// (CudaDriverDouble::entry_point), so a wrong `abi` here fails the same way in CI.
+#define KVLAB_CUDA_DRIVER_ENTRIES(X)      \
+  X(cuInit, 2000)                         \
+  X(cuDriverGetVersion, 2020)             \
+  X(cuGetErrorName, 6000)                 \
+  X(cuGetErrorString, 6000)               \
+  X(cuDeviceGet, 2000)                    \
+  X(cuDeviceGetCount, 2000)               \
+  X(cuDeviceGetName, 2000)                \
+  X(cuDeviceGetAttribute, 2000)           \
+  X(cuDeviceTotalMem, 3020)               \
+  X(cuDevicePrimaryCtxRetain, 7000)       \
+  X(cuDevicePrimaryCtxRelease, 11000)     \
+  X(cuCtxSetCurrent, 4000)                \
+  X(cuCtxGetCurrent, 4000)                \
+  X(cuCtxSynchronize, 2000)               \
+  X(cuMemGetInfo, 3020)                   \
+  X(cuMemGetAllocationGranularity, 10020) \
+  X(cuMemAddressReserve, 10020)           \
+  X(cuMemAddressFree, 10020)              \
+  X(cuMemCreate, 10020)                   \
+  X(cuMemRelease, 10020)                  \
+  X(cuMemMap, 10020)                      \
+  X(cuMemUnmap, 10020)                    \
+  X(cuMemSetAccess, 10020)                \
+  X(cuMemGetAccess, 10020)
 
 namespace kvlab {
 
@@ -99,6 +113,16 @@ struct CudaDriverApi {
 
 /// A short description of a known code ("invalid argument"), nullptr for unknown codes.
 [[nodiscard]] const char* cu_result_description(CUresult result) noexcept;
+
+/// Finds one driver entry point: `name` (unversioned) with the ABI of CUDA version `abi`; nullptr
+/// when there is none, with one line in `why` ("symbol not found", "driver too old", ...).
+using CudaEntryLookup = std::function<void*(const char* name, int abi, std::string& why)>;
+
+/// Fills every entry of `api` through `lookup`, each at its own ABI version (KVLAB_CUDA_DRIVER_ENTRIES).
+/// Returns "" or one line naming the first entry the lookup did not provide; `api` is then all
+/// nullptr. Production looks up through cudaGetDriverEntryPointByVersion, the double through
+/// CudaDriverDouble::entry_point: one resolution for both.
+[[nodiscard]] std::string resolve_cuda_driver_table(CudaDriverApi& api, const CudaEntryLookup& lookup);
 
 namespace detail {
 /// Throws OutOfMemory for CUDA_ERROR_OUT_OF_MEMORY and CudaError otherwise; the message reads

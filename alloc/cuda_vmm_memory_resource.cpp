@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <string>
 
 namespace kvlab {
 
@@ -69,17 +70,37 @@ void* CudaVmmMemoryResource::do_allocate(std::size_t bytes, std::size_t alignmen
 }
 
 bool CudaVmmMemoryResource::free_block(CUdeviceptr base, Block& b) noexcept {
+  const auto step = [&b](const char* call, CUresult r) {
+    if (r == CUDA_SUCCESS) return true;
+    b.refused_by = call;
+    b.refused_with = r;
+    return false;
+  };
   if (b.mapped) {
     // A kernel of this context may still read the memory: wait for it before unmapping.
-    if (ctx_.synchronize() != CUDA_SUCCESS) return false;
-    if (api_.cuMemUnmap(base, b.size) != CUDA_SUCCESS) return false;
+    if (!step("cuCtxSetCurrent + cuCtxSynchronize", ctx_.synchronize())) return false;
+    if (!step("cuMemUnmap", api_.cuMemUnmap(base, b.size))) return false;
     b.mapped = false;
   }
   if (!b.released) {
-    if (api_.cuMemRelease(b.handle) != CUDA_SUCCESS) return false;
+    if (!step("cuMemRelease", api_.cuMemRelease(b.handle))) return false;
     b.released = true;
   }
-  return api_.cuMemAddressFree(base, b.size) == CUDA_SUCCESS;
+  return step("cuMemAddressFree", api_.cuMemAddressFree(base, b.size));
+}
+
+std::string CudaVmmMemoryResource::refusals() const {
+  std::lock_guard lock(mutex_);
+  std::map<std::pair<std::string, int>, std::size_t> counts;  // (call, result) -> deallocations
+  for (const auto& [base, b] : pending_)
+    ++counts[{b.refused_by != nullptr ? b.refused_by : "?", static_cast<int>(b.refused_with)}];
+  std::string out;
+  for (const auto& [key, n] : counts) {
+    const char* name = cu_result_name(static_cast<CUresult>(key.second));
+    out += (out.empty() ? "" : "; ") + key.first + ": " + (name != nullptr ? name : "CUresult") + " (" +
+           std::to_string(key.second) + ") x" + std::to_string(n);
+  }
+  return out;
 }
 
 void CudaVmmMemoryResource::retry_pending() noexcept {

@@ -49,6 +49,10 @@ class CudaVmmMemoryResource final : public MemoryResource {
   [[nodiscard]] std::size_t pending_frees() const;
   /// Retries the deallocations a driver failure deferred (allocate and deallocate do it too).
   void flush_pending() noexcept;
+  /// Why the deferred deallocations are still waiting: each refusing call with its CUresult and
+  /// how many deallocations it stopped, e.g. "cuCtxSynchronize: CUDA_ERROR_CONTEXT_IS_DESTROYED
+  /// (709) x19"; empty when none waits.
+  [[nodiscard]] std::string refusals() const;
 
  private:
   struct Block {
@@ -56,6 +60,8 @@ class CudaVmmMemoryResource final : public MemoryResource {
     CUmemGenericAllocationHandle handle = 0;
     bool mapped = true;  // false once unmapped (the release or free failed after it)
     bool released = false;
+    const char* refused_by = nullptr;  // the last call that failed on it, and its result
+    CUresult refused_with = CUDA_SUCCESS;
   };
 
   void* do_allocate(std::size_t bytes, std::size_t alignment) override;

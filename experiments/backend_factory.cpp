@@ -8,6 +8,7 @@
 #include "vmm/posix_vm_driver.hpp"
 #include "vmm/vmm_backend.hpp"
 #if KVLAB_HAS_CUDA_HEADERS
+#include "alloc/cuda_driver_log.hpp"
 #include "alloc/cuda_vmm_memory_resource.hpp"
 #include "alloc/emulated/cuda_driver_double.hpp"
 #include "vmm/cuda_vm_driver.hpp"
@@ -48,7 +49,7 @@ void open_emulated(DeviceContext::Impl& d, std::size_t device_bytes) {
   dc.capacity = device_bytes == 0 ? std::size_t{8} << 30 : (device_bytes + dc.granularity - 1) / dc.granularity * dc.granularity;
   dc.device_name = "kvlab emulated GPU (CUDA driver double)";
   d.dbl = std::make_unique<CudaDriverDouble>(dc);
-  d.api = &d.dbl->api();
+  d.api = &logged_if_requested(d.dbl->api());  // KVLAB_DRIVER_LOG=FILE logs the double's calls too
   d.device_memory = std::make_unique<CudaVmmMemoryResource>(*d.api, Device::emulated, 0);
   d.description = fmt::format("emulated GPU (CUDA driver double, {} MiB granularity, {} MiB; CUDA kernels under the "
                               "SIMT emulator)",
@@ -122,6 +123,13 @@ std::size_t DeviceContext::granularity() const noexcept {
   return 0;
 }
 
+const CudaDriverApi& DeviceContext::driver_api() const {
+#if KVLAB_HAS_CUDA_HEADERS
+  if (impl_->api != nullptr) return *impl_->api;
+#endif
+  KVLAB_THROW(InvalidArgument, "--device " + impl_->spec.name() + " has no CUDA driver");
+}
+
 CudaDriverDouble* DeviceContext::driver_double() noexcept {
 #if KVLAB_HAS_CUDA_HEADERS
   return impl_->dbl.get();
@@ -141,17 +149,36 @@ void DeviceContext::inject_driver_faults(FaultInjector* faults) {
 #endif
 }
 
+void DeviceContext::refuse_unmaps(bool refuse) {
+#if KVLAB_HAS_CUDA_HEADERS
+  if (impl_->dbl) {
+    if (refuse) {
+      impl_->dbl->fail_randomly(1.0, 1, CUDA_ERROR_UNKNOWN, {CuEntry::cuMemUnmap});
+    } else {
+      impl_->dbl->clear_faults();
+    }
+    return;
+  }
+#endif
+  (void)refuse;
+  KVLAB_THROW(InvalidArgument, "--device " + impl_->spec.name() + ": only the emulated device can refuse unmaps");
+}
+
 std::string DeviceContext::problems() {
   std::string out;
 #if KVLAB_HAS_CUDA_HEADERS
   if (!impl_->device_memory) return out;
   impl_->device_memory->flush_pending();  // deallocations a fault deferred
+  const std::size_t pending = impl_->device_memory->pending_frees();
   if (!impl_->dbl) {  // a GPU: what the memory resource still holds is all kvlab can see
-    const std::size_t live = impl_->device_memory->live_allocations(), pending = impl_->device_memory->pending_frees();
+    const std::size_t live = impl_->device_memory->live_allocations();
     if (live + pending > 0)
-      out = fmt::format("{} device allocation(s) still live, {} deallocation(s) the driver refused", live, pending);
+      out = fmt::format("{} device allocation(s) still live, {} deallocation(s) the driver refused{}", live, pending,
+                        pending > 0 ? " (" + impl_->device_memory->refusals() + ")" : std::string());
     return out;
   }
+  if (pending > 0)
+    out = fmt::format("{} deallocation(s) the driver refused ({})", pending, impl_->device_memory->refusals());
   const CudaDriverDoubleUsage u = impl_->dbl->usage();
   if (u.reservations + u.handles + u.allocations + u.mappings > 0) {
     // The memory resource's own primary-context reference is not a leak; anything else is.
@@ -174,8 +201,8 @@ std::shared_ptr<VmDriver> make_vm_driver(DeviceContext* device, std::size_t host
   if (device == nullptr || device->device() == Device::host) return std::make_shared<PosixVmDriver>(host_capacity);
 #if KVLAB_HAS_CUDA_HEADERS
   if (device->device() == Device::emulated)
-    return std::make_shared<CudaVmDriver>(device->driver_double()->api(), CudaVmOptions{0, false, true});
-  return std::make_shared<CudaVmDriver>(cuda_driver(), CudaVmOptions{device->spec().index, false, false});
+    return std::make_shared<CudaVmDriver>(device->driver_api(), CudaVmOptions{0, false, true});
+  return std::make_shared<CudaVmDriver>(device->driver_api(), CudaVmOptions{device->spec().index, false, false});
 #else
   KVLAB_THROW(InvalidArgument, "--device " + device->spec().name() + " needs a build with the CUDA headers");
 #endif

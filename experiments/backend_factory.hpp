@@ -17,6 +17,7 @@
 
 namespace kvlab {
 
+struct CudaDriverApi;    // alloc/cuda_driver.hpp
 class CudaDriverDouble;  // alloc/emulated/cuda_driver_double.hpp
 class FaultInjector;     // alloc/faults/fault_injection.hpp
 
@@ -48,12 +49,18 @@ class DeviceContext {
   [[nodiscard]] MemoryResource* swap_memory() noexcept;
   /// The driver's allocation granularity (vmm page sizes must be multiples of it); 0 on the host.
   [[nodiscard]] std::size_t granularity() const noexcept;
+  /// The driver table the device's memory and vmm drivers call: the real driver's (cuda) or the
+  /// double's (emulated), logged when KVLAB_DRIVER_LOG is set. Throws InvalidArgument on the host.
+  [[nodiscard]] const CudaDriverApi& driver_api() const;
   /// Emulated: the driver double (fault injection, call counts); nullptr otherwise.
   [[nodiscard]] CudaDriverDouble* driver_double() noexcept;
   /// Emulated: from now, driver calls that change memory (create, map, set access, unmap,
   /// release, reserve, free, synchronise) also fail when `faults` says so (nullptr: stop).
   /// Elsewhere: nothing (faults reach copies only).
   void inject_driver_faults(FaultInjector* faults);
+  /// Emulated: from now every cuMemUnmap fails with CUDA_ERROR_UNKNOWN (true) or none does (false),
+  /// as every deallocation failed on the H200 (`--inject-faults teardown`). Elsewhere InvalidArgument.
+  void refuse_unmaps(bool refuse);
   /// What is still held once the backends are gone: emulated, device memory, mappings or
   /// reservations and contract violations (the double sees everything); cuda, the device memory
   /// resource's live allocations and refused frees (mappings a vmm backend leaked are the

@@ -155,6 +155,10 @@ struct ReplaySummary {
   std::int64_t kv_mismatches = 0;         ///< verify_kv: KV elements that did not read back as written
   std::int64_t kv_tokens_checked = 0;     ///< verify_kv: token reads (summed over steps)
   double wall_s = 0;                   ///< wall-clock seconds the replay itself took
+  /// What the device still held or refused to free once the backend was gone (leaks, refused
+  /// deallocations with their CUresult, contract violations on the emulated device); empty when
+  /// clean. The measurement stands; the run exits non-zero (experiments/kvlab_main.cpp).
+  std::string device_fault;
   /// The backend's own named counters at the end of the replay (KvBackend::counters(): copy-on-write
   /// copies, vmm maps and reclaimed pages, ...): what is specific to a backend lives here, by name.
   BackendCounters backend_counters;

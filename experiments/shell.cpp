@@ -10,6 +10,7 @@
 #include <cerrno>
 
 #include <cstdlib>
+#include <filesystem>
 #include <string_view>
 
 namespace kvlab {
@@ -74,8 +75,31 @@ std::string shell_join_one_line(const std::vector<std::string>& words) {
   return out;
 }
 
+std::string plot_script_path() {
+  namespace fs = std::filesystem;
+  if (const char* env = std::getenv("KVLAB_PLOT_SCRIPT"); env != nullptr && *env != '\0')
+    return fs::is_regular_file(env) ? std::string(env) : std::string();
+  std::vector<fs::path> candidates;
+  std::error_code ec;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    const fs::path dir = exe.parent_path();
+    // Beside the binary (a GPU bundle), in a scripts/ beside it, and from build/<preset>/ or
+    // build/<preset>/bench/ back to the source tree it was built from, wherever that tree now is.
+    for (const fs::path& p : {dir / "plot.py", dir / "scripts" / "plot.py", dir / ".." / ".." / "scripts" / "plot.py",
+                              dir / ".." / ".." / ".." / "scripts" / "plot.py"})
+      candidates.push_back(p);
+  }
+  candidates.push_back(fs::path(KVLAB_SOURCE_DIR) / "scripts" / "plot.py");  // the build machine's tree
+  for (const fs::path& p : candidates)
+    if (fs::is_regular_file(p, ec)) return p.lexically_normal().string();
+  return {};
+}
+
 PlotOutcome run_plot_script(const std::vector<std::string>& args, bool quiet) {
-  std::vector<std::string> argv = {"", std::string(KVLAB_SOURCE_DIR) + "scripts/plot.py"};
+  const std::string script = plot_script_path();
+  if (script.empty()) return PlotOutcome::no_script;
+  std::vector<std::string> argv = {"", script};
   argv.insert(argv.end(), args.begin(), args.end());
   for (const char* python : {"python3", "/usr/bin/python3"}) {
     if (spawn_and_wait({python, "-c", "import matplotlib"}, true, true) != 0) continue;

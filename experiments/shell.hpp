@@ -22,8 +22,15 @@ namespace kvlab {
 enum class PlotOutcome {
   drawn,      ///< the script ran and succeeded
   no_python,  ///< no python3 with matplotlib was found; nothing ran
+  no_script,  ///< scripts/plot.py was not found (plot_script_path); nothing ran
   failed,     ///< the script ran and failed
 };
+
+/// Where the plot script is: $KVLAB_PLOT_SCRIPT when set (empty if that is no file); else the
+/// first of plot.py or scripts/plot.py beside the executable (a GPU bundle), the source tree's
+/// scripts/plot.py reached from build/<preset>/[bench/], and the tree the binary was built from.
+/// Empty when none exists.
+[[nodiscard]] std::string plot_script_path();
 
 /// Runs `python3 scripts/plot.py ARGS...` with the first python3 that has matplotlib ("python3" on
 /// the PATH, then /usr/bin/python3). `quiet` discards the script's standard output. The arguments

@@ -68,6 +68,8 @@ void add_results(Json& j, const ReplaySummary& s) {
   j["kv_mismatches"] = s.kv_mismatches, j["kv_tokens_checked"] = s.kv_tokens_checked;
   j["kernel_s"] = number(s.kernel_s), j["prepare_s"] = number(s.prepare_s), j["mapping_s"] = number(s.mapping_s);
   j["replay_wall_s"] = number(s.wall_s);
+  // null when the device was left clean; else what it still held or refused (the run exited 1).
+  j["device_fault"] = s.device_fault.empty() ? Json(nullptr) : Json(s.device_fault);
   // The modelled clock's parts, summed over steps (docs/clock.md): which operation the time went to.
   j["clock_parts_s"] = {{"linear", number(s.clock_parts.linear)},       {"attention", number(s.clock_parts.attention)},
                         {"cpu", number(s.clock_parts.cpu)},             {"mapping", number(s.clock_parts.mapping)},
@@ -82,7 +84,7 @@ void add_results(Json& j, const ReplaySummary& s) {
 }
 
 /// How many keys each line of the file holds, in order.
-constexpr int kKeysPerLine[] = {1, 1, 1, 1, 1, 1, 1, 1, 5, 3, 2, 1, 1, 1, 2, 1, 6, 4, 1, 3, 1, 1};
+constexpr int kKeysPerLine[] = {1, 1, 1, 1, 1, 1, 1, 1, 5, 3, 2, 1, 1, 1, 2, 1, 6, 4, 1, 1, 3, 1, 1};
 
 /// A value on one line: nested objects as {"key": value, ...}, the rest as nlohmann prints them
 /// (invalid UTF-8 in a string replaced rather than thrown on: the command line is user text).

@@ -13,6 +13,7 @@
 #include <bit>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <map>
@@ -34,7 +35,7 @@ detail::CudaDriverDoubleState* g_state = nullptr;
 CudaDriverDouble* g_current = nullptr;
 
 constexpr std::array<const char*, kCuEntryCount> kEntryNames = {
-#define KVLAB_CU_ENTRY_NAME(name) #name,
+#define KVLAB_CU_ENTRY_NAME(name, abi) #name,
     KVLAB_CUDA_DRIVER_ENTRIES(KVLAB_CU_ENTRY_NAME)
 #undef KVLAB_CU_ENTRY_NAME
 };
@@ -285,6 +286,18 @@ class CudaDriverDoubleState {
   }
 
   CUresult ctx_synchronize() { return require_context("cuCtxSynchronize"); }  // nothing is ever in flight
+
+  /// cuCtxSynchronize_v2 (the ABI of CUDA 13.0): the context is an argument; null means the current
+  /// one. A handle that is no live context is what the H200's driver answered a garbage argument
+  /// with: CUDA_ERROR_CONTEXT_IS_DESTROYED.
+  CUresult ctx_synchronize_v2(CUcontext ctx) {
+    if (ctx == nullptr) return require_context("cuCtxSynchronize");
+    if (ctx != primary_context() || primary_context_refs_ == 0) {
+      return violation("cuCtxSynchronize", CUDA_ERROR_CONTEXT_IS_DESTROYED,
+                       "context " + hex(reinterpret_cast<std::uintptr_t>(ctx)) + " is not a live context");
+    }
+    return CUDA_SUCCESS;
+  }
 
   CUresult mem_get_info(size_t* free, size_t* total) {
     if (free == nullptr || total == nullptr) return violation("cuMemGetInfo", CUDA_ERROR_INVALID_VALUE, "null output");
@@ -800,6 +813,9 @@ CUresult CUDAAPI double_cuCtxGetCurrent(CUcontext* ctx) {
 CUresult CUDAAPI double_cuCtxSynchronize() {
   return enter(CuEntry::cuCtxSynchronize, [&](State& s) { return s.ctx_synchronize(); });
 }
+CUresult CUDAAPI double_cuCtxSynchronize_v2(CUcontext ctx) {
+  return enter(CuEntry::cuCtxSynchronize, [&](State& s) { return s.ctx_synchronize_v2(ctx); });
+}
 CUresult CUDAAPI double_cuMemGetInfo(size_t* free, size_t* total) {
   return enter(CuEntry::cuMemGetInfo, [&](State& s) { return s.mem_get_info(free, total); });
 }
@@ -836,14 +852,44 @@ CUresult CUDAAPI double_cuMemGetAccess(unsigned long long* flags, const CUmemLoc
 }
 // clang-format on
 
-// Every entry must have a double: a missing double_<name> fails to compile here.
-const CudaDriverApi kDoubleApi = [] {
-  CudaDriverApi api;
-#define KVLAB_DOUBLE_ENTRY(name) api.name = &double_##name;
-  KVLAB_CUDA_DRIVER_ENTRIES(KVLAB_DOUBLE_ENTRY)
-#undef KVLAB_DOUBLE_ENTRY
-  return api;
-}();
+// The double's entry points by name and ABI version, as the driver serves them: each row is one
+// ABI of one symbol, from the CUDA version that introduced it. Every table entry must have a
+// double at its ABI (a missing double_<name> fails to compile here); cuCtxSynchronize also has its
+// CUDA 13.0 ABI, so a table that asks for it at the wrong version fails as the real driver did.
+struct EntryRow {
+  const char* name;
+  int abi;
+  void* fn;
+};
+template <class Fn>
+void* erased(Fn fn) {
+  return reinterpret_cast<void*>(fn);  // NOLINT: function pointer to void*, as the driver hands them out
+}
+const std::vector<EntryRow>& entry_rows() {
+  static const std::vector<EntryRow> rows = [] {
+    std::vector<EntryRow> r;
+#define KVLAB_DOUBLE_ROW(name, abi) r.push_back({#name, abi, erased(&double_##name)});
+    KVLAB_CUDA_DRIVER_ENTRIES(KVLAB_DOUBLE_ROW)
+#undef KVLAB_DOUBLE_ROW
+    r.push_back({"cuCtxSynchronize", 13000, erased(&double_cuCtxSynchronize_v2)});
+    return r;
+  }();
+  return rows;
+}
+
+const CudaDriverApi& double_table() {
+  static const CudaDriverApi table = [] {
+    CudaDriverApi api;
+    const std::string error = resolve_cuda_driver_table(
+        api, [](const char* name, int abi, std::string& why) { return CudaDriverDouble::entry_point(name, abi, why); });
+    if (!error.empty()) {  // a table entry without a double row: a programming error, caught by every test
+      std::fprintf(stderr, "kvlab: the CUDA driver double cannot build its table: %s\n", error.c_str());
+      std::abort();
+    }
+    return api;
+  }();
+  return table;
+}
 
 }  // namespace
 
@@ -876,7 +922,20 @@ CudaDriverDouble* CudaDriverDouble::current() noexcept {
   return g_current;
 }
 
-const CudaDriverApi& CudaDriverDouble::api() const noexcept { return kDoubleApi; }
+const CudaDriverApi& CudaDriverDouble::api() const noexcept { return double_table(); }
+
+void* CudaDriverDouble::entry_point(const char* name, int abi, std::string& why) {
+  const EntryRow* best = nullptr;
+  bool known = false;
+  for (const EntryRow& row : entry_rows()) {
+    if (std::strcmp(row.name, name) != 0) continue;
+    known = true;
+    if (row.abi <= abi && (best == nullptr || row.abi > best->abi)) best = &row;
+  }
+  if (best != nullptr) return best->fn;
+  why = known ? "no ABI at or below that version" : "symbol not found";
+  return nullptr;
+}
 
 const CudaDriverDoubleConfig& CudaDriverDouble::config() const noexcept { return config_; }
 

@@ -27,12 +27,12 @@ class CudaDriverDoubleState;
 
 /// One enumerator per CudaDriverApi entry, in table order (fault injection and call counting).
 enum class CuEntry : std::uint8_t {
-#define KVLAB_CU_ENTRY_ENUMERATOR(name) name,
+#define KVLAB_CU_ENTRY_ENUMERATOR(name, abi) name,
   KVLAB_CUDA_DRIVER_ENTRIES(KVLAB_CU_ENTRY_ENUMERATOR)
 #undef KVLAB_CU_ENTRY_ENUMERATOR
 };
 inline constexpr std::size_t kCuEntryCount = 0
-#define KVLAB_CU_ENTRY_COUNT(name) +1
+#define KVLAB_CU_ENTRY_COUNT(name, abi) +1
     KVLAB_CUDA_DRIVER_ENTRIES(KVLAB_CU_ENTRY_COUNT)
 #undef KVLAB_CU_ENTRY_COUNT
     ;
@@ -137,8 +137,14 @@ class CudaDriverDouble {
   /// CUDA_ERROR_NOT_INITIALIZED.
   [[nodiscard]] static CudaDriverDouble* current() noexcept;
 
-  /// The table of double functions; pass it wherever a `const CudaDriverApi&` is expected.
+  /// The table of double functions; pass it wherever a `const CudaDriverApi&` is expected. It is
+  /// resolved from entry_point() by resolve_cuda_driver_table(), as the real driver's table is.
   [[nodiscard]] const CudaDriverApi& api() const noexcept;
+  /// The double's function for driver symbol `name` with the ABI of CUDA version `abi` (the newest
+  /// ABI at or below it, as cudaGetDriverEntryPointByVersion answers); nullptr and a reason in
+  /// `why` when there is none. cuCtxSynchronize has two: the argument-less one of CUDA 2.0 and the
+  /// one of CUDA 13.0 that takes the context to synchronize.
+  [[nodiscard]] static void* entry_point(const char* name, int abi, std::string& why);
   [[nodiscard]] const CudaDriverDoubleConfig& config() const noexcept;
 
   // --- Access checks (the soft GPU fault) ---

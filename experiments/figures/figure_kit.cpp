@@ -102,6 +102,11 @@ void plot(const FigureContext& ctx, const std::string& name) {
     case PlotOutcome::no_python:
       std::cerr << fmt::format("kvlab figure: no python3 with matplotlib; {}.png not drawn (scripts/setup.sh installs it)\n",
                                name);
+      return;
+    case PlotOutcome::no_script:
+      std::cerr << fmt::format("kvlab figure: warning: scripts/plot.py not found beside kvlab or in its source tree "
+                               "(set KVLAB_PLOT_SCRIPT); {}.png not drawn, the data stand\n",
+                               name);
   }
 }
 

@@ -48,7 +48,7 @@ TEST(CudaDriver, ThrowsOneClearLineWithoutDriverOrDevice) {
 TEST(CudaDriver, ResolvesEveryEntryWhenADriverExists) {
   if (!cuda_status().available) GTEST_SKIP() << "no CUDA driver here: " << cuda_status().message;
   const CudaDriverApi& api = cuda_driver();
-#define KVLAB_EXPECT_RESOLVED(name) EXPECT_NE(api.name, nullptr) << #name;
+#define KVLAB_EXPECT_RESOLVED(name, abi) EXPECT_NE(api.name, nullptr) << #name;
   KVLAB_CUDA_DRIVER_ENTRIES(KVLAB_EXPECT_RESOLVED)
 #undef KVLAB_EXPECT_RESOLVED
   int count = 0;

@@ -67,4 +67,41 @@ foreach(backend paged-16 vmm-2m-mega)
     message(FATAL_ERROR "faults-${backend}: no fault injected or KV lost:\n${out}")
   endif()
 endforeach()
+# A fault at teardown (every cuMemUnmap refused once a backend finished, as on the H200) keeps
+# every backend's results, records the fault with them, names the refusing call and its CUresult,
+# goes on to the next backend, and exits non-zero.
+execute_process(COMMAND ${BINARY} compare ${common} --backends contiguous-oracle,paged-16 --inject-faults teardown
+                        --out ${OUT}/teardown
+                RESULT_VARIABLE rc OUTPUT_VARIABLE o ERROR_VARIABLE e TIMEOUT 500)
+if(rc EQUAL 0 OR NOT e MATCHES "backend contiguous-oracle left the device unclean: 2 deallocation\\(s\\) the driver refused \\(cuMemUnmap: CUDA_ERROR_UNKNOWN \\(999\\) x2\\)"
+   OR NOT e MATCHES "2 of 2 backend\\(s\\) left the device unclean")
+  message(FATAL_ERROR "teardown: exit ${rc}, expected non-zero with the refusing call named\nstdout:\n${o}\nstderr:\n${e}")
+endif()
+foreach(row contiguous-oracle paged-b16)
+  file(READ ${OUT}/teardown/${row}/summary.json s)
+  if(NOT s MATCHES "\"completed\": 8," OR NOT s MATCHES "\"device_fault\": \"--device emulated: backend ${row} left the device unclean")
+    message(FATAL_ERROR "teardown: ${row}'s results or its fault are missing:\n${s}")
+  endif()
+endforeach()
+if(NOT EXISTS ${OUT}/teardown/compare.csv OR NOT EXISTS ${OUT}/teardown/complete.json)
+  message(FATAL_ERROR "teardown: compare.csv or complete.json missing: the finished measurements were thrown away")
+endif()
+file(READ ${OUT}/compare/contiguous-oracle/summary.json s)
+if(NOT s MATCHES "\"device_fault\": null")
+  message(FATAL_ERROR "a clean run must record device_fault null:\n${s}")
+endif()
+
+# KVLAB_DRIVER_LOG=FILE: every driver call, its arguments and its CUresult, one line each.
+file(REMOVE ${OUT}/driver.log)
+set(ENV{KVLAB_DRIVER_LOG} ${OUT}/driver.log)
+run(logged replay ${common} --backend vmm-2m --out ${OUT}/logged)
+unset(ENV{KVLAB_DRIVER_LOG})
+file(READ ${OUT}/driver.log log)
+foreach(line "# kvlab CUDA driver log, pid [0-9]+, headers CUDA [0-9]+" "cuCtxSynchronize@2000"
+             "\n[0-9]+\\.[0-9]+ 0 cuMemCreate\\(0x[0-9a-f]+->[0-9]+, 2097152, 0x[0-9a-f]+{type=1, location=1:0}, 0\\) = CUDA_SUCCESS \\(0\\)"
+             " cuMemMap\\(0x[0-9a-f]+, 2097152, 0, [0-9]+, 0\\) = CUDA_SUCCESS" " cuMemUnmap\\(0x" " cuCtxSynchronize\\(\\) = CUDA_SUCCESS")
+  if(NOT log MATCHES "${line}")
+    message(FATAL_ERROR "driver log has no line matching '${line}':\n${log}")
+  endif()
+endforeach()
 message(STATUS "emulated device: every backend verified clean")
