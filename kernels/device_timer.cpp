@@ -46,19 +46,22 @@ void DeviceTimer::start() {
   start_s_ = now_s();
 }
 
-double DeviceTimer::stop() {
+double DeviceTimer::stop(const std::function<void()>& meanwhile) {
 #if KVLAB_HAS_CUDA
   if (device_ == Device::cuda) {
     const auto a = static_cast<cudaEvent_t>(events_[0]);
     const auto b = static_cast<cudaEvent_t>(events_[1]);
     KVLAB_CUDA_TRY(cudaEventRecord(b, nullptr));
+    if (meanwhile) meanwhile();
     KVLAB_CUDA_TRY(cudaEventSynchronize(b));
     float ms = 0;
     KVLAB_CUDA_TRY(cudaEventElapsedTime(&ms, a, b));
     return static_cast<double>(ms) * 1e-3;
   }
 #endif
-  return now_s() - start_s_;
+  const double elapsed = now_s() - start_s_;
+  if (meanwhile) meanwhile();
+  return elapsed;
 }
 
 }  // namespace kvlab

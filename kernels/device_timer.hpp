@@ -2,6 +2,8 @@
 // Wall time of work run on a device, as execute mode's clock measures it: the host's steady clock
 // for host and emulated kernels (they run on the calling thread), CUDA events on a GPU (kernels
 // are asynchronous: the stop event is waited for, so the time covers the work, not the launches).
+#include <functional>
+
 #include "alloc/device.hpp"
 
 namespace kvlab {
@@ -16,7 +18,11 @@ class DeviceTimer {
 
   void start();
   /// Seconds since start(), once the device finished everything queued before this call.
-  [[nodiscard]] double stop();
+  /// `meanwhile` runs after the stop is recorded and before it is waited for: host work that
+  /// overlaps the device's (vmm: starting the background mapper while a GPU computes) without
+  /// delaying a launch or the stop mark. On the host and the emulated device the kernels ran
+  /// already, so the time is taken before `meanwhile` runs.
+  [[nodiscard]] double stop(const std::function<void()>& meanwhile = {});
 
  private:
   Device device_;

@@ -114,6 +114,7 @@ VmmStats VmmBackend::stats() const {
   s.reclaimed_pages = counters_.reclaimed_pages;
   s.reused_pages = counters_.reused_pages;
   s.prefetch_shortfalls = counters_.prefetch_shortfalls;
+  s.prefetch_wait_seconds = counters_.prefetch_wait_seconds;
   s.shared_maps = counters_.shared_maps;
   s.truncated_pages = counters_.truncated_pages;
   s.mapped_pages = arena_.pool().num_used();
@@ -566,7 +567,7 @@ StepCosts VmmBackend::do_total_costs() const {
   std::lock_guard lock(mutex_);
   const DriverActivity& critical = arena_.activity(MapOrigin::critical);
   StepCosts c;
-  c.mapping_s = critical.map_seconds + critical.unmap_seconds;
+  c.mapping_s = critical.map_seconds + critical.unmap_seconds + counters_.prefetch_wait_seconds;
   c.maps = critical.maps;
   c.unmaps = critical.unmaps;
   return c;
@@ -586,6 +587,7 @@ BackendCounters VmmBackend::do_counters() const {
           {"reclaimed_pages", static_cast<double>(st.reclaimed_pages)},
           {"reused_pages", static_cast<double>(st.reused_pages)},
           {"prefetch_shortfalls", static_cast<double>(st.prefetch_shortfalls)},
+          {"prefetch_wait_s", st.prefetch_wait_seconds},
           {"mapped_pages", static_cast<double>(st.mapped_pages)},
           {"cached_pages", static_cast<double>(st.cached_pages)},
           {"mappings", static_cast<double>(st.mappings)},
@@ -663,7 +665,20 @@ void VmmBackend::prefetch_for_next_step(std::span<const SeqId> ids, std::int64_t
 }
 
 void VmmBackend::wait_for_prefetch() {
-  if (mapper_) mapper_->wait();
+  if (!mapper_) return;
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto count = [&] {  // what the mapper did not finish in time delays the caller
+    const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::lock_guard lock(mutex_);
+    counters_.prefetch_wait_seconds += waited;
+  };
+  try {
+    mapper_->wait();
+  } catch (...) {
+    count();
+    throw;
+  }
+  count();
 }
 
 bool VmmBackend::prefetch_page(const PrefetchJob& job) {

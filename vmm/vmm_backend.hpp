@@ -68,6 +68,9 @@ struct VmmStats {
   std::int64_t reclaimed_pages = 0;    ///< unmapped from another slot because memory ran short
   std::int64_t reused_pages = 0;       ///< found still mapped in a slot at admission (deferred reclamation)
   std::int64_t prefetch_shortfalls = 0;  ///< background jobs that stopped for lack of memory
+  /// Time the caller waited for the background mapper to finish (wait_for_prefetch, begin_step): the
+  /// part of background mapping that did not overlap and so lay on the critical path.
+  double prefetch_wait_seconds = 0;
   std::int64_t mapped_pages = 0;       ///< now: physical pages mapped (a shared page once)
   std::int64_t cached_pages = 0;       ///< now: mappings in slots no sequence holds
   std::int64_t mappings = 0;           ///< now: page mappings in all slots (a shared page once per slot)
@@ -144,6 +147,7 @@ class VmmBackend final : public TableBackend<VmmSequence> {
   /// without taking a running sequence's pages are left to grow(). Does nothing without overlap.
   void prefetch_for_next_step(std::span<const SeqId> ids, std::int64_t growth = 1);
   /// Blocks until every queued prefetch is done; rethrows (once) a driver error the mapper met.
+  /// The time it blocked counts as critical-path mapping (VmmStats::prefetch_wait_seconds).
   void wait_for_prefetch();
 
   // --- introspection ---
@@ -223,6 +227,7 @@ class VmmBackend final : public TableBackend<VmmSequence> {
   struct PolicyCounters {
     std::int64_t reclaimed_pages = 0, reused_pages = 0, prefetch_shortfalls = 0, shared_maps = 0,
                  truncated_pages = 0;
+    double prefetch_wait_seconds = 0;
   };
 
   [[nodiscard]] std::int64_t rows_for(std::int64_t tokens) const noexcept;
