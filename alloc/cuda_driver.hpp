@@ -104,7 +104,9 @@ struct CudaDriverApi {
 /// The real driver's table, resolved on the first call (thread-safe) and cached, including a
 /// failure: without a driver or a device every call throws CudaError with one line saying so
 /// (e.g. "no NVIDIA driver found ..."), and in a build without CUDA one saying it was built without
-/// CUDA. Never crashes and never loads anything but what the static runtime already loads.
+/// CUDA. With KVLAB_DRIVER_LOG=FILE the table logs every call (alloc/cuda_driver_log.hpp); a FILE
+/// that cannot be opened throws Error. Never crashes and never loads anything but what the static
+/// runtime already loads.
 [[nodiscard]] const CudaDriverApi& cuda_driver();
 
 /// "CUDA_ERROR_INVALID_VALUE" for CUDA_ERROR_INVALID_VALUE, from a static table, so it works without

@@ -131,12 +131,16 @@ const CudaDriverApi& logged_table() {
 CudaDriverLog::CudaDriverLog(const CudaDriverApi& inner, const std::string& path) : inner_(inner), path_(path) {
   file_ = std::fopen(path.c_str(), "a");
   if (file_ == nullptr) KVLAB_THROW(Error, "KVLAB_DRIVER_LOG: cannot open " + path + ": " + std::strerror(errno));
+  if (g_log.load() != nullptr) {
+    std::fclose(file_);
+    KVLAB_THROW(InvalidArgument, "another CUDA driver log is active; only one may exist at a time");
+  }
+  g_start = std::chrono::steady_clock::now();  // before the table can see this log
   CudaDriverLog* expected = nullptr;
   if (!g_log.compare_exchange_strong(expected, this)) {
     std::fclose(file_);
     KVLAB_THROW(InvalidArgument, "another CUDA driver log is active; only one may exist at a time");
   }
-  g_start = std::chrono::steady_clock::now();
   std::string abis;
 #define KVLAB_LOG_ABI(name, abi) abis += std::string(abis.empty() ? "" : " ") + #name + "@" + std::to_string(abi);
   KVLAB_CUDA_DRIVER_ENTRIES(KVLAB_LOG_ABI)

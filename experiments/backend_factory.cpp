@@ -21,6 +21,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <charconv>
 #include <mutex>
 
@@ -37,6 +38,7 @@ struct DeviceContext::Impl {
   const CudaDriverApi* api = nullptr;
 #endif
   std::unique_ptr<MemoryResource> swap;  // pinned host memory on a GPU
+  std::vector<std::string> reported;      // what problems() found last time
 };
 
 namespace {
@@ -165,33 +167,40 @@ void DeviceContext::refuse_unmaps(bool refuse) {
 }
 
 std::string DeviceContext::problems() {
-  std::string out;
+  std::vector<std::string> now;  // everything the device holds or refused right now, one line each
 #if KVLAB_HAS_CUDA_HEADERS
-  if (!impl_->device_memory) return out;
+  if (!impl_->device_memory) return {};
   impl_->device_memory->flush_pending();  // deallocations a fault deferred
   const std::size_t pending = impl_->device_memory->pending_frees();
   if (!impl_->dbl) {  // a GPU: what the memory resource still holds is all kvlab can see
     const std::size_t live = impl_->device_memory->live_allocations();
     if (live + pending > 0)
-      out = fmt::format("{} device allocation(s) still live, {} deallocation(s) the driver refused{}", live, pending,
-                        pending > 0 ? " (" + impl_->device_memory->refusals() + ")" : std::string());
-    return out;
-  }
-  if (pending > 0)
-    out = fmt::format("{} deallocation(s) the driver refused ({})", pending, impl_->device_memory->refusals());
-  const CudaDriverDoubleUsage u = impl_->dbl->usage();
-  if (u.reservations + u.handles + u.allocations + u.mappings > 0) {
-    // The memory resource's own primary-context reference is not a leak; anything else is.
-    const std::string report = impl_->dbl->leak_report();
-    for (std::size_t at = 0; at < report.size();) {
-      const std::size_t end = report.find('\n', at);
-      const std::string line = report.substr(at, end - at);
-      if (!line.starts_with("primary context")) out += (out.empty() ? "" : "; ") + line;
-      at = end == std::string::npos ? report.size() : end + 1;
+      now.push_back(fmt::format("{} device allocation(s) still live, {} deallocation(s) the driver refused{}", live,
+                                pending, pending > 0 ? " (" + impl_->device_memory->refusals() + ")" : std::string()));
+  } else {
+    if (pending > 0)
+      now.push_back(fmt::format("{} deallocation(s) the driver refused ({})", pending, impl_->device_memory->refusals()));
+    const CudaDriverDoubleUsage u = impl_->dbl->usage();
+    if (u.reservations + u.handles + u.allocations + u.mappings > 0) {
+      // The memory resource's own primary-context reference is not a leak; anything else is.
+      const std::string report = impl_->dbl->leak_report();
+      for (std::size_t at = 0; at < report.size();) {
+        const std::size_t end = report.find('\n', at);
+        const std::string line = report.substr(at, end - at);
+        if (!line.starts_with("primary context")) now.push_back(line);
+        at = end == std::string::npos ? report.size() : end + 1;
+      }
     }
+    for (const std::string& v : impl_->dbl->violations()) now.push_back(v);
   }
-  for (const std::string& v : impl_->dbl->violations()) out += (out.empty() ? "" : "; ") + v;
 #endif
+  // Only what is new since the last call: a leak a vmm backend's teardown left (a mapping it could
+  // not unmap stays in the driver) is that backend's, not every later one's.
+  std::string out;
+  for (const std::string& line : now)
+    if (std::find(impl_->reported.begin(), impl_->reported.end(), line) == impl_->reported.end())
+      out += (out.empty() ? "" : "; ") + line;
+  impl_->reported = std::move(now);
   return out;
 }
 

@@ -64,7 +64,9 @@ class DeviceContext {
   /// What is still held once the backends are gone: emulated, device memory, mappings or
   /// reservations and contract violations (the double sees everything); cuda, the device memory
   /// resource's live allocations and refused frees (mappings a vmm backend leaked are the
-  /// driver's, which kvlab cannot list). One line each; empty when clean, and on the host.
+  /// driver's, which kvlab cannot list). One line each, only those new since the last call (a
+  /// leak stays in the driver: the backend that left it is named once); empty when clean, and on
+  /// the host.
   [[nodiscard]] std::string problems();
   /// One line for the run header: "host memory", "CUDA device 0 (NAME)", "emulated ...".
   [[nodiscard]] std::string describe() const;

@@ -806,7 +806,7 @@ void check_calibrate_output(const std::filesystem::path& file) {
   if (::access(parent.c_str(), W_OK | X_OK) != 0) throw Error("cannot write " + file.string() + ": " + std::strerror(errno));
 }
 
-DeviceModel calibrate_device(const CalibrateOptions& o) {
+DeviceModel calibrate_device(const CalibrateOptions& o, std::string* device_fault) {
   if (o.name.empty() || o.name.find_first_of(" \t/#\r\n") != std::string::npos)
     KVLAB_THROW(InvalidArgument, "--name must be one word without '/' or '#' (got '" + o.name + "')");
   const DeviceSpec spec = parse_device_spec(o.device);  // InvalidArgument names the value
@@ -816,7 +816,11 @@ DeviceModel calibrate_device(const CalibrateOptions& o) {
     DeviceContext context(spec, std::size_t{1} << 30);
     DeviceModel m = calibrate_on(o, &context);
     const std::string problems = context.problems();
-    if (!problems.empty()) throw Error("calibrate --device " + spec.name() + " left device resources behind: " + problems);
+    if (!problems.empty()) {
+      const std::string fault = "calibrate --device " + spec.name() + " left device resources behind: " + problems;
+      if (device_fault == nullptr) throw Error(fault);
+      *device_fault = fault;
+    }
     return m;
   } catch (const InvalidArgument&) {
     throw;

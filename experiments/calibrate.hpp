@@ -41,7 +41,10 @@ struct CalibrateOptions {
 /// Throws InvalidArgument on a bad device, base or name, and Error ("calibrate --device cuda:0: no
 /// CUDA GPU found (...)" and the like) when the device cannot be measured here. A GPU calibration
 /// that leaves device memory, mappings or reservations behind is an Error too.
-[[nodiscard]] DeviceModel calibrate_device(const CalibrateOptions& options);
+/// `device_fault`: where a fault the device showed once the measurements finished (memory still
+/// held, a deallocation the driver refused) is reported; nullptr: it throws Error instead. The
+/// measurements stand either way when it is given (kvlab calibrate writes the file and exits 1).
+[[nodiscard]] DeviceModel calibrate_device(const CalibrateOptions& options, std::string* device_fault = nullptr);
 
 /// Checks, before any measurement, that `file` can be written: named, not a directory, in an
 /// existing writable directory. Throws InvalidArgument (a bad name) or Error (cannot write).

@@ -855,6 +855,7 @@ int cmd_figure(const std::vector<std::string>& args, const std::string& invocati
   std::vector<std::unique_ptr<OutputLock>> locks;
   for (const Figure* f : todo) locks.push_back(std::make_unique<OutputLock>(fs::path(out) / f->name, invocation));
   for (const Figure* f : todo) remove_completion_marker(fs::path(out) / f->name);
+  int faults = 0;
   for (const Figure* f : todo) {
     FigureContext ctx;
     ctx.full = full;
@@ -867,17 +868,22 @@ int cmd_figure(const std::vector<std::string>& args, const std::string& invocati
     ctx.device = device_context.get();
     const auto t0 = std::chrono::steady_clock::now();
     std::cout << "figure " << f->name << " (" << f->title << ")\n";
+    fs::remove(ctx.out / "device_fault.txt");  // a clean re-run leaves no old fault behind
     f->run(ctx);
     throw_if_interrupted();  // a figure stopped by a signal gets no marker
-    if (device_context) {
-      const std::string problems = device_context->problems();
-      if (!problems.empty()) throw Error("figure " + f->name + " left device resources behind: " + problems);
+    if (device_context) {  // a fault at teardown: the figure's files stand, the fault is written beside them
+      if (const std::string problems = device_context->problems(); !problems.empty()) {
+        const std::string fault = "figure " + f->name + " left device resources behind: " + problems;
+        write_file_atomically(ctx.out / "device_fault.txt", fault + "\n");
+        std::cerr << "kvlab figure: " << fault << "\n";
+        ++faults;
+      }
     }
     write_completion_marker(ctx.out, ctx.command, result_files(ctx.out));
     std::cout << "  -> " << ctx.out.string() << "/ in "
               << std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() << " s\n";
   }
-  return 0;
+  return faults > 0 ? 1 : 0;
 }
 
 int cmd_calibrate(const std::vector<std::string>& args) {
@@ -922,11 +928,16 @@ int cmd_calibrate(const std::vector<std::string>& args) {
   }
   check_calibrate_output(out);
   if (vm.count("no-progress") == 0) o.progress = [](const std::string& line) { std::cerr << "calibrate: " << line << std::endl; };
-  const DeviceModel m = calibrate_device(o);
+  std::string fault;  // found at teardown: the measurements stand, the run fails
+  const DeviceModel m = calibrate_device(o, &fault);
   const std::string text = format_device_model(m);
   (void)parse_device_model(text, out);  // what is written must read back
   write_file_atomically(out, text);
   std::cout << "wrote " << out << " (device model '" << m.name << "'; use it with --device-model " << out << ")\n";
+  if (!fault.empty()) {
+    std::cerr << "kvlab calibrate: " << fault << "\n";
+    return 1;
+  }
   return 0;
 }
 

@@ -508,8 +508,11 @@ double Replay::execute_kernels(double& prepare_s) {
   // already, it overlaps the replay's own work until the next step waits for it (begin_step, which
   // counts that wait as critical-path mapping).
   const double kernels_s = timer_->stop([&] {
-    prefetched_ = true;
-    b_.prefetch(next_decoders_);
+    try {
+      b_.prefetch(next_decoders_);
+      prefetched_ = true;
+    } catch (...) {  // not the kernels' failure: account() starts it again outside the step's attempt
+    }
   });  // waits for the device's kernels
   prepare_s = std::chrono::duration<double>(t1 - t0).count();
   return kernels_s * m.num_layers / layers;
@@ -750,7 +753,7 @@ void Replay::account() {
     // Measured: the kernels' and the mapping's wall time. Copies to the host and copy-on-write
     // stay modelled (execute mode copies host memory, which is not what a GPU would wait for).
     rec.kernel_s = execute_step(rec.prepare_s);
-    if (!prefetched_) {  // no kernel ran (or the step failed): start it now, for what still runs
+    if (!prefetched_) {  // no kernel ran, the step failed or the prefetch threw: start it now, for what still runs
       std::erase_if(next_decoders_, [&](SeqId id) { return !b_.contains(id); });
       b_.prefetch(next_decoders_);
     }

@@ -84,10 +84,11 @@ std::string plot_script_path() {
   const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
   if (!ec) {
     const fs::path dir = exe.parent_path();
-    // Beside the binary (a GPU bundle), in a scripts/ beside it, and from build/<preset>/ or
+    // Beside the binary or its folder (a GPU bundle: DIR/bin/kvlab, DIR/plot.py), in a scripts/
+    // beside it, and from build/<preset>/ or
     // build/<preset>/bench/ back to the source tree it was built from, wherever that tree now is.
-    for (const fs::path& p : {dir / "plot.py", dir / "scripts" / "plot.py", dir / ".." / ".." / "scripts" / "plot.py",
-                              dir / ".." / ".." / ".." / "scripts" / "plot.py"})
+    for (const fs::path& p : {dir / "plot.py", dir / ".." / "plot.py", dir / "scripts" / "plot.py",
+                              dir / ".." / ".." / "scripts" / "plot.py", dir / ".." / ".." / ".." / "scripts" / "plot.py"})
       candidates.push_back(p);
   }
   candidates.push_back(fs::path(KVLAB_SOURCE_DIR) / "scripts" / "plot.py");  // the build machine's tree

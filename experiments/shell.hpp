@@ -27,7 +27,7 @@ enum class PlotOutcome {
 };
 
 /// Where the plot script is: $KVLAB_PLOT_SCRIPT when set (empty if that is no file); else the
-/// first of plot.py or scripts/plot.py beside the executable (a GPU bundle), the source tree's
+/// first of plot.py beside the executable or one folder up (a GPU bundle), scripts/plot.py beside it, the source tree's
 /// scripts/plot.py reached from build/<preset>/[bench/], and the tree the binary was built from.
 /// Empty when none exists.
 [[nodiscard]] std::string plot_script_path();

@@ -15,13 +15,20 @@
 # steps.txt and REVISION. The static CUDA runtime is inside the binaries; the driver is the GPU
 # machine's. At most 40 MiB: the script fails when it is larger.
 set -euo pipefail
-cd "$(dirname "$0")/.."
 build=1
 if [ "${1:-}" = "--no-build" ]; then
   build=0
   shift
 fi
 dir="${1:?usage: scripts/gpu_bundle.sh [--no-build] DIR}"
+mkdir -p "$dir"
+dir="$(cd "$dir" && pwd)"  # DIR as the caller meant it, before the cd below
+# DIR is emptied first: only a folder that is empty or was a bundle before.
+if [ -n "$(ls -A "$dir")" ] && [ ! -f "$dir/REVISION" ]; then
+  echo "gpu_bundle: $dir is not empty and holds no bundle (no REVISION file): choose another DIR" >&2
+  exit 2
+fi
+cd "$(dirname "$0")/.."
 [ "$build" = 1 ] && KVLAB_PRESET=release scripts/setup.sh
 rel="${KVLAB_BUILD_DIR:-build/release}"  # the build to take binaries from
 bins=("$rel/kvlab" "$rel/tests/kvlab_gpu_tests" "$rel/tests/kvlab_alloc_tests" "$rel/bench/kvlab_bench_cuda")
@@ -32,7 +39,7 @@ trace_dir="${KVLAB_TRACE_DIR:-../shared/traces}"
 trace="$trace_dir/sharegpt_8k_filtered_stats_llama2_tokenizer.csv"
 [ -f "$trace" ] || { echo "gpu_bundle: $trace not found (scripts/download_traces.sh fetches it)" >&2; exit 1; }
 
-rm -rf "$dir"
+rm -rf "${dir:?}"/*
 mkdir -p "$dir/bin" "$dir/lib" "$dir/traces"
 for b in "${bins[@]}"; do
   cp "$b" "$dir/bin/"

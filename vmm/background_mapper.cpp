@@ -16,14 +16,17 @@ BackgroundMapper::~BackgroundMapper() {
 
 void BackgroundMapper::push(const std::lock_guard<std::mutex>&, PrefetchJob job) { jobs_.push_back(job); }
 
-void BackgroundMapper::wait() {
+bool BackgroundMapper::wait() {
   std::unique_lock lock(mutex_);
-  idle_cv_.wait(lock, [&] { return jobs_.empty() && !busy_; });
+  const auto idle = [&] { return jobs_.empty() && !busy_; };
+  const bool blocked = !idle();
+  idle_cv_.wait(lock, idle);
   if (error_) {
     const std::exception_ptr e = error_;
     error_ = nullptr;
     std::rethrow_exception(e);
   }
+  return blocked;
 }
 
 void BackgroundMapper::loop() {

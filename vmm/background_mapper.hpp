@@ -51,8 +51,9 @@ class BackgroundMapper {
   void push(const std::lock_guard<std::mutex>& held, PrefetchJob job);
   /// Wakes the thread for the jobs pushed.
   void notify() { work_cv_.notify_one(); }
-  /// Blocks until every queued job is done; rethrows (once) an error a step threw.
-  void wait();
+  /// Blocks until every queued job is done; rethrows (once) an error a step threw. True when it
+  /// had to block (a job was queued or running), false when everything was done already.
+  bool wait();
 
  private:
   void loop();

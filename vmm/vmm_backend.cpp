@@ -672,13 +672,14 @@ void VmmBackend::wait_for_prefetch() {
     std::lock_guard lock(mutex_);
     counters_.prefetch_wait_seconds += waited;
   };
+  bool blocked = false;
   try {
-    mapper_->wait();
+    blocked = mapper_->wait();
   } catch (...) {
-    count();
+    count();  // the mapper stopped on an error: it was running
     throw;
   }
-  count();
+  if (blocked) count();  // a mapper already done costs the step nothing (not even the lock's time)
 }
 
 bool VmmBackend::prefetch_page(const PrefetchJob& job) {

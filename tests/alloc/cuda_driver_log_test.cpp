@@ -104,10 +104,23 @@ TEST(CudaDriverLog, OneAtATimeAndAnUnwritablePathIsNamed) {
   std::filesystem::remove(path + ".second");
 }
 
+// Last in this file: the log it opens lives until the process exits (ctest runs each test alone).
 TEST(CudaDriverLog, TheEnvironmentVariableLogsTheTableFirstAskedFor) {
   CudaDriverDouble dbl;
   ::unsetenv("KVLAB_DRIVER_LOG");
   EXPECT_EQ(&logged_if_requested(dbl.api()), &dbl.api());  // off: the table itself
+  const std::string path = temp_log_path("kvlab-driver-log-env");
+  std::filesystem::remove(path);
+  ::setenv("KVLAB_DRIVER_LOG", path.c_str(), 1);
+  const CudaDriverApi& logged = logged_if_requested(dbl.api());
+  EXPECT_NE(&logged, &dbl.api());
+  EXPECT_EQ(&logged_if_requested(dbl.api()), &logged) << "one log per process";
+  const CudaDriverApi other;
+  EXPECT_EQ(&logged_if_requested(other), &other) << "a second table is not logged";
+  EXPECT_EQ(logged.cuInit(0), CUDA_SUCCESS);
+  ::unsetenv("KVLAB_DRIVER_LOG");
+  EXPECT_TRUE(HasLine(read_all(path), " cuInit(0) = CUDA_SUCCESS (0)"));
+  std::filesystem::remove(path);
 }
 
 }  // namespace

@@ -9,6 +9,8 @@
 
 #if KVLAB_HAS_CUDA_HEADERS
 #include "alloc/cuda_driver.hpp"
+#include "alloc/cuda_primary_context.hpp"
+#include "alloc/cuda_vmm_memory_resource.hpp"
 
 namespace kvlab {
 namespace {
@@ -54,6 +56,22 @@ TEST(CudaDriver, ResolvesEveryEntryWhenADriverExists) {
   int count = 0;
   KVLAB_CU_TRY(api, cuDeviceGetCount(&count));
   EXPECT_GE(count, 1);
+}
+
+// The H200's failure, on the real driver: synchronize and a device allocation's whole round trip
+// (reserve, create, map, access, synchronize, unmap, release, free) through the resolved table,
+// twice, with the primary context retained and released in between.
+TEST(CudaDriver, SynchronizesAndGivesDeviceMemoryBackOnTheRealDriver) {
+  if (!cuda_status().available) GTEST_SKIP() << "no CUDA driver here: " << cuda_status().message;
+  for (int round = 0; round < 2; ++round) {
+    CudaPrimaryContext ctx(cuda_driver(), 0);
+    EXPECT_EQ(ctx.synchronize(), CUDA_SUCCESS) << "round " << round;
+    CudaVmmMemoryResource mr(cuda_driver(), Device::cuda, 0);
+    void* p = mr.allocate(100);
+    mr.deallocate(p, 100);
+    EXPECT_EQ(mr.pending_frees(), 0u) << mr.refusals();
+    EXPECT_EQ(mr.live_allocations(), 0u);
+  }
 }
 
 TEST(CudaDriverResultName, NamesDocumentedCodesWithoutADriver) {

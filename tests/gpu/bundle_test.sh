@@ -3,7 +3,8 @@
 # --no-build), then run.sh on the emulated device with two extra steps, one that hangs past its
 # limit and one that crashes. Both must be reported as such and cut off (no process outlives its
 # step); every other step must pass; OUT must hold at most 8 files with every finished step's
-# outputs; a budget too small for a step skips it.
+# outputs; a budget too small for a step skips it; a signal to run.sh stops the running step and
+# keeps what finished.
 #
 #   tests/gpu/bundle_test.sh SOURCE_DIR WORK_DIR [BUILD_DIR]
 set -uo pipefail
@@ -24,7 +25,7 @@ missing="$(LD_LIBRARY_PATH="$work/bundle/lib" ldd "$work/bundle/bin/kvlab" "$wor
 marker="kvlab-bundle-hang-$$"
 {
   head -n 6 "$src/tests/gpu/bundle/steps.txt" | grep -v '^#'
-  echo "hang           | 3   |                     | sleep 600 # $marker"
+  echo "hang           | 3   |                     | exec -a $marker sleep 600"
   echo "crash          | 10  |                     | echo about to crash; kill -SEGV \$\$"
   tail -n +7 "$src/tests/gpu/bundle/steps.txt" | grep -v '^#'
 } > "$work/bundle/steps.txt"
@@ -52,6 +53,23 @@ for f in results/verify-kv/complete.json results/compare/complete.json results/d
 done
 grep -q '=== hang: timeout' "$work/out/steps.log" || fail "steps.log does not record the hang"
 grep -q 'about to crash' "$work/out/steps.log" || fail "steps.log lost the crashing step's output"
+
+# A signal to run.sh stops the running step (and its children) at once and packs what finished.
+printf 'first | 10 | | echo first done\nlong | 100 | | echo started; exec -a %s-2 sleep 100\nnever | 10 | | echo never\n' "$marker" \
+  > "$work/bundle/steps.txt"
+"$work/bundle/run.sh" --device emulated "$work/out-signal" 60 > "$work/signal.txt" 2>&1 &
+runner=$!
+for _ in $(seq 50); do grep -q started "$work/out-signal/steps.log" 2>/dev/null && break; sleep 0.1; done
+kill -TERM "$runner"
+wait "$runner"
+src_rc=$?
+[ $src_rc -ne 0 ] || fail "an interrupted run must not exit 0"
+grep -Eq '^first +ok ' "$work/out-signal/summary.txt" || fail "the finished step was lost on interruption"
+grep -Eq '^long +interrupted \(SIGTERM\)' "$work/out-signal/summary.txt" || fail "the running step is not reported as interrupted: $(cat "$work/out-signal/summary.txt")"
+grep -q '^never' "$work/out-signal/summary.txt" && fail "a step after the interruption ran"
+sleep 0.5
+pgrep -f "$marker-2" >/dev/null && fail "the interrupted step's process outlived run.sh"
+grep -q 'started' "$work/out-signal/steps.log" || fail "the interrupted step's output was lost"
 
 # A budget too small for a step skips it, and says so.
 printf 'a | 10 | | sleep 4\nb | 10 | | echo never\n' > "$work/bundle/steps.txt"

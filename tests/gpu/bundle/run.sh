@@ -9,7 +9,7 @@
 #
 #   OUT      results, at most 8 files, rewritten after every step:
 #              summary.txt       step, status, seconds, key number (also printed at the end)
-#              steps.log         every step's command and output, in order
+#              steps.log         every step's command and output, in order, written as it runs
 #              environment.txt   nvidia-smi, kernel, driver, the bundle's revision
 #              results.tar.gz    every step's output files (compare, figures, calibrate, benchmark
 #                                JSON, the verify step's driver call log)
@@ -19,7 +19,8 @@
 #            a GPU).
 #
 # Step statuses: ok, failed (rc N), timeout (its limit cut it; what it wrote is kept), crashed
-# (signal N), skipped (budget). The script exits 0 when every step is ok, 1 otherwise.
+# (signal N), skipped (budget), interrupted (SIGTERM/SIGINT/SIGHUP to run.sh: the step is stopped,
+# what finished is packed, and no later step runs). The script exits 0 when every step is ok, 1 otherwise.
 set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 device=cuda
@@ -52,10 +53,11 @@ case "$gpu_name" in
 esac
 export BASE
 if [ "$device" = cuda ]; then
-  # The GPU sizes: llama-3-8b's geometry, a workload that fits the step limits with kvlab's kernel.
+  # The GPU sizes: SMALL (yi-6b, every KV byte verified) and LARGE (llama-3-8b, two layers run),
+  # workloads that fit the step limits with kvlab's own CUDA kernel.
   export SMALL="--model yi-6b --capacity-gib 0.25 --max-seq-len 256 --prompt-len uniform:16:160 --output-len uniform:8:64 --requests 8 --seed 1"
   export LARGE="--model llama-3-8b --capacity-gib 8 --requests 32 --execute-layers 2 --seed 1"
-  export CAL_ARGS="" FIGURE_ARGS="--full" BENCH_TIME=0.2 SWAP_REQUESTS=16
+  export CAL_ARGS="" FIGURE_ARGS="--full" BENCH_TIME=0.2 SWAP_REQUESTS=8
 else
   export SMALL="--model yi-6b --capacity-gib 0.25 --max-seq-len 256 --prompt-len uniform:8:40 --output-len uniform:2:10 --requests 8 --seed 1"
   export LARGE="$SMALL --execute-layers 1"
@@ -87,8 +89,19 @@ pack() {  # everything the steps wrote so far, as one file: OUT never holds more
   tar -C "$work" -czf "$out/results.tar.gz.part" results 2>/dev/null && mv "$out/results.tar.gz.part" "$out/results.tar.gz"
 }
 
+# A signal to run.sh (a harness's time limit, Ctrl-C, a closed terminal) stops the running step
+# (timeout passes it on to the step's whole process group), records it and packs what finished.
+step_pid="" interrupted=""
+on_signal() {
+  interrupted="$1"
+  [ -n "$step_pid" ] && kill -TERM "$step_pid" 2>/dev/null
+}
+trap 'on_signal TERM' TERM
+trap 'on_signal INT' INT
+trap 'on_signal HUP' HUP
+
 start_all=$SECONDS
-while IFS='|' read -r name limit key command; do
+while [ -z "$interrupted" ] && IFS='|' read -r name limit key command; do
   case "$name" in ''|'#'*) continue ;; esac
   name="$(echo "$name" | tr -d ' ')"
   limit="$(echo "$limit" | tr -d ' ')"
@@ -102,15 +115,24 @@ while IFS='|' read -r name limit key command; do
     write_summary
     continue
   fi
-  log="$work/$name.log"
   printf '\n=== %s (limit %s s) %s\n$ %s\n' "$name" "$limit" "$(date -u +%T)" "$command" >> "$out/steps.log"
+  from=$(($(stat -c %s "$out/steps.log") + 1))
   t0=$SECONDS
-  # timeout signals its whole process group at the limit: a hung child cannot outlive the step.
-  timeout --kill-after=5 "$limit" bash -c "$command" > "$log" 2>&1 < /dev/null
+  # The step writes straight into OUT (a cut-off run keeps what it printed). timeout puts the step
+  # in a process group of its own and signals all of it at the limit: no child outlives the step.
+  timeout --kill-after=5 "$limit" bash -c "$command" >> "$out/steps.log" 2>&1 < /dev/null &
+  step_pid=$!
+  wait "$step_pid"
   rc=$?
+  while kill -0 "$step_pid" 2>/dev/null; do  # wait returned for a trapped signal: the step is ending
+    wait "$step_pid"
+    rc=$?
+  done
+  step_pid=""
   elapsed=$((SECONDS - t0))
-  cat "$log" >> "$out/steps.log"
-  if [ $rc -eq 0 ]; then
+  if [ -n "$interrupted" ]; then
+    status="interrupted (SIG$interrupted)"
+  elif [ $rc -eq 0 ]; then
     status=ok
   elif [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
     status="timeout"
@@ -121,13 +143,14 @@ while IFS='|' read -r name limit key command; do
   fi
   echo "=== $name: $status in ${elapsed} s" >> "$out/steps.log"
   k=""
-  [ -n "$key" ] && k="$(grep -E -o -- "$key" "$log" 2>/dev/null | tail -n 1 | cut -c1-90)"
+  [ -n "$key" ] && k="$(tail -c "+$from" "$out/steps.log" | grep -E -o -- "$key" 2>/dev/null | tail -n 1 | cut -c1-90)"
   statuses+=("$status") times+=("$elapsed") keys+=("$k")
   write_summary
   pack
 done < "$here/steps.txt"
 
-echo "kvlab GPU bundle: $device, $((SECONDS - start_all)) s of $budget s; results in $out" >> "$out/summary.txt"
+echo "kvlab GPU bundle: $device, $((SECONDS - start_all)) s of $budget s${interrupted:+, stopped by SIG$interrupted}; results in $out" >> "$out/summary.txt"
 cat "$out/summary.txt"
+[ -n "$interrupted" ] && exit 1
 for s in "${statuses[@]}"; do [ "$s" = ok ] || exit 1; done
 exit 0
