@@ -2,6 +2,9 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -38,6 +41,25 @@ TEST(Shell, RecordedCommandsStayOnOneLineAndReadBackExactly) {
 TEST(Shell, ExecutedCommandsQuoteAnyByte) {
   const std::vector<std::string> words = {"a b", "it's", "$HOME", "`x`", "new\nline", "*"};
   EXPECT_EQ(words_bash_reads(shell_join(words)), words);
+}
+
+// The plot script is found wherever kvlab runs: $KVLAB_PLOT_SCRIPT first (a name that is no file
+// finds nothing rather than something else), else from the binary's own place (here the test
+// binary in build/<preset>/tests/, three folders below the source tree's scripts/plot.py).
+TEST(PlotScriptPath, EnvironmentFirstThenBesideTheBinaryOrItsSourceTree) {
+  namespace fs = std::filesystem;
+  const fs::path fake = fs::temp_directory_path() / "kvlab-plot-script-test.py";
+  std::ofstream(fake) << "# not a real plot script\n";
+  ::setenv("KVLAB_PLOT_SCRIPT", fake.c_str(), 1);
+  EXPECT_EQ(plot_script_path(), fake.string());
+  ::setenv("KVLAB_PLOT_SCRIPT", (fake.string() + ".missing").c_str(), 1);
+  EXPECT_EQ(plot_script_path(), "");
+  EXPECT_EQ(run_plot_script({"compare", "/nonexistent"}, true), PlotOutcome::no_script);
+  ::unsetenv("KVLAB_PLOT_SCRIPT");
+  const std::string found = plot_script_path();
+  ASSERT_FALSE(found.empty());
+  EXPECT_TRUE(fs::equivalent(found, fs::path(KVLAB_SOURCE_DIR) / "scripts" / "plot.py")) << found;
+  fs::remove(fake);
 }
 
 }  // namespace
