@@ -25,6 +25,12 @@ namespace {
 
 void* double_entry(const char* name, int abi, std::string& why) { return CudaDriverDouble::entry_point(name, abi, why); }
 
+CudaDriverDoubleConfig small_granules() {
+  CudaDriverDoubleConfig c;
+  c.granularity = std::size_t{64} << 10;
+  return c;
+}
+
 TEST(CudaDriverAbi, EveryEntryIsAskedForOnceAtItsOwnAbi) {
   std::map<std::string, std::vector<int>> asked;
   CudaDriverApi api;
@@ -94,13 +100,10 @@ TEST(CudaDriverAbi, Cuda13SynchronizeTakesTheContextAndRefusesOneThatIsNotLive) 
 // the way production resolves it. With every entry asked for at CUDA_VERSION (kvlab before this
 // test), synchronize answered CUDA_ERROR_CONTEXT_IS_DESTROYED and the deallocation was refused.
 TEST(CudaDriverAbi, DeviceMemoryIsGivenBackThroughTheResolvedTable) {
-  CudaDriverDoubleConfig c;
-  c.granularity = std::size_t{64} << 10;
-  CudaDriverDouble dbl(c);
+  CudaDriverDouble dbl(small_granules());
   {
     CudaVmmMemoryResource mr(dbl.api(), Device::emulated);
-    void* p = mr.allocate(100);
-    mr.deallocate(p, 100);
+    mr.deallocate(mr.allocate(100), 100);
     EXPECT_EQ(mr.pending_frees(), 0u) << mr.refusals();
     EXPECT_EQ(mr.refusals(), "");
     CudaPrimaryContext ctx(dbl.api(), 0);
@@ -111,9 +114,7 @@ TEST(CudaDriverAbi, DeviceMemoryIsGivenBackThroughTheResolvedTable) {
 }
 
 TEST(CudaDriverAbi, ARefusedDeallocationNamesTheCallAndItsResult) {
-  CudaDriverDoubleConfig c;
-  c.granularity = std::size_t{64} << 10;
-  CudaDriverDouble dbl(c);
+  CudaDriverDouble dbl(small_granules());
   {
     CudaVmmMemoryResource mr(dbl.api(), Device::emulated);
     void* a = mr.allocate(100);
