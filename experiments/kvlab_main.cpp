@@ -221,7 +221,7 @@ struct Common {
     po::options_description m("Model, memory and scheduling");
     m.add_options()("model", po::value(&model_name)->default_value("opt-13b"), "model preset (see 'kvlab models')")(
         "capacity-gib", po::value(&capacity_gib)->default_value(12.0), "KV cache capacity in GiB")(
-        "max-seq-len", po::value(&max_seq_len)->default_value(0), "longest sequence in tokens (0: the model's context)")(
+        "max-seq-len", po::value(&max_seq_len)->default_value(0), "longest sequence in tokens (0: the model's context; at most 16777216)")(
         "max-running", po::value(&max_running)->default_value(256), "most sequences in a batch")(
         "max-batched-tokens", po::value(&max_batched)->default_value(8192), "tokens computed per step")(
         "chunked-prefill", po::bool_switch(&chunked), "split long prompts to fit --max-batched-tokens")(
@@ -270,6 +270,11 @@ struct Common {
     if (max_running < 1) throw UsageError("--max-running must be at least 1");
     if (max_batched < 1) throw UsageError("--max-batched-tokens must be at least 1");
     if (max_seq_len < 0) throw UsageError("--max-seq-len must not be negative");
+    // Larger than any model's context by far, and small enough that no backend's arithmetic on
+    // it (reservations, slot sizes in bytes) can overflow.
+    constexpr std::int64_t kMaxSeqLen = std::int64_t{1} << 24;
+    if (max_seq_len > kMaxSeqLen)
+      throw UsageError(fmt::format("--max-seq-len must be at most {} tokens (got {})", kMaxSeqLen, max_seq_len));
     if (samples < 1 || samples > max_running) throw UsageError("--samples must be between 1 and --max-running");
     if (!(beam_reselect >= 0 && beam_reselect <= 1)) throw UsageError("--beam-reselect must be a probability in [0, 1]");
     if (beam_reselect > 0 && samples < 2) throw UsageError("--beam-reselect needs beams: --samples 2 or more");
@@ -543,8 +548,15 @@ int run_backends(const Common& c, const std::vector<std::string>& names, const s
   // a time. The device is opened first: without the GPU asked for, nothing else runs.
   const std::unique_ptr<DeviceContext> device = c.open_device();
   const BackendOptions probe = c.backend_options(nullptr, device.get());
+  std::vector<std::pair<std::string, std::string>> canonical;  // (canonical name, as given)
   for (const auto& n : names) {  // fail on a bad name, or a preemption it cannot do, before any long run
     const auto b = make_backend(n, probe);
+    // Two spellings of one backend (paged-16, paged-016) would write one folder twice.
+    for (const auto& [name, given] : canonical)
+      if (name == b->name())
+        throw UsageError(fmt::format("--backends: '{}' and '{}' are the same backend ({}); name each backend once",
+                                     given, n, name));
+    canonical.emplace_back(b->name(), n);
     if (c.preemption == "swap" && !b->supports_swap())
       throw UsageError(fmt::format("--preemption swap: backend {} cannot swap (choose backends that can, e.g. paged-16, "
                                    "or --preemption recompute)",
@@ -967,7 +979,7 @@ int run_command(int argc, char** argv) {
     if (command == "calibrate") return cmd_calibrate(args);
     if (command == "figure") return cmd_figure(args, command_line(argc, argv));
     throw UsageError("unknown command '" + command + "' (try 'kvlab help')");
-  } catch (const Interrupted& e) {  // SIGINT/SIGTERM: stopped between steps, nothing half-written
+  } catch (const Interrupted& e) {  // SIGINT/SIGTERM/SIGHUP: stopped between steps, nothing half-written
     std::cerr << "kvlab " << one_line(command) << ": interrupted\n";
     return 128 + e.signal();
   } catch (const po::error& e) {

@@ -149,6 +149,7 @@ void install_interrupt_handlers() {
   sa.sa_flags = 0;  // no SA_RESTART: a parent blocked in wait() wakes up with EINTR
   ::sigaction(SIGINT, &sa, nullptr);
   ::sigaction(SIGTERM, &sa, nullptr);
+  ::sigaction(SIGHUP, &sa, nullptr);  // a closed terminal: stop as cleanly as Ctrl-C (exit 129)
 }
 
 int interrupt_signal() noexcept { return g_signal; }

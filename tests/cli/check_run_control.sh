@@ -3,7 +3,7 @@
 #   1. two runs into one --out: the second fails at once (exit 1, one line naming the directory and
 #      the holder's pid and command); the first completes intact;
 #   2. an interrupted re-run removes the old completion marker first (old files never look complete);
-#   3. SIGINT / SIGTERM stop replay and compare between steps: exit 130 / 143, one line
+#   3. SIGINT / SIGTERM / SIGHUP stop replay and compare between steps: exit 130 / 143 / 129, one line
 #      "interrupted", no marker, no temporary file, no lock file;
 #   4. a sweep owns its children: SIGINT to the sweep stops them all (exit 130); SIGKILL to the sweep
 #      still stops them (PR_SET_PDEATHSIG); a resume refuses a point whose replay is still alive,
@@ -69,8 +69,8 @@ no_leftovers "$D"
 echo "1. lock: ok"
 
 # --- 2 and 3. interrupts; an interrupted re-run leaves no marker --------------------------------------
-for sig in INT TERM; do
-  [ $sig = INT ] && want=130 || want=143
+for sig in INT TERM HUP; do
+  case $sig in INT) want=130 ;; TERM) want=143 ;; HUP) want=129 ;; esac
   "$K" $(slow 100000) --out "$D" >/dev/null 2>"$T/int.err" &
   pid=$!
   wait_until test -s "$D/.kvlab.lock"
