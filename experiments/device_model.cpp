@@ -1,5 +1,7 @@
 #include "experiments/device_model.hpp"
 
+#include "experiments/input_file.hpp"
+
 #include <array>
 #include <cerrno>
 #include <cmath>
@@ -172,6 +174,7 @@ DeviceModel parse_device_model(std::string_view text, const std::string& origin)
 }
 
 DeviceModel read_device_model(const std::filesystem::path& file) {
+  check_small_input_file(file, "a device model file", std::uintmax_t{1} << 20);  // 1 MiB: ~50 lines in practice
   std::ifstream in(file, std::ios::binary);
   if (!in) KVLAB_THROW(InvalidArgument, "cannot read device model file '" + file.string() + "'");
   const std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};

@@ -1,5 +1,7 @@
 #include "experiments/sweep.hpp"
 
+#include "experiments/input_file.hpp"
+
 #include <fcntl.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
@@ -63,8 +65,7 @@ std::vector<std::string> split_args(const std::string& s, const std::string& whe
 }
 
 std::vector<SweepAxis> read_sweep_file(const fs::path& file) {
-  std::error_code ec;
-  if (fs::is_directory(file, ec)) KVLAB_THROW(InvalidArgument, file.string() + ": is a directory, not a sweep file");
+  check_small_input_file(file, "a sweep file", std::uintmax_t{1} << 20);  // 1 MiB: a grid of a few axes
   std::ifstream in(file);
   if (!in) KVLAB_THROW(InvalidArgument, file.string() + ": cannot read the sweep file");
   std::vector<SweepAxis> axes;

@@ -368,6 +368,11 @@ bad(CH-23 2 "dev_partial.txt: key 'memory_bandwidth' is missing" replay --device
 bad(CH-36 2 "--prefill-steps must be mixed or separate .got 'v0'." replay --prefill-steps v0 --requests 1)
 bad(CH-37 2 "--prefill-steps separate runs whole prompts: it cannot be combined with --chunked-prefill" replay --prefill-steps separate --chunked-prefill --requests 1)
 bad(CH-38 2 "--inject-faults teardown needs --device emulated" replay --inject-faults teardown --verify-kv --requests 1)
+bad(CH-39 2 "/dev/zero: is not a regular file .a device, pipe or socket., not a device model file" replay --device-model /dev/zero --requests 1)
+if(GROUP STREQUAL "choices")  # 2,000,000 bytes of comments
+  execute_process(COMMAND sh -c "head -c 2000000 /dev/zero | tr '\\0' '#'" OUTPUT_FILE ${D}/dev_huge.txt)
+endif()
+bad(CH-40 2 "dev_huge.txt: is 2000000 bytes, more than a device model file can be .at most 1048576." replay --device-model @D@/dev_huge.txt --requests 1)
 bad(CH-24 2 "dev_badnum.txt:2: key 'memory_bandwidth': 'fast' is not a finite number" compare --device-model @D@/dev_badnum.txt --requests 1)
 bad(CH-25 2 "unknown device 'tpu' .expected host, cuda, cuda:N or emulated." replay --device tpu --execute --requests 1)
 bad(CH-26 2 "unknown device ''" compare --device @EMPTY@ --execute --requests 1)
@@ -613,6 +618,11 @@ bad(SW-29 2 "--time '1 hour': a Slurm value must be one word without spaces" swe
 bad(SW-30 2 "--account 'a.nsrun rm': a Slurm value must be one word" sweep @D@/ok.sweep --slurm --account "a\nsrun rm" --out @D@/sweep-slurm)
 bad(SW-31 2 "--mem applies only with --slurm" sweep @D@/ok.sweep --mem 16G --out @D@/sweep-mem)
 bad(SW-32 2 "--partition 'a.b': a Slurm value must be one word" sweep @D@/ok.sweep --slurm --partition "a\"b" --out @D@/sweep-slurm)
+bad(SW-33 2 "/dev/zero: is not a regular file .a device, pipe or socket., not a sweep file" sweep /dev/zero --dry-run)
+if(GROUP STREQUAL "sweep")  # 2,000,000 bytes of comments
+  execute_process(COMMAND sh -c "head -c 2000000 /dev/zero | tr '\\0' '#'" OUTPUT_FILE ${D}/huge.sweep)
+endif()
+bad(SW-34 2 "huge.sweep: is 2000000 bytes, more than a sweep file can be .at most 1048576." sweep @D@/huge.sweep --dry-run)
 bad(CO-1 usage2 "Usage: kvlab collect SWEEP_DIR" collect)
 bad(CO-2 2 "'/nonexistent-kvlab' is not a sweep directory" collect /nonexistent-kvlab)
 bad(CO-3 2 "vidur_ok.csv' is not a sweep directory" collect @D@/vidur_ok.csv)
