@@ -282,8 +282,16 @@ struct Common {
     if (turns < 1) throw UsageError("--turns must be at least 1");
     if (prefix_groups < 0 || shared_prefix < 0) throw UsageError("--prefix-groups and --shared-prefix must not be negative");
     if (!(rate >= 0) || !std::isfinite(rate)) throw UsageError("--rate must be a number >= 0");
+    // Bounds that keep every arrival time, gap and derived rate a finite, representable number
+    // (--rate 4.9e-324 wrote inf arrival times; --burstiness 1e155 broke the gamma gaps).
+    if (rate > 0 && !(rate >= 1e-6 && rate <= 1e9))
+      throw UsageError(fmt::format("--rate must be 0 (all at once) or between 1e-06 and 1e+09 requests/s (got {})", rate));
     if (!(burstiness > 0)) throw UsageError("--burstiness must be positive");
+    if (!(burstiness <= 1000))
+      throw UsageError(fmt::format("--burstiness must be at most 1000 (the gaps' coefficient of variation; got {})", burstiness));
     if (!(time_scale > 0) || !std::isfinite(time_scale)) throw UsageError("--time-scale must be a positive number");
+    if (!(time_scale >= 1e-6 && time_scale <= 1e6))
+      throw UsageError(fmt::format("--time-scale must be between 1e-06 and 1e+06 (got {})", time_scale));
     if (!(capacity_gib <= 1e6)) throw UsageError("--capacity-gib must be at most 1e6 (a million GiB)");
     if (vm.count("trace") && trace.empty()) throw UsageError("--trace names no file");
     if (vm.count("lengths-from") && lengths_from.empty()) throw UsageError("--lengths-from names no file");
