@@ -487,11 +487,22 @@ void finish_output_dir(const fs::path& dir, const std::string& invocation, const
   for (const ReplaySummary& s : rows)
     for (const char* f : {"steps.csv", "requests.csv", "summary.json"}) files.push_back(s.backend + "/" + f);
   if (chart) {
-    const std::string png = plot_compare(dir);
-    std::cout << (png.empty() ? "no chart: python3 with matplotlib not found (scripts/setup.sh installs it)"
-                              : "chart: " + png)
-              << "\n";
-    if (!png.empty()) files.push_back(fs::path(png).filename().string());
+    std::string error;
+    switch (plot_compare(dir, &error)) {
+      case PlotOutcome::drawn:
+        std::cout << "chart: " << (dir / "compare.png").string() << "\n";
+        files.push_back("compare.png");
+        break;
+      case PlotOutcome::no_python:
+        std::cout << "no chart: python3 with matplotlib not found (scripts/setup.sh installs it)\n";
+        break;
+      case PlotOutcome::no_script:
+        std::cout << "no chart: scripts/plot.py not found beside kvlab or in its source tree (set KVLAB_PLOT_SCRIPT)\n";
+        break;
+      case PlotOutcome::failed:  // the run is not complete: no marker, exit 1 (a signal says so instead)
+        throw_if_interrupted();
+        throw Error("drawing " + (dir / "compare.png").string() + " failed (scripts/plot.py compare): " + error);
+    }
   }
   throw_if_interrupted();
   write_completion_marker(dir, invocation, files);
@@ -576,6 +587,7 @@ int run_backends(const Common& c, const std::vector<std::string>& names, const s
     prepare_output_dir(c.out_dir, "--out");  // fail now, not after the replays
     lock.emplace(c.out_dir, invocation);
     remove_completion_marker(c.out_dir);  // an interrupted re-run must not look complete
+    fs::remove(fs::path(c.out_dir) / "compare.png");  // an older run's chart never stands beside new data
   }
   ReplayConfig rc = c.replay_config();
   rc.at_step_boundary = throw_if_interrupted;  // SIGINT/SIGTERM stop the replay between steps

@@ -124,9 +124,13 @@ std::string csv_field(const std::string& s) {
   return q + "\"";
 }
 
-std::string plot_compare(const std::filesystem::path& dir) {
-  if (run_plot_script({"compare", dir.string()}, /*quiet=*/true) != PlotOutcome::drawn) return "";
-  return (dir / "compare.png").string();
+PlotOutcome plot_compare(const std::filesystem::path& dir, std::string* error) {
+  const PlotOutcome o = run_plot_script({"compare", dir.string()}, /*quiet=*/true, error);
+  if (o == PlotOutcome::failed) {
+    std::error_code ec;
+    std::filesystem::remove(dir / "compare.png", ec);  // whatever a failed script left is no chart
+  }
+  return o;
 }
 
 }  // namespace kvlab

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "experiments/replayer.hpp"
+#include "experiments/shell.hpp"
 
 namespace kvlab {
 
@@ -34,6 +35,8 @@ void write_compare_csv(const std::filesystem::path& file, const std::string& com
 
 /// Draws DIR/compare.png from DIR/compare.csv with scripts/plot.py, using the first python3 that
 /// has matplotlib. Returns the PNG's path, or "" when no such python exists.
-[[nodiscard]] std::string plot_compare(const std::filesystem::path& dir);
+/// What became of it (experiments/shell.hpp); on failure `error` gets the script's last line and
+/// no compare.png is left.
+[[nodiscard]] PlotOutcome plot_compare(const std::filesystem::path& dir, std::string* error);
 
 }  // namespace kvlab

@@ -11,6 +11,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <string_view>
 
 namespace kvlab {
@@ -48,15 +49,20 @@ std::string ansi_c_quote(const std::string& s) {
   return out + "'";
 }
 
-/// Runs argv (no shell), stdout to /dev/null when `quiet`, stderr too when `silent`; the exit status or -1.
-int spawn_and_wait(const std::vector<std::string>& argv, bool quiet, bool silent) {
+/// Runs argv (no shell), stdout to /dev/null when `quiet`, stderr too when `silent`, else to the
+/// file `stderr_to` when one is named; the exit status or -1.
+int spawn_and_wait(const std::vector<std::string>& argv, bool quiet, bool silent, const std::string& stderr_to = {}) {
   std::vector<char*> args;
   for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   if (quiet) posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);
-  if (silent) posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, "/dev/null", O_WRONLY, 0);
+  if (silent) {
+    posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, "/dev/null", O_WRONLY, 0);
+  } else if (!stderr_to.empty()) {
+    posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, stderr_to.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  }
   pid_t pid = 0;
   const int rc = posix_spawnp(&pid, args[0], &actions, nullptr, args.data(), environ);
   posix_spawn_file_actions_destroy(&actions);
@@ -66,6 +72,15 @@ int spawn_and_wait(const std::vector<std::string>& argv, bool quiet, bool silent
     if (errno != EINTR) return -1;
   }
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+/// The last non-empty line of `file` (a Python traceback's last line names the error), or "".
+std::string last_line(const std::string& file) {
+  std::ifstream in(file);
+  std::string line, last;
+  while (std::getline(in, line))
+    if (line.find_first_not_of(" \t\r") != std::string::npos) last = line;
+  return last;
 }
 }  // namespace
 
@@ -97,7 +112,7 @@ std::string plot_script_path() {
   return {};
 }
 
-PlotOutcome run_plot_script(const std::vector<std::string>& args, bool quiet) {
+PlotOutcome run_plot_script(const std::vector<std::string>& args, bool quiet, std::string* error) {
   const std::string script = plot_script_path();
   if (script.empty()) return PlotOutcome::no_script;
   std::vector<std::string> argv = {"", script};
@@ -105,7 +120,18 @@ PlotOutcome run_plot_script(const std::vector<std::string>& args, bool quiet) {
   for (const char* python : {"python3", "/usr/bin/python3"}) {
     if (spawn_and_wait({python, "-c", "import matplotlib"}, true, true) != 0) continue;
     argv.front() = python;
-    return spawn_and_wait(argv, quiet, false) == 0 ? PlotOutcome::drawn : PlotOutcome::failed;
+    // The script's stderr goes to a file, never to the terminal: a failure (a full disk, Ctrl-C)
+    // is one line from kvlab, not a Python traceback.
+    std::string log = (std::filesystem::temp_directory_path() / "kvlab-plot-XXXXXX").string();
+    const int fd = ::mkstemp(log.data());
+    if (fd >= 0) ::close(fd);
+    const int rc = spawn_and_wait(argv, quiet, false, fd >= 0 ? log : std::string());
+    if (rc != 0 && error != nullptr) {
+      const std::string last = fd >= 0 ? last_line(log) : std::string();
+      *error = last.empty() ? (rc < 0 ? "it was killed by a signal" : "exit status " + std::to_string(rc)) : last;
+    }
+    if (fd >= 0) ::unlink(log.c_str());
+    return rc == 0 ? PlotOutcome::drawn : PlotOutcome::failed;
   }
   return PlotOutcome::no_python;
 }

@@ -34,7 +34,9 @@ enum class PlotOutcome {
 
 /// Runs `python3 scripts/plot.py ARGS...` with the first python3 that has matplotlib ("python3" on
 /// the PATH, then /usr/bin/python3). `quiet` discards the script's standard output. The arguments
-/// go to the program as they are (no shell in between), whatever characters they hold.
-PlotOutcome run_plot_script(const std::vector<std::string>& args, bool quiet);
+/// go to the program as they are (no shell in between), whatever characters they hold. The
+/// script's stderr never reaches the terminal: when it fails, `error` (if given) gets the last
+/// line it printed (a traceback's names the error).
+PlotOutcome run_plot_script(const std::vector<std::string>& args, bool quiet, std::string* error = nullptr);
 
 }  // namespace kvlab

@@ -94,11 +94,16 @@ void write_readme(const FigureContext& ctx, const ReadmeText& text, const Table&
 }
 
 void plot(const FigureContext& ctx, const std::string& name) {
-  switch (run_plot_script({"figure", name, ctx.out.string()}, /*quiet=*/false)) {
+  std::string error;
+  switch (run_plot_script({"figure", name, ctx.out.string()}, /*quiet=*/false, &error)) {
     case PlotOutcome::drawn: return;
-    case PlotOutcome::failed:
-      KVLAB_THROW(Error, fmt::format("plotting {} failed: scripts/plot.py figure {} {}", name, name,
-                                     shell_quote(ctx.out.string())));
+    case PlotOutcome::failed: {
+      std::error_code ec;
+      std::filesystem::remove(ctx.out / (name + ".png"), ec);  // what a failed script left is no plot
+      throw_if_interrupted();  // Ctrl-C while plotting: interrupted, not failed
+      KVLAB_THROW(Error, fmt::format("plotting {} failed: scripts/plot.py figure {} {}: {}", name, name,
+                                     shell_quote(ctx.out.string()), error));
+    }
     case PlotOutcome::no_python:
       std::cerr << fmt::format("kvlab figure: no python3 with matplotlib; {}.png not drawn (scripts/setup.sh installs it)\n",
                                name);

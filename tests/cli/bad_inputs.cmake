@@ -486,6 +486,8 @@ bad(TP-21 1 "failed: cannot create directory /proc/kvlab-no-such-dir: No such fi
 bad(TP-22 1 "failed: cannot create directory .*vidur_ok.csv/sub: Not a directory" compare --out @D@/vidur_ok.csv/sub)
 bad(TP-23 1 "failed: .*cannot write .*/full/paged-b16/steps.csv: No space left on device" ENV:KVLAB_FAIL_WRITES_AFTER_BYTES=0 replay --requests 5 --no-progress --out @D@/full)
 bad(TP-24 1 "failed: .*KVLAB_DRIVER_LOG: cannot open /proc/kvlab-no-such/x.log: No such file or directory" ENV:KVLAB_DRIVER_LOG=/proc/kvlab-no-such/x.log replay --device emulated --verify-kv --model yi-6b --capacity-gib 0.25 --requests 1 --no-progress)
+fx(fail_plot.py "raise OSError(28, 'No space left on device')\n")
+bad(TP-25 1 "failed: drawing .*chartfail/compare.png failed .scripts/plot.py compare.: OSError: .Errno 28. No space left on device" ENV:KVLAB_PLOT_SCRIPT=@D@/fail_plot.py compare --backends contiguous-max,paged-16 --requests 3 --no-progress --out @D@/chartfail)
 bad(TC-1 2 "empty.csv:1: empty file" replay --trace @D@/empty.csv)
 bad(TC-2 2 "blank.csv:1: empty file" replay --trace @D@/blank.csv)
 bad(TC-3 2 "comments.csv:1: empty file" replay --trace @D@/comments.csv)

@@ -1,6 +1,7 @@
 # kvlab compare on a small synthetic workload: one table row and one CSV row per backend, each
 # result directory reproducible from the command recorded in it; a PNG when matplotlib exists.
-file(REMOVE_RECURSE ${OUT})
+file(REMOVE_RECURSE ${OUT} ${OUT}-fail)
+file(MAKE_DIRECTORY ${OUT}-fail)
 execute_process(COMMAND ${BINARY} compare --backends contiguous-max,contiguous-oracle,paged-16 --requests 60
                         --rate 20 --model llama-3-8b --capacity-gib 1 --no-progress --out ${OUT}
                 RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
@@ -40,4 +41,29 @@ if(NOT header MATCHES ",cow_copies,free_blocks,cached_free_blocks,prefix_lookups
 endif()
 if(NOT contiguous_row MATCHES ",,,,,,,$" OR NOT paged_row MATCHES ",[0-9]+,[0-9]+,[0-9]+,[0-9]+,[0-9]+,[0-9]+,[0-9]+$")
   message(FATAL_ERROR "counter cells wrong:\n${contiguous_row}\n${paged_row}")
+endif()
+
+# A chart that fails to draw (here a plot script that raises, as on a full disk) fails the run:
+# exit 1, one line naming the chart and the script's error (no traceback), no compare.png and no
+# completion marker; the data files stand.
+file(WRITE ${OUT}-fail/plot.py "import sys\nraise OSError(28, 'No space left on device')\n")
+set(ENV{KVLAB_PLOT_SCRIPT} ${OUT}-fail/plot.py)
+execute_process(COMMAND ${BINARY} compare --backends contiguous-max,paged-16 --requests 10 --rate 20 --model llama-3-8b
+                        --capacity-gib 1 --no-progress --out ${OUT}-fail/c
+                RESULT_VARIABLE rc OUTPUT_VARIABLE fout ERROR_VARIABLE ferr)
+unset(ENV{KVLAB_PLOT_SCRIPT})
+string(STRIP "${ferr}" ferr)
+if(out MATCHES "chart: " AND (NOT rc EQUAL 1 OR NOT ferr MATCHES "^kvlab compare: failed: .*drawing .*/compare.png failed .scripts/plot.py compare.: OSError: .Errno 28. No space left on device$"
+                              OR ferr MATCHES "\n" OR EXISTS ${OUT}-fail/c/compare.png OR EXISTS ${OUT}-fail/c/complete.json
+                              OR NOT EXISTS ${OUT}-fail/c/compare.csv))
+  message(FATAL_ERROR "a failed chart: exit ${rc}, expected 1 with one line, no chart and no marker:\n${ferr}")
+endif()
+
+# An older run's chart never stands beside new data: a replay into the compare's folder removes it.
+if(EXISTS ${OUT}/compare.png)
+  execute_process(COMMAND ${BINARY} replay --backend paged-64 --requests 10 --rate 20 --model llama-3-8b
+                          --capacity-gib 1 --no-progress --out ${OUT} RESULT_VARIABLE rc OUTPUT_QUIET ERROR_VARIABLE rerr)
+  if(NOT rc EQUAL 0 OR EXISTS ${OUT}/compare.png)
+    message(FATAL_ERROR "a replay into a compare's folder left its compare.png (exit ${rc}): ${rerr}")
+  endif()
 endif()
