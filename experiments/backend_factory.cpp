@@ -267,11 +267,13 @@ std::unique_ptr<KvBackend> make_vmm_backend(std::string_view name, const Backend
   const auto [ptr, ec] = std::from_chars(rest.data(), rest.data() + rest.size(), n);
   const std::string_view unit = rest.substr(static_cast<std::size_t>(ptr - rest.data()));
   const unsigned long long scale = unit == "k" ? 1ull << 10 : unit == "m" ? 1ull << 20 : unit == "g" ? 1ull << 30 : 0;
-  if (ec != std::errc() || ptr == rest.data() || scale == 0 || n == 0 || n > (1ull << 40) / scale) {
-    KVLAB_THROW(InvalidArgument, fmt::format("backend '{}': expected vmm-<page size>[-mega] with the size in k or m "
+  if (ec != std::errc() || ptr == rest.data() || scale == 0 || n == 0) {
+    KVLAB_THROW(InvalidArgument, fmt::format("backend '{}': expected vmm-<page size>[-mega] with the size in k, m or g "
                                              "(vmm-4k, vmm-64k, vmm-256k, vmm-2m)",
                                              name));
   }
+  if (n > (1ull << 30) / scale)  // a page is a unit of mapping: past 1 GiB it is the whole cache
+    KVLAB_THROW(InvalidArgument, fmt::format("backend '{}': the page size must be at most 1g (1 GiB)", name));
   c.page_bytes = static_cast<std::size_t>(n * scale);
   if (c.page_bytes % 4096 != 0) {
     KVLAB_THROW(InvalidArgument,
