@@ -16,6 +16,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <new>
 #include <optional>
 #include <iostream>
 #include <sstream>
@@ -266,6 +267,9 @@ struct Common {
   void check(const po::variables_map& vm) {
     progress = vm.count("no-progress") == 0;
     if (requests < 0) throw UsageError("--requests must not be negative (got " + std::to_string(requests) + ")");
+    // A synthetic workload is held whole (about 1.3 KB a request with its records): 10 M is ~13 GB.
+    if (requests > 10'000'000)
+      throw UsageError("--requests must be at most 10000000 (got " + std::to_string(requests) + ")");
     if (!(capacity_gib > 0) || !std::isfinite(capacity_gib)) throw UsageError("--capacity-gib must be a positive number");
     if (max_running < 1) throw UsageError("--max-running must be at least 1");
     if (max_batched < 1) throw UsageError("--max-batched-tokens must be at least 1");
@@ -483,6 +487,8 @@ void finish_output_dir(const fs::path& dir, const std::string& invocation, const
   throw_if_interrupted();
   write_compare_csv(dir / "compare.csv", invocation, description, rows);
   std::cout << "files written under " << dir.string() << "/\n";
+  // The chart is of this compare.csv or there is none: an older run's never stands beside new data.
+  if (!chart) fs::remove(dir / "compare.png");
   std::vector<std::string> files = {"compare.csv"};
   for (const ReplaySummary& s : rows)
     for (const char* f : {"steps.csv", "requests.csv", "summary.json"}) files.push_back(s.backend + "/" + f);
@@ -494,9 +500,11 @@ void finish_output_dir(const fs::path& dir, const std::string& invocation, const
         files.push_back("compare.png");
         break;
       case PlotOutcome::no_python:
+        fs::remove(dir / "compare.png");
         std::cout << "no chart: python3 with matplotlib not found (scripts/setup.sh installs it)\n";
         break;
       case PlotOutcome::no_script:
+        fs::remove(dir / "compare.png");
         std::cout << "no chart: scripts/plot.py not found beside kvlab or in its source tree (set KVLAB_PLOT_SCRIPT)\n";
         break;
       case PlotOutcome::failed:  // the run is not complete: no marker, exit 1 (a signal says so instead)
@@ -587,10 +595,10 @@ int run_backends(const Common& c, const std::vector<std::string>& names, const s
     prepare_output_dir(c.out_dir, "--out");  // fail now, not after the replays
     lock.emplace(c.out_dir, invocation);
     remove_completion_marker(c.out_dir);  // an interrupted re-run must not look complete
-    fs::remove(fs::path(c.out_dir) / "compare.png");  // an older run's chart never stands beside new data
   }
   ReplayConfig rc = c.replay_config();
   rc.at_step_boundary = throw_if_interrupted;  // SIGINT/SIGTERM stop the replay between steps
+  rc.keep_steps = !c.out_dir.empty();          // memory mode keeps only what it writes (steps.csv)
   if (c.device.kind != Device::host) rc.device_memory = &device->memory();  // the kernels' q, out, offsets
   std::cout << "workload: " << description << "\n"
             << "model: " << model.name << " (" << model.kv_bytes_per_token() << " KV bytes/token), capacity "
@@ -1011,6 +1019,11 @@ int run_command(int argc, char** argv) {
   } catch (const InvalidArgument& e) {  // bad names, bad values, malformed traces (file:line:field)
     print_error(command, "error", user_message(e));
     return 2;
+  } catch (const std::bad_alloc&) {  // not a bare "std::bad_alloc": say what ran out and what to shrink
+    print_error(command, "failed",
+                "out of host memory (std::bad_alloc): the workload or the KV pool is larger than this machine can "
+                "hold; reduce --requests, --capacity-gib, the output lengths or the trace (--limit)");
+    return 1;
   } catch (const std::exception& e) {
     print_error(command, "failed", e.what());  // keeps the source location
     return 1;

@@ -779,7 +779,7 @@ void Replay::account() {
   rec.fractions = MemoryFractions::of(mem);
   rec.allocated_bytes = mem.allocated();
   rec.shared_savings_bytes = mem.shared_savings;
-  result_.steps.push_back(rec);
+  if (c_.keep_steps) result_.steps.push_back(rec);
   sum.mean_fractions.add_scaled(rec.fractions, dt);
   shared_savings_time_ += static_cast<double>(mem.shared_savings) * dt;
   sum.busy_s += dt;

@@ -76,6 +76,10 @@ struct ReplayConfig {
   /// back after every step (experiments/kv_integrity.hpp). Needs a host backend with storage; slow.
   bool verify_kv = false;
   int execute_layers = 0;  ///< layers really run in execute mode (0: all); time is scaled to all
+  /// Keep every step's record in ReplayResult::steps. Off: steps stays empty (the summary is the
+  /// same), so a run that writes no steps.csv keeps no per-step memory (one request of 10 M output
+  /// tokens kept 2.8 GB of steps).
+  bool keep_steps = true;
   /// The attention implementation execute mode runs over each layer's view. Empty: the backend
   /// device's native kernels (kvlab::attention: host kernels on the host, CUDA kernels on a GPU).
   /// `kvlab replay --kernels emulated` passes the CUDA kernels under the host SIMT emulator.

@@ -316,6 +316,7 @@ bad(NUM-51 2 "--time-scale must be between 1e-06 and 1e.06 .got 1e-320." replay 
 bad(NUM-52 2 "--time-scale must be between 1e-06 and 1e.06 .got 10000000." replay --time-scale 1e7)
 bad(NUM-53 2 "--rate must be 0 .all at once. or between 1e-06 and 1e.09 requests/s .got 5e-324." replay --rate 4.9e-324)
 bad(NUM-54 2 "--rate must be 0 .all at once. or between 1e-06 and 1e.09 requests/s .got 10000000000." replay --rate 1e10)
+bad(NUM-55 2 "--requests must be at most 10000000 .got 1000000000000." replay --requests 1000000000000)
 bad(NUM-19 2 "--time-scale must be a positive number" replay --time-scale 0)
 bad(NUM-20 2 "--time-scale must be a positive number" replay --time-scale -2)
 bad(NUM-21 2 "--time-scale must be a positive number" replay --time-scale nan)

@@ -482,3 +482,33 @@ TEST(Replayer, VmmOverlapTakesMappingOffTheCriticalPath) {
 
 }  // namespace
 }  // namespace kvlab
+
+namespace kvlab {
+namespace {
+
+// A run that writes no steps.csv keeps no per-step records, and its summary is the same.
+TEST(Replayer, WithoutKeptStepsTheSummaryIsTheSame) {
+  SyntheticWorkload w;
+  w.num_requests = 30;
+  w.rate = 20;
+  w.prompt = LengthDistribution::parse("uniform:4:60", "p");
+  w.output = LengthDistribution::parse("uniform:2:40", "o");
+  w.seed = 9;
+  ReplayConfig kept, dropped;
+  dropped.keep_steps = false;
+  ContiguousBackend a = contiguous(ReservationPolicy::pow2, 800, 128);
+  ContiguousBackend b = contiguous(ReservationPolicy::pow2, 800, 128);
+  const ReplayResult with = replay(a, generate(w), kept);
+  const ReplayResult without = replay(b, generate(w), dropped);
+  EXPECT_GT(with.steps.size(), 10u);
+  EXPECT_TRUE(without.steps.empty());
+  EXPECT_EQ(without.summary.steps, with.summary.steps);
+  EXPECT_EQ(without.summary.completed, with.summary.completed);
+  EXPECT_DOUBLE_EQ(without.summary.makespan_s, with.summary.makespan_s);
+  EXPECT_DOUBLE_EQ(without.summary.mean_batch, with.summary.mean_batch);
+  EXPECT_DOUBLE_EQ(without.summary.mean_fractions.token_states, with.summary.mean_fractions.token_states);
+  EXPECT_EQ(without.requests.size(), with.requests.size());
+}
+
+}  // namespace
+}  // namespace kvlab
