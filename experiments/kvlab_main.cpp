@@ -750,6 +750,7 @@ struct SweepArgs {
         if (vm.count(o)) throw UsageError(fmt::format("--{} applies only with --slurm", o));
     validate_slurm_options(resources);
     check_output_dir_name(out, "--out");
+    if (slurm) validate_slurm_out(out);  // before anything is created
   }
 };
 
@@ -768,7 +769,7 @@ int cmd_sweep(const std::vector<std::string>& args, const std::string& invocatio
     const std::size_t tasks = write_slurm_script(points, a.out, exe, a.resources);
     write_sweep_grid(points, a.out);
     if (tasks == 0) std::cout << "all " << points.size() << " points are complete; nothing to submit\n";
-    else std::cout << tasks << " of " << points.size() << " points: sbatch " << (fs::path(a.out) / "sweep.sbatch").string() << "\n";
+    else std::cout << tasks << " of " << points.size() << " points: sbatch " << shell_quote((fs::path(a.out) / "sweep.sbatch").string()) << "\n";
     return 0;
   }
   write_sweep_grid(points, a.out);

@@ -264,6 +264,21 @@ bool point_complete(const SweepPoint& p, const fs::path& out, const fs::path& ex
 }
 }  // namespace
 
+void validate_slurm_out(const fs::path& out) {
+  const std::string path = out.string();
+  // The path goes into #SBATCH lines, which sbatch reads as words on one line (a newline would
+  // start a line of its own, a space would split the option), and into --output, where Slurm
+  // expands '%' patterns and '\\' escapes; '#' starts a comment in the script's commands; a
+  // leading '-' reads as an option to mkdir and kvlab.
+  if (!plain_word(path) || path.find_first_of("%#\\") != std::string::npos)
+    KVLAB_THROW(InvalidArgument, "--out '" + path +
+                                     "': --slurm needs a path without spaces, quotes, control characters, '%', '#' or "
+                                     "'\\' (it goes into #SBATCH lines)");
+  if (path.starts_with("-"))
+    KVLAB_THROW(InvalidArgument, "--out '" + path + "': --slurm needs a path that does not start with '-' (write ./" +
+                                     path + ")");
+}
+
 void validate_slurm_options(const SlurmOptions& o) {
   for (const auto& [name, value] : {std::pair{"--time", &o.time}, std::pair{"--mem", &o.mem},
                                     std::pair{"--gres", &o.gres}, std::pair{"--partition", &o.partition},
@@ -276,10 +291,7 @@ void validate_slurm_options(const SlurmOptions& o) {
 
 std::size_t write_slurm_script(const std::vector<SweepPoint>& points, const fs::path& out, const fs::path& exe,
                                const SlurmOptions& options) {
-  // The path goes into #SBATCH lines, which sbatch reads as words on one line: a newline there
-  // would start a line of its own (a command), a space would split the option.
-  KVLAB_EXPECTS(plain_word(out.string(), /*backslash_ok=*/true),
-                "--slurm needs an --out path without spaces, quotes or control characters (it goes into #SBATCH lines)");
+  validate_slurm_out(out);
   validate_slurm_options(options);
   fs::create_directories(out);
   std::vector<std::size_t> todo;  // 1-based task ids of the points still to run

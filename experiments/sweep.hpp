@@ -52,6 +52,9 @@ struct SlurmOptions {
 };
 /// Throws InvalidArgument naming the option whose value would break its #SBATCH line.
 void validate_slurm_options(const SlurmOptions& o);
+/// Throws InvalidArgument naming `out` when it cannot stand in the #SBATCH lines and commands of a
+/// Slurm script: spaces, quotes, control characters, '%', '#', '\\', or a leading '-'.
+void validate_slurm_out(const std::filesystem::path& out);
 /// Writes OUT/sweep.sbatch: a Slurm array job with one task per point not yet complete (a valid
 /// completion marker for the same command) running the same commands; returns the number of
 /// tasks (0: every point is complete, nothing written).
