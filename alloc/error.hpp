@@ -7,10 +7,13 @@
 
 namespace kvlab {
 
-/// Any kvlab failure. what() reads "kvlab error at FILE:LINE: message".
+/// Any kvlab failure. what() reads "kvlab error at FILE:LINE: message". what() is a C string, so
+/// a NUL the message quotes (a trace field, a file name) is kept as the text "\x00": the rest of
+/// the message, which names the problem, is never cut off.
 class Error : public std::runtime_error {
  public:
-  using std::runtime_error::runtime_error;
+  explicit Error(const std::string& what);
+  explicit Error(const char* what) : std::runtime_error(what) {}
 };
 
 /// A request for memory (bytes, blocks, pages, a reservation) that capacity cannot satisfy.

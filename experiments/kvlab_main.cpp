@@ -74,10 +74,32 @@ std::vector<std::string> split_list(const std::string& s) {
 /// which locates kvlab's code, not the user's input (the message itself names the input).
 /// `text` with every control character written as an escape (\n, \t, \xHH): an error quoting
 /// what the user typed or a trace held stays one line and puts no raw escape sequence on a terminal.
+/// Bytes that are not UTF-8 (a trace's raw bytes) are escaped the same way, so the line is text.
 std::string one_line(std::string_view text) {
   std::string out;
-  for (const char c : text) {
-    const auto u = static_cast<unsigned char>(c);
+  for (std::size_t i = 0; i < text.size();) {
+    const auto u = static_cast<unsigned char>(text[i]);
+    if (u >= 0x80) {  // a UTF-8 sequence kept whole when it is one, else its first byte escaped
+      const std::size_t n = u >= 0xf0 && u <= 0xf4 ? 4 : u >= 0xe0 ? 3 : u >= 0xc2 && u <= 0xdf ? 2 : 0;
+      bool valid = n > 0 && i + n <= text.size();
+      for (std::size_t k = 1; valid && k < n; ++k) valid = (static_cast<unsigned char>(text[i + k]) & 0xc0) == 0x80;
+      if (valid && n == 3) {  // no overlong forms, no surrogates
+        const auto b = static_cast<unsigned char>(text[i + 1]);
+        valid = !(u == 0xe0 && b < 0xa0) && !(u == 0xed && b >= 0xa0);
+      } else if (valid && n == 4) {
+        const auto b = static_cast<unsigned char>(text[i + 1]);
+        valid = !(u == 0xf0 && b < 0x90) && !(u == 0xf4 && b >= 0x90);
+      }
+      if (valid) {
+        out.append(text.substr(i, n));
+        i += n;
+      } else {
+        out += fmt::format("\\x{:02x}", u);
+        ++i;
+      }
+      continue;
+    }
+    const char c = text[i++];
     if (c == '\n') out += "\\n";
     else if (c == '\t') out += "\\t";
     else if (c == '\r') out += "\\r";

@@ -543,6 +543,10 @@ bad(VI-11 2 "vi_nantime.csv:2: field 'arrived_at': 'nan' is not a number" replay
 bad(VI-12 2 "vi_texttime.csv:2: field 'arrived_at': 'soon' is not a number" replay --trace @D@/vi_texttime.csv)
 bad(VI-13 2 "vi_emptytime.csv:2: field 'arrived_at': empty value" replay --trace @D@/vi_emptytime.csv)
 bad(VI-14 2 "vi_huge_header.csv:1: field 'c249999': duplicate column in the header" replay --trace @D@/vi_huge_header.csv)
+if(GROUP STREQUAL "vidur")  # a NUL inside a field (cmake strings cannot hold one)
+  execute_process(COMMAND printf "num_prefill_tokens,num_decode_tokens\\n3\\000x,4\\n" OUTPUT_FILE ${D}/vi_nul.csv)
+endif()
+bad(VI-15 2 "vi_nul.csv:2: field 'num_prefill_tokens': '3.x00x' is not a number" replay --trace @D@/vi_nul.csv)
 bad(KV-1 2 "kv_order.csv:1: field 'arrival_s': expected the kvlab header" replay --trace @D@/kv_order.csv --trace-format kvlab)
 bad(KV-2 2 "kv_short_header.csv:1: field 'output_tokens': expected the kvlab header" replay --trace @D@/kv_short_header.csv)
 bad(KV-3 2 "kv_extra_col.csv:1: field 'foo': unexpected column" replay --trace @D@/kv_extra_col.csv)
@@ -583,6 +587,11 @@ bad(MC-19 2 "mc_surrogate.jsonl:1: field 'x': malformed JSON at column 87: synta
 bad(MC-20 2 "mc_not_object.jsonl:2: malformed JSON at column 1: expected a JSON object" replay --trace @D@/mc_not_object.jsonl)
 bad(MC-21 2 "mc_blank_mid.jsonl:2: blank line inside the trace" replay --trace @D@/mc_blank_mid.jsonl)
 bad(MC-22 2 "mc_deep.jsonl:1: field 'x': .*JSON nested deeper than 256 levels" replay --trace @D@/mc_deep.jsonl)
+if(GROUP STREQUAL "mooncake")  # a Latin-1 byte in a key
+  execute_process(COMMAND sh -c "printf '{\"timestamp\": 0, \"input_length\": 5, \"output_len\\377gth\": 3}\\n'"
+                  OUTPUT_FILE ${D}/mc_latin1.jsonl)
+endif()
+bad(MC-23 2 "mc_latin1.jsonl:1: malformed JSON at column .*ill-formed UTF-8 byte; last read: '.output_len.xff'" replay --trace @D@/mc_latin1.jsonl)
 bad(LS-1 2 "ls_missing.jsonl:1: field 'arrival_time_ns': missing" replay --trace @D@/ls_missing.jsonl)
 bad(LS-2 2 "ls_id_count.jsonl:1: field 'input_tok_ids': has 1 entries, expected input_toks = 2" replay --trace @D@/ls_id_count.jsonl)
 bad(LS-3 2 "ls_id_neg.jsonl:1: field 'input_tok_ids': .*array element 1 .-1. is out of range" replay --trace @D@/ls_id_neg.jsonl)
