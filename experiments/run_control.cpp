@@ -1,5 +1,7 @@
 #include "experiments/run_control.hpp"
 
+#include <csignal>
+
 #include <fcntl.h>
 #include <sys/file.h>
 #include <sys/stat.h>
@@ -54,12 +56,36 @@ int try_lock(const fs::path& file, std::string& holder) {
 
 }  // namespace
 
+namespace {
+/// Removes the temporaries (NAME.tmp.PID, experiments/atomic_file.cpp) that a kvlab process killed
+/// outright left in `dir` and the folders directly in it, when that PID runs no more: nothing ever
+/// names them, and they can be large (a 10 MB steps.csv.tmp after a closed terminal).
+void remove_dead_temporaries(const fs::path& dir) {
+  std::error_code ec;
+  const auto sweep = [&](const fs::path& d) {
+    for (fs::directory_iterator it(d, ec), end; !ec && it != end; it.increment(ec)) {
+      const std::string name = it->path().filename().string();
+      const auto at = name.rfind(".tmp.");
+      if (at == std::string::npos || !it->is_regular_file(ec)) continue;
+      const std::string digits = name.substr(at + 5);
+      if (digits.empty() || digits.find_first_not_of("0123456789") != std::string::npos || digits.size() > 9) continue;
+      const pid_t pid = static_cast<pid_t>(std::stol(digits));
+      if (::kill(pid, 0) != 0 && errno == ESRCH) fs::remove(it->path(), ec);
+    }
+  };
+  sweep(dir);
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec))
+    if (it->is_directory(ec) && !it->is_symlink(ec)) sweep(it->path());
+}
+}  // namespace
+
 OutputLock::OutputLock(const fs::path& dir, const std::string& command) : file_(dir / kLockFile) {
   std::string holder;
   fd_ = try_lock(file_, holder);
   if (fd_ < 0)
     throw Error(dir.string() + " is in use by another kvlab run (" + holder +
                 "); wait for it to finish or choose another --out");
+  remove_dead_temporaries(dir);  // ours alone now: no live kvlab writes here but through this lock
   std::string line = "pid " + std::to_string(::getpid()) + ": " + command;
   for (char& c : line)
     if (c == '\n') c = ' ';

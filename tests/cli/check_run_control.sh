@@ -68,6 +68,19 @@ grep -q '"path": "paged-b16/steps.csv"' "$D/complete.json" || fail "the marker d
 no_leftovers "$D"
 echo "1. lock: ok"
 
+# --- 1b. temporaries a killed run left: removed by the next run that holds the lock, unless their
+# process still runs (PID 1 always does)
+dead=4194305  # above the kernel's largest pid_max: no process has it
+printf 'partial' > "$D/paged-b16/steps.csv.tmp.$dead"
+printf 'partial' > "$D/compare.csv.tmp.$dead"
+printf 'live' > "$D/compare.csv.tmp.1"
+"$K" replay --requests 5 --no-progress --out "$D" >/dev/null 2>&1 || fail "the run after a killed one failed"
+[ -e "$D/paged-b16/steps.csv.tmp.$dead" ] && fail "a dead run's temporary survived the next run"
+[ -e "$D/compare.csv.tmp.$dead" ] && fail "a dead run's temporary survived the next run (top level)"
+[ -e "$D/compare.csv.tmp.1" ] || fail "a live process's temporary was removed"
+rm -f "$D/compare.csv.tmp.1"
+echo "1b. temporaries of dead runs: ok"
+
 # --- 2 and 3. interrupts; an interrupted re-run leaves no marker --------------------------------------
 for sig in INT TERM HUP; do
   case $sig in INT) want=130 ;; TERM) want=143 ;; HUP) want=129 ;; esac
