@@ -798,6 +798,11 @@ int cmd_sweep(const std::vector<std::string>& args, const std::string& invocatio
   std::cout << points.size() << " points under " << a.out << "/ with " << a.jobs << " jobs\n";
   const int failed = run_sweep(points, a.out, a.jobs, exe, a.progress);
   const Collected c = collect_sweep(a.out);
+  if (c.rows == 0) {  // a header alone is no result (kvlab collect refuses it too)
+    fs::remove(fs::path(a.out) / "collected.csv");
+    std::cout << "no point finished: nothing collected; " << failed << " points failed (see their stderr.txt)\n";
+    return 1;
+  }
   write_file_atomically(fs::path(a.out) / "collected.csv", c.csv);
   std::cout << c.rows << " rows in " << (fs::path(a.out) / "collected.csv").string();
   if (failed) std::cout << "; " << failed << " points failed (see their stderr.txt)";

@@ -1,5 +1,5 @@
 # kvlab sweep runs every point once, resumes without rerunning, and collect merges one row per point.
-file(REMOVE_RECURSE ${OUT})
+file(REMOVE_RECURSE ${OUT} ${OUT}-allfail)
 execute_process(COMMAND ${BINARY} sweep ${SWEEP} -j 2 --no-progress --out ${OUT} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
 if(NOT rc EQUAL 0)
   message(FATAL_ERROR "sweep failed (${rc}): ${out} ${err}")
@@ -99,4 +99,11 @@ list(LENGTH rows n)
 if(NOT rc EQUAL 0 OR NOT rc2 EQUAL 0 OR NOT n EQUAL 2
    OR NOT out MATCHES "skipped point-0006: not a point of the current grid .sweep-grid.json.")
   message(FATAL_ERROR "collect after a smaller grid: ${rc} ${rc2}, ${n} lines, '${out}'")
+endif()
+# A sweep whose every point fails collects nothing: no header-only collected.csv, exit 1.
+file(WRITE ${OUT}-allfail/f.sweep "backend = paged-16\nworkload = --trace /nonexistent-kvlab-trace.csv\n")
+execute_process(COMMAND ${BINARY} sweep ${OUT}-allfail/f.sweep -j 1 --no-progress --out ${OUT}-allfail/o
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_QUIET)
+if(NOT rc EQUAL 1 OR EXISTS ${OUT}-allfail/o/collected.csv OR NOT out MATCHES "no point finished: nothing collected")
+  message(FATAL_ERROR "an all-failed sweep: exit ${rc}, '${out}', collected.csv exists: expected exit 1 and none")
 endif()
