@@ -17,6 +17,7 @@
 #include <set>
 #include <sstream>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "alloc/error.hpp"
@@ -68,11 +69,15 @@ std::vector<SweepAxis> read_sweep_file(const fs::path& file) {
   check_small_input_file(file, "a sweep file", std::uintmax_t{1} << 20);  // 1 MiB: a grid of a few axes
   std::ifstream in(file);
   if (!in) KVLAB_THROW(InvalidArgument, file.string() + ": cannot read the sweep file");
+  return parse_sweep(in, file.string());
+}
+
+std::vector<SweepAxis> parse_sweep(std::istream& in, const std::string& source) {
   std::vector<SweepAxis> axes;
   std::set<std::string> seen;
   std::string line;
   for (int n = 1; std::getline(in, line); ++n) {
-    const std::string where = file.string() + ":" + std::to_string(n);
+    const std::string where = source + ":" + std::to_string(n);
     if (const auto hash = line.find('#'); hash != std::string::npos) line.erase(hash);
     line = trim(line);
     if (line.empty()) continue;
@@ -98,11 +103,21 @@ std::vector<SweepAxis> read_sweep_file(const fs::path& file) {
       KVLAB_THROW(InvalidArgument, where + ": 'fixed' takes one value (use | only for axes)");
     axes.push_back(std::move(a));
   }
-  if (axes.empty()) KVLAB_THROW(InvalidArgument, file.string() + ": no axes in the sweep file");
+  if (axes.empty()) KVLAB_THROW(InvalidArgument, source + ": no axes in the sweep file");
   return axes;
 }
 
 std::vector<SweepPoint> expand_sweep(const std::vector<SweepAxis>& axes) {
+  // The grid is the product of the axes: checked before any point exists (ten axes of ten values
+  // would be ten billion points).
+  std::size_t total = 1;
+  std::string shape;
+  for (const SweepAxis& a : axes) {
+    shape += (shape.empty() ? "" : " x ") + std::to_string(a.values.size());
+    total = a.values.empty() || total > kMaxSweepPoints / a.values.size() ? kMaxSweepPoints + 1 : total * a.values.size();
+  }
+  if (total > kMaxSweepPoints)
+    KVLAB_THROW(InvalidArgument, fmt::format("the sweep's grid ({} values) has more than {} points", shape, kMaxSweepPoints));
   std::vector<SweepPoint> points(1);
   for (const SweepAxis& a : axes) {
     std::vector<SweepPoint> next;

@@ -16,7 +16,9 @@
 // Each point gets OUT/point-NNNN/ with command.txt (the exact command that reproduces it) and the
 // replay's files; a point whose completion marker (complete.json) is valid for the same command
 // is done, so a rerun resumes.
+#include <cstddef>
 #include <filesystem>
+#include <istream>
 #include <string>
 #include <vector>
 
@@ -36,6 +38,10 @@ struct SweepPoint {
 
 /// Parses a sweep file; errors name FILE:LINE and the problem (InvalidArgument).
 [[nodiscard]] std::vector<SweepAxis> read_sweep_file(const std::filesystem::path& file);
+/// The same from a stream; `source` names it in errors (SOURCE:LINE: ...).
+[[nodiscard]] std::vector<SweepAxis> parse_sweep(std::istream& in, const std::string& source);
+/// The most points a grid may expand to (expand_sweep throws InvalidArgument past it).
+inline constexpr std::size_t kMaxSweepPoints = 100'000;
 /// Every combination, in row-major order of the axes.
 [[nodiscard]] std::vector<SweepPoint> expand_sweep(const std::vector<SweepAxis>& axes);
 /// Splits a raw argument string on whitespace, honouring single and double quotes.

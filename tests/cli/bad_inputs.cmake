@@ -646,6 +646,8 @@ bad(SW-35 2 "--out '.*x%j': --slurm needs a path without .*'%', '#' or" sweep @D
 bad(SW-36 2 "--out '.*x#y': --slurm needs a path without" sweep @D@/ok.sweep --slurm --out "@D@/x#y")
 bad(SW-37 2 "--slurm needs a path without" sweep @D@/ok.sweep --slurm --out "@D@/x\\y")
 bad(SW-38 2 "--out '-dash': --slurm needs a path that does not start with '-' .write ./-dash." sweep @D@/ok.sweep --slurm --out -dash)
+fx(huge_grid.sweep "a = 0|1|2|3|4|5|6|7|8|9\nb = 0|1|2|3|4|5|6|7|8|9\nc = 0|1|2|3|4|5|6|7|8|9\nd = 0|1|2|3|4|5|6|7|8|9\ne = 0|1|2|3|4|5|6|7|8|9\nf = 0|1|2|3|4|5|6|7|8|9\n")
+bad(SW-39 2 "the sweep's grid .10 x 10 x 10 x 10 x 10 x 10 values. has more than 100000 points" sweep @D@/huge_grid.sweep --dry-run)
 bad(CO-1 usage2 "Usage: kvlab collect SWEEP_DIR" collect)
 bad(CO-2 2 "'/nonexistent-kvlab' is not a sweep directory" collect /nonexistent-kvlab)
 bad(CO-3 2 "vidur_ok.csv' is not a sweep directory" collect @D@/vidur_ok.csv)
