@@ -10,7 +10,12 @@
 set -uo pipefail
 src="$1"
 work="$2"
-fail() { echo "bundle_test: $*" >&2; exit 1; }
+fail() {
+  echo "bundle_test: $*" >&2
+  for f in "$work"/out*/summary.txt; do [ -f "$f" ] && { echo "--- $f" >&2; cat "$f" >&2; }; done
+  [ -f "$work/out/steps.log" ] && { echo "--- the last 40 lines of steps.log" >&2; tail -n 40 "$work/out/steps.log" >&2; }
+  exit 1
+}
 rm -rf "$work"
 mkdir -p "$work"
 (cd "$src" && KVLAB_BUILD_DIR="${3:-build/release}" scripts/gpu_bundle.sh --no-build "$work/bundle") || fail "assembling the bundle failed"
@@ -59,7 +64,7 @@ printf 'first | 10 | | echo first done\nlong | 100 | | echo started; exec -a %s-
   > "$work/bundle/steps.txt"
 "$work/bundle/run.sh" --device emulated "$work/out-signal" 60 > "$work/signal.txt" 2>&1 &
 runner=$!
-for _ in $(seq 50); do grep -q started "$work/out-signal/steps.log" 2>/dev/null && break; sleep 0.1; done
+for _ in $(seq 300); do grep -q started "$work/out-signal/steps.log" 2>/dev/null && break; sleep 0.1; done
 kill -TERM "$runner"
 wait "$runner"
 src_rc=$?
@@ -72,8 +77,8 @@ pgrep -f "$marker-2" >/dev/null && fail "the interrupted step's process outlived
 grep -q 'started' "$work/out-signal/steps.log" || fail "the interrupted step's output was lost"
 
 # A budget too small for a step skips it, and says so.
-printf 'a | 10 | | sleep 4\nb | 10 | | echo never\n' > "$work/bundle/steps.txt"
-"$work/bundle/run.sh" --device emulated "$work/out-budget" 6 > /dev/null 2>&1
+printf 'a | 10 | | sleep 3\nb | 10 | | echo never\n' > "$work/bundle/steps.txt"
+"$work/bundle/run.sh" --device emulated "$work/out-budget" 7 > /dev/null 2>&1
 grep -Eq '^a +ok ' "$work/out-budget/summary.txt" || fail "the first step should fit the budget"
 grep -Eq '^b +skipped \(budget\)' "$work/out-budget/summary.txt" || fail "the second step should be skipped for the budget"
 echo "bundle_test: 1 passed, 0 failed"
