@@ -59,11 +59,24 @@ bool write_all(int fd, std::string_view data) {
   KVLAB_THROW(Error, "cannot write " + file.string() + ": " + reason);
 }
 
-/// Writes, then closes `fd`; the errno of the first failure, 0 on success.
-int write_and_close(int fd, std::string_view content) {
+/// Writes, then (when `sync`) flushes to the disk, then closes `fd`; the errno of the first
+/// failure, 0 on success.
+int write_and_close(int fd, std::string_view content, bool sync) {
   int err = write_all(fd, content) ? 0 : errno;
+  // Before the rename: a crash right after it must find the new bytes under the name, not an
+  // empty file (ext4 and XFS may order the rename before the data otherwise).
+  if (err == 0 && sync && ::fsync(fd) != 0) err = errno;
   if (::close(fd) != 0 && err == 0) err = errno;  // some filesystems report a full disk only at close
   return err;
+}
+
+/// Makes a rename in `dir` durable (the directory entry itself); best effort: a directory that
+/// cannot be opened or synced (some network filesystems) leaves the rename as the kernel has it.
+void sync_directory(const fs::path& dir) {
+  const int fd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return;
+  (void)::fsync(fd);
+  ::close(fd);
 }
 
 }  // namespace
@@ -74,7 +87,7 @@ void write_file_atomically(const fs::path& file, std::string_view content) {
     // A device or pipe (/dev/stdout, /dev/full, a FIFO): written in place, never replaced.
     const int fd = ::open(file.c_str(), O_WRONLY | O_CLOEXEC);
     if (fd < 0) fail(file, std::strerror(errno));
-    if (const int err = write_and_close(fd, content); err != 0) fail(file, std::strerror(err));
+    if (const int err = write_and_close(fd, content, /*sync=*/false); err != 0) fail(file, std::strerror(err));
     return;
   }
   std::error_code ec;
@@ -86,10 +99,13 @@ void write_file_atomically(const fs::path& file, std::string_view content) {
   tmp += ".tmp." + std::to_string(::getpid());
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) fail(file, std::strerror(errno));
-  const int err = write_and_close(fd, content);
+  const int err = write_and_close(fd, content, /*sync=*/true);
   if (err == 0) {
     fs::rename(tmp, target, ec);
-    if (!ec) return;
+    if (!ec) {
+      sync_directory(target.parent_path());
+      return;
+    }
   }
   std::error_code ignored;
   fs::remove(tmp, ignored);

@@ -1,7 +1,8 @@
 #pragma once
 // Every file kvlab writes goes through here: the whole content is written to NAME.tmp.<pid> in the
-// same directory, flushed and checked, closed and checked, then renamed over NAME. A reader (or a
-// later run) sees either the old file or the complete new one, never a truncated one; on any
+// same directory, flushed and checked, synced to the disk (fsync) and closed and checked, then
+// renamed over NAME, and the directory synced too. A reader (or a later run, even after a crash of
+// the machine) sees either the old file or the complete new one, never a truncated one; on any
 // failure the temporary file is removed and the error names the file and the reason. A path that
 // names a device or a pipe (/dev/stdout, /dev/full) is written in place, with the same checks;
 // through a symbolic link the linked file is replaced.
