@@ -46,7 +46,10 @@ class BatchViews {
   /// Ends the batch. On a device other than the host the arrays are uploaded to memory from `mr`
   /// (one copy per batch) and the views point there.
   PreparedBatch finish(Device device, MemoryResource* mr);
-  /// One layer's view of the finished batch.
+  /// One layer's view of the finished batch. A contiguous view carries the common-base form
+  /// (KvView::k_base, v_base, base_granule, seq_base_index) when every sequence's K and V of each
+  /// layer sit at the same element offset from one K base and one V base, offsets whose common
+  /// divisor (with the token stride) indexes them in 31 bits; otherwise those fields stay null.
   [[nodiscard]] KvView view(int layer) const;
 
  private:
@@ -60,6 +63,12 @@ class BatchViews {
   std::int64_t token_stride_ = 0;
   PagedPools pools_;
   const std::byte* device_arrays_ = nullptr;  // the uploaded copy, or null: the host vectors
+  // Contiguous layout, the common-base form (KvView::k_base ...), when every layer has one:
+  std::vector<std::byte*> common_bases_;     // [layer][K|V]
+  std::vector<std::int32_t> base_index_;     // [layer][batch], in granules
+  std::int64_t base_granule_ = 0;            // elements; 0: no common base
+  std::size_t base_index_offset_ = 0;        // where base_index_ starts in device_arrays_
+  void find_common_bases();
   DeviceStaging staging_;
 };
 

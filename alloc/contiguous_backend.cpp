@@ -115,9 +115,12 @@ void ContiguousBackend::do_grow(SeqId id, std::int64_t n) {
   s.length += n;
 }
 
+// A reservation is [layer][token][K|V][head][dim]: a layer's K and V rows of one token side by
+// side, so V sits one row after K in every sequence and the whole batch has one K base and one V
+// base (what FlashInfer's kernels address; BatchViews finds them). Tokens are 2 rows apart.
 std::byte* ContiguousBackend::layer_base(const ContiguousSequence& s, int layer, int kv) const noexcept {
-  const std::size_t plane = static_cast<std::size_t>(s.capacity_tokens) * model().kv_bytes_per_token_per_layer() / 2;
-  return region_ + s.offset + (2 * static_cast<std::size_t>(layer) + kv) * plane;
+  const std::size_t token = model().kv_bytes_per_token_per_layer();
+  return region_ + s.offset + static_cast<std::size_t>(layer) * s.capacity_tokens * token + kv * (token / 2);
 }
 
 void ContiguousBackend::do_fork(SeqId parent, SeqId child) {
@@ -132,10 +135,10 @@ void ContiguousBackend::do_fork(SeqId parent, SeqId child) {
   c.cached_tokens = 0;
   if (region_ != nullptr) {
     // Contiguous reservations cannot share: the child gets its own copy of every written token.
-    const std::size_t bytes = static_cast<std::size_t>(p.length) * model().kv_bytes_per_token_per_layer() / 2;
-    try {
+    const std::size_t bytes = static_cast<std::size_t>(p.length) * model().kv_bytes_per_token_per_layer();
+    try {  // a layer's K and V rows of the written tokens are one stretch
       for (int layer = 0; layer < model().num_layers; ++layer)
-        for (int kv = 0; kv < 2; ++kv) copy_bytes(device(), layer_base(c, layer, kv), layer_base(p, layer, kv), bytes);
+        copy_bytes(device(), layer_base(c, layer, 0), layer_base(p, layer, 0), bytes);
     } catch (...) {  // a failed copy leaves no child behind
       arena_->deallocate(*offset);
       throw;
@@ -151,7 +154,7 @@ void ContiguousBackend::do_release(SeqId id) {
 
 PreparedBatch ContiguousBackend::do_prepare_batch(std::span<const SeqId> seqs) {
   const int batch = static_cast<int>(seqs.size());
-  batch_views_.begin_contiguous(batch);
+  batch_views_.begin_contiguous(batch, 2 * std::int64_t{model().num_kv_heads} * model().head_dim);
   for (int b = 0; b < batch; ++b) {
     const ContiguousSequence& s = at(seqs[b]);
     batch_views_.set_length(b, s.length);

@@ -3,6 +3,7 @@
 // grown as needed, uploaded once per prepared batch, freed with its owner. Host backends do not
 // use it (the kernels read their host vectors directly).
 #include <cstddef>
+#include <initializer_list>
 #include <span>
 
 #include "alloc/copy.hpp"
@@ -24,7 +25,12 @@ class DeviceStaging {
 
   /// Uploads `first` followed by `second` into device memory from `mr` and returns where they start.
   std::byte* upload(MemoryResource& mr, std::span<const std::byte> first, std::span<const std::byte> second) {
-    const std::size_t bytes = first.size() + second.size();
+    return upload(mr, {first, second});
+  }
+  /// Uploads `parts` one after another (each at the offset the sizes before it give).
+  std::byte* upload(MemoryResource& mr, std::initializer_list<std::span<const std::byte>> parts) {
+    std::size_t bytes = 0;
+    for (const auto& part : parts) bytes += part.size();
     if (bytes > bytes_ || &mr != mr_) {
       if (mr_ != nullptr) mr_->deallocate(data_, bytes_);
       data_ = nullptr;
@@ -35,8 +41,11 @@ class DeviceStaging {
       mr_ = &mr;
     }
     auto* dst = static_cast<std::byte*>(data_);
-    upload_bytes(mr.device(), dst, first.data(), first.size());
-    upload_bytes(mr.device(), dst + first.size(), second.data(), second.size());
+    std::size_t at = 0;
+    for (const auto& part : parts) {
+      upload_bytes(mr.device(), dst + at, part.data(), part.size());
+      at += part.size();
+    }
     return dst;
   }
   [[nodiscard]] void* data() const noexcept { return data_; }

@@ -61,6 +61,7 @@ struct PrefixCacheStats {
 struct PreparedBatch {
   int batch = 0;
   const std::int32_t* seq_lens = nullptr;  ///< [batch] in the backend's device memory
+  const std::int32_t* host_seq_lens = nullptr;  ///< the same lengths in host memory (valid until the next prepare)
 };
 
 /// What a backend did on the caller's critical path since the last begin_step(), by kind of

@@ -26,6 +26,13 @@ struct KvView {
   // contiguous
   void* const* k_seq = nullptr;
   void* const* v_seq = nullptr;
+  // contiguous, common-base form (optional; FlashInfer's kernels need it, BatchViews fills it
+  // when it holds): sequence s's K rows start seq_base_index[s] * base_granule elements after
+  // k_base, and its V rows as many after v_base. base_granule divides token_stride.
+  void* k_base = nullptr;
+  void* v_base = nullptr;
+  std::int64_t base_granule = 0;
+  const std::int32_t* seq_base_index = nullptr;  ///< [batch], in the same memory as k_seq
   // paged
   void* k_pool = nullptr;
   void* v_pool = nullptr;

@@ -81,7 +81,7 @@ struct Session {
   const std::function<void(const std::string&)>& progress;
   Target target;
   Sizes size;
-  std::string kernels;  ///< whose kernels run, for sources: "host", "CUDA", "emulated CUDA"
+  std::string kernels;  ///< whose kernels run, for sources: "host", "FlashInfer CUDA", "kvlab CUDA", "emulated CUDA"
 
   /// "measured by kvlab calibrate on MACHINE, DATE, WHAT"
   [[nodiscard]] std::string source(const std::string& what) const {
@@ -670,7 +670,11 @@ DeviceModel calibrate_on(const CalibrateOptions& o, DeviceContext* context) {
                   o.progress,
                   target,
                   Sizes::of(target.device(), o.quick),
-                  host ? "host" : target.device() == Device::emulated ? "emulated CUDA" : "CUDA"};
+                  host                                   ? "host"
+                  : target.device() == Device::emulated ? "emulated CUDA"
+                  : resolve(GpuKernel::automatic, Device::cuda) == GpuKernel::flashinfer
+                      ? "FlashInfer CUDA"
+                      : "kvlab CUDA"};
   describe(s, m, o, host ? "host " + cpu : context->describe());
   const auto t0 = Clock::now();
   if (host) {

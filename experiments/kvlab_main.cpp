@@ -37,6 +37,7 @@
 #include "experiments/progress.hpp"
 #include "experiments/replayer.hpp"
 #include "experiments/run_control.hpp"
+#include "kernels/attention.hpp"
 #include "kernels/simt/emulated_attention.hpp"
 #include "experiments/report.hpp"
 #include "experiments/sweep.hpp"
@@ -272,8 +273,10 @@ struct Common {
         "path on the host: the CUDA driver double and the SIMT emulator); needs --execute or --verify-kv unless host; "
         "see docs/devices.md")(
         "execute-layers", po::value(&execute_layers)->default_value(0), "execute mode: run N layers, scale to all (0: all)")(
-        "kernels", po::value(&kernels)->default_value("native"),
-        "execute mode: native (host or CUDA kernels) or emulated (the CUDA kernels under the host SIMT emulator)")(
+        "kernels", po::value(&kernels)->default_value("auto"),
+        "execute mode's attention: auto (FlashInfer's on a GPU where built, else kvlab's), kvlab (kvlab's host "
+        "or CUDA kernels; 'native' is the same), flashinfer (FlashInfer's, --device cuda only), or emulated "
+        "(kvlab's CUDA kernels under the host SIMT emulator, --device host)")(
         "verify-kv", po::bool_switch(&verify_kv),
         "write a known pattern into every KV slot and read all resident KV back after every step (slow)")(
         "inject-faults", po::value(&inject_faults),
@@ -338,8 +341,8 @@ struct Common {
                        std::to_string(model_preset(model_name).num_layers) + " layers");
     if (long_policy != "reject" && long_policy != "truncate")
       throw UsageError("--long-requests must be reject or truncate (got '" + long_policy + "')");
-    if (kernels != "native" && kernels != "emulated")
-      throw UsageError("--kernels must be native or emulated (got '" + kernels + "')");
+    if (kernels != "auto" && kernels != "kvlab" && kernels != "native" && kernels != "flashinfer" && kernels != "emulated")
+      throw UsageError("--kernels must be auto, kvlab, flashinfer or emulated (got '" + kernels + "')");
     device = parse_device_spec(device_text);  // InvalidArgument naming the value: exit 2
     if (!inject_faults.empty() && !execute && !verify_kv)
       throw UsageError("--inject-faults needs KV storage: add --execute or --verify-kv");
@@ -374,10 +377,17 @@ struct Common {
 
   /// --device combinations that would mean nothing.
   void check_device() const {
+    if (execute && kernels == "flashinfer" && !flashinfer_built())
+      throw UsageError("--kernels flashinfer: this binary was built without FlashInfer (scripts/fetch_flashinfer.sh, "
+                       "then rebuild with nvcc)");
+    if (execute && kernels == "flashinfer" && device.kind != Device::cuda)
+      throw UsageError("--kernels flashinfer runs FlashInfer's CUDA kernels on a GPU: it needs --device cuda");
     if (device.kind == Device::host) return;
     if (!execute && !verify_kv)
       throw UsageError("--device " + device_text + " needs KV storage: add --execute or --verify-kv (memory mode keeps "
                        "no KV bytes, on any device)");
+    if (execute && kernels == "flashinfer" && device.kind != Device::cuda)
+      throw UsageError("--kernels flashinfer runs FlashInfer's CUDA kernels on a GPU: it needs --device cuda");
     if (execute && kernels == "emulated")
       throw UsageError("--kernels emulated runs the CUDA kernels on host memory: it applies only with --device host "
                        "(--device emulated runs them on the emulated device)");
@@ -471,6 +481,12 @@ struct Common {
     rc.verify_kv = verify_kv;
     if (kernels == "emulated") {  // the CUDA kernels under the SIMT emulator: the CLI's backends are on the host
       rc.attention = [](const AttentionParams& p, const KvView& kv) { emulated_attention(p, kv, /*num_partitions=*/2); };
+    } else if (kernels == "kvlab" || kernels == "native") {  // the default (auto) is the replayer's own
+      rc.attention = [device = device.kind](const AttentionParams& p, const KvView& kv) {
+        attention(device, p, kv, GpuKernel::kvlab);
+      };
+    } else if (kernels == "flashinfer") {
+      rc.attention = [](const AttentionParams& p, const KvView& kv) { attention(Device::cuda, p, kv, GpuKernel::flashinfer); };
     }
     rc.seed = seed;
     return rc;
@@ -493,10 +509,20 @@ struct Common {
     return std::make_unique<DeviceContext>(device, capacity + (std::size_t{1} << 30));
   }
 
-  /// What execute mode's clock measures, for the header line.
+  /// The GPU attention --kernels resolves to (auto: FlashInfer's on a GPU where built).
+  GpuKernel gpu_kernel() const {
+    if (kernels == "flashinfer") return GpuKernel::flashinfer;
+    if (kernels == "auto") return resolve(GpuKernel::automatic, device.kind);
+    return GpuKernel::kvlab;
+  }
+
+  /// What execute mode's clock measures, for the header line (and summary.json's "clock": every
+  /// result names the kernels that produced it).
   std::string clock_description(const DeviceModel& model) const {
     if (!execute) return "modelled on " + model.name;
-    if (device.kind == Device::cuda) return "measured (CUDA attention kernels, CUDA events)";
+    if (device.kind == Device::cuda)
+      return gpu_kernel() == GpuKernel::flashinfer ? "measured (FlashInfer attention kernels, CUDA events)"
+                                                    : "measured (kvlab CUDA attention kernels, CUDA events)";
     if (device.kind == Device::emulated) return "measured (CUDA attention kernels under the SIMT emulator)";
     return kernels == "emulated" ? "measured (CUDA attention kernels under the SIMT emulator, host memory)"
                                  : "measured (host attention kernels)";

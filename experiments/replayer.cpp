@@ -492,7 +492,7 @@ double Replay::execute_kernels(double& prepare_s) {
   const PreparedBatch batch = b_.prepare_batch(ids);
   const KernelArgs a = kernel_args();
   const auto t1 = Clock::now();
-  const AttentionParams p = batch_attention_params(m, batch, a.q, a.out, a.q_indptr);
+  const AttentionParams p = batch_attention_params(m, batch, a.q, a.out, a.q_indptr, q_indptr_.data());
   const int layers = c_.execute_layers > 0 ? std::min(c_.execute_layers, m.num_layers) : m.num_layers;
   if (!timer_) timer_.emplace(b_.device());
   timer_->start();

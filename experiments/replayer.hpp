@@ -81,8 +81,9 @@ struct ReplayConfig {
   /// tokens kept 2.8 GB of steps).
   bool keep_steps = true;
   /// The attention implementation execute mode runs over each layer's view. Empty: the backend
-  /// device's native kernels (kvlab::attention: host kernels on the host, CUDA kernels on a GPU).
-  /// `kvlab replay --kernels emulated` passes the CUDA kernels under the host SIMT emulator.
+  /// device's default kernels (kvlab::attention: host kernels on the host; on a GPU FlashInfer's
+  /// where built, else kvlab's CUDA kernels). `kvlab replay --kernels emulated` passes the CUDA
+  /// kernels under the host SIMT emulator, `--kernels kvlab|flashinfer` the one named.
   AttentionFn attention;
   /// Execute mode with a backend on a device (cuda, emulated): device memory for the queries,
   /// outputs and query offsets the kernels read and write (the backend's own memory resource, from

@@ -7,6 +7,9 @@
 #include "alloc/cuda_check.hpp"
 #include "kernels/cuda/cuda_attention.hpp"
 #endif
+#if KVLAB_HAS_FLASHINFER
+#include "kernels/flashinfer/flashinfer_attention.hpp"
+#endif
 
 namespace kvlab {
 
@@ -36,13 +39,40 @@ void validate_host_lengths(const AttentionParams& p) {
   }
 }
 
-void attention(Device device, const AttentionParams& p, const KvView& kv) {
+const char* to_string(GpuKernel k) noexcept {
+  switch (k) {
+    case GpuKernel::automatic: return "auto";
+    case GpuKernel::kvlab: return "kvlab";
+    case GpuKernel::flashinfer: return "flashinfer";
+  }
+  return "?";
+}
+
+bool flashinfer_built() noexcept { return KVLAB_HAS_FLASHINFER != 0; }
+
+GpuKernel resolve(GpuKernel k, Device device) noexcept {
+  if (k != GpuKernel::automatic) return k;
+  return device == Device::cuda && flashinfer_built() ? GpuKernel::flashinfer : GpuKernel::kvlab;
+}
+
+void attention(Device device, const AttentionParams& p, const KvView& kv, GpuKernel requested) {
+  const GpuKernel gpu = resolve(requested, device);
+  if (gpu == GpuKernel::flashinfer && device != Device::cuda)
+    KVLAB_THROW(InvalidArgument, "FlashInfer's kernels run on a GPU only (device " + std::string(to_string(device)) + ")");
   switch (device) {
     case Device::host: return host_attention(p, kv);
     // The CUDA kernels' source under the host SIMT emulator, split-KV as on a GPU.
     case Device::emulated: return emulated_attention(p, kv, /*num_partitions=*/2);
     case Device::cuda:
 #if KVLAB_HAS_CUDA
+      if (gpu == GpuKernel::flashinfer) {
+#if KVLAB_HAS_FLASHINFER
+        return flashinfer_attention(p, kv);
+#else
+        KVLAB_THROW(InvalidArgument, "FlashInfer's kernels are not built into this binary (scripts/fetch_flashinfer.sh, "
+                                     "then rebuild with nvcc); run --kernels kvlab");
+#endif
+      }
       return cuda_attention(p, kv, 2);
 #else
       KVLAB_THROW(InvalidArgument, "CUDA attention is not built into this binary (configured without nvcc)");

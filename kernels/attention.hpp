@@ -22,10 +22,23 @@ void validate_host_lengths(const AttentionParams& p);
 /// online softmax in fp32, K/V converted from their storage dtype tile by tile.
 void host_attention(const AttentionParams& p, const KvView& kv, ThreadPool& pool = default_thread_pool());
 
+/// Which attention kernels run on a GPU: kvlab's own CUDA kernel (the one the SIMT emulator also
+/// runs) or FlashInfer's (kernels/flashinfer/, where this binary was built with it); automatic
+/// means FlashInfer's on a GPU where built, kvlab's otherwise.
+enum class GpuKernel { automatic, kvlab, flashinfer };
+
+/// "auto" / "kvlab" / "flashinfer".
+[[nodiscard]] const char* to_string(GpuKernel k) noexcept;
+/// True when FlashInfer's kernels are compiled into this binary (nvcc and scripts/fetch_flashinfer.sh).
+[[nodiscard]] bool flashinfer_built() noexcept;
+/// The kernel `k` means on `device` (never automatic).
+[[nodiscard]] GpuKernel resolve(GpuKernel k, Device device) noexcept;
+
 /// Runs attention on `device`: the host kernels on host memory (Device::host), the CUDA kernels
-/// (split-KV, 2 partitions) on device memory (Device::cuda), or the same CUDA kernels under the
-/// host SIMT emulator on the emulated device's memory (Device::emulated). Asynchronous on a GPU.
-void attention(Device device, const AttentionParams& p, const KvView& kv);
+/// (`gpu`: FlashInfer's or kvlab's split-KV kernel with 2 partitions) on device memory
+/// (Device::cuda), or kvlab's CUDA kernels under the host SIMT emulator on the emulated device's
+/// memory (Device::emulated; `gpu` flashinfer is refused there). Asynchronous on a GPU.
+void attention(Device device, const AttentionParams& p, const KvView& kv, GpuKernel gpu = GpuKernel::automatic);
 
 /// The batched block copy kernel (copy-on-write) on `device` (cuda: launched and synchronised;
 /// emulated: under the SIMT emulator); every pointer in `c` is the device's. Host backends copy

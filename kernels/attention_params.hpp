@@ -20,6 +20,10 @@ struct AttentionParams {
   float* out = nullptr;
   const std::int32_t* q_indptr = nullptr;  ///< [batch+1]; nullptr means one query per sequence (decode)
   const std::int32_t* seq_lens = nullptr;  ///< [batch]
+  /// Optional host copies of seq_lens and q_indptr for kernels that plan on the host (FlashInfer);
+  /// left null, such a kernel reads them back (one synchronous copy per call).
+  const std::int32_t* host_seq_lens = nullptr;
+  const std::int32_t* host_q_indptr = nullptr;
 
   [[nodiscard]] KVLAB_HD constexpr int group() const noexcept { return num_q_heads / num_kv_heads; }
   [[nodiscard]] KVLAB_HD constexpr int q_begin(int s) const noexcept { return q_indptr ? q_indptr[s] : s; }

@@ -12,10 +12,12 @@
 
 namespace kvlab {
 
-/// q_indptr nullptr: decode, one query per sequence.
+/// q_indptr nullptr: decode, one query per sequence. host_q_indptr: its host copy, for kernels
+/// that plan on the host (FlashInfer); the lengths' host copy comes from the batch.
 [[nodiscard]] inline AttentionParams batch_attention_params(const ModelGeometry& m, const PreparedBatch& batch,
                                                             const float* q, float* out,
-                                                            const std::int32_t* q_indptr = nullptr) {
+                                                            const std::int32_t* q_indptr = nullptr,
+                                                            const std::int32_t* host_q_indptr = nullptr) {
   AttentionParams p;
   p.batch = batch.batch;
   p.num_q_heads = m.num_q_heads;
@@ -26,6 +28,8 @@ namespace kvlab {
   p.out = out;
   p.q_indptr = q_indptr;
   p.seq_lens = batch.seq_lens;
+  p.host_seq_lens = batch.host_seq_lens;
+  p.host_q_indptr = host_q_indptr;
   return p;
 }
 

@@ -179,10 +179,13 @@ def fig_recompute_vs_swap(d, rows):
 
 
 def fig_kernel_overhead(d, rows):
-    phases = list(dict.fromkeys(r["phase"] for r in rows))
-    fig, axes = plt.subplots(1, len(phases), figsize=(6 * len(phases), 4.5), squeeze=False)
-    for ax, phase in zip(axes[0], phases):
-        sub = [r for r in rows if r["phase"] == phase]
+    # One panel per (kernel, phase); data from before the kernel column are kvlab's.
+    for r in rows:
+        r.setdefault("kernel", "kvlab")
+    panels = list(dict.fromkeys((r["kernel"], r["phase"]) for r in rows))
+    fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 4.5), squeeze=False)
+    for ax, (kernel, phase) in zip(axes[0], panels):
+        sub = [r for r in rows if r["phase"] == phase and r["kernel"] == kernel]
         contexts = list(dict.fromkeys(r["context"] for r in sub))
         backends = list(dict.fromkeys(r["backend"] for r in sub))
         width = 0.8 / len(backends)
@@ -199,8 +202,8 @@ def fig_kernel_overhead(d, rows):
             ax.bar([i + j * width for i in range(len(contexts))], vals, width, label=b, yerr=yerr, capsize=2)
         ax.axhline(1.0, color="black", linewidth=0.8)
         ax.set_xticks([i + 0.4 - width / 2 for i in range(len(contexts))], [f"context {c}" for c in contexts])
-        ax.set_ylabel("attention latency / contiguous (median, bars: IQR; host)")
-        ax.set_title(f"{phase}: cost of the KV view", fontsize=10)
+        ax.set_ylabel("attention latency / contiguous (median, bars: IQR)")
+        ax.set_title(f"{kernel} kernels, {phase}: cost of the KV view", fontsize=10)
         ax.legend(fontsize=8)
     return fig
 

@@ -30,6 +30,12 @@ if ! command -v nvcc >/dev/null 2>&1 && [ -x /usr/local/cuda/bin/nvcc ]; then
   export PATH="/usr/local/cuda/bin:$PATH"
 fi
 
+# FlashInfer's headers (docs/dependencies.md): fetched once, pinned by checksum, only where nvcc
+# compiles them; without them (no network) kvlab builds with its own CUDA kernels only.
+if command -v nvcc >/dev/null 2>&1 && [ "$preset" != asan ] && [ "$preset" != tsan ] && [ "$preset" != fuzz ]; then
+  scripts/fetch_flashinfer.sh || echo "setup: continuing without FlashInfer's kernels" >&2
+fi
+
 cmake --preset "$preset" >/dev/null
 cmake --build --preset "$preset" -j "$(nproc)"
 echo "setup: built build/$preset (kvlab: build/$preset/kvlab)" >&2

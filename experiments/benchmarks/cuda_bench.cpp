@@ -24,6 +24,7 @@
 
 #include "alloc/cuda_runtime.hpp"
 #include "alloc/cuda_driver.hpp"
+#include "kernels/attention.hpp"
 #include "kernels/cuda/cuda_attention.hpp"
 #include "vmm/cuda_vm_driver.hpp"
 
@@ -152,6 +153,14 @@ class DeviceKv {
         vb.push_back(v_ + static_cast<std::size_t>(s) * context * row);
       }
       view_ = erase(ContiguousKv<half_t>{upload(kb), upload(vb), row, kHeadDim}, kKvHeads, kHeadDim);
+      // The common-base form FlashInfer reads (alloc/kv_view.hpp): sequence s is s x context rows
+      // after k_ and v_.
+      std::vector<std::int32_t> index;
+      for (int s = 0; s < batch; ++s) index.push_back(s * context);
+      view_.k_base = k_;
+      view_.v_base = v_;
+      view_.base_granule = row;
+      view_.seq_base_index = upload(index);
     }
   }
   void release_all() noexcept {
@@ -202,13 +211,19 @@ class DeviceKv {
 };
 
 /// Attention at llama-3-8b geometry: args (memory: 0 contiguous, 1 paged, 2 vmm; block; batch;
-/// context; query tokens per sequence: 1 decodes, more prefills after the context). Reports KV
-/// bytes/s, query tokens/s and, after BM_DeviceCopyBandwidth, the fraction of its bandwidth.
+/// context; query tokens per sequence: 1 decodes, more prefills after the context; kernel: 0
+/// kvlab's, 1 FlashInfer's). Reports KV bytes/s, query tokens/s and, after
+/// BM_DeviceCopyBandwidth, the fraction of its bandwidth.
 void BM_CudaAttention(benchmark::State& state) {
   if (skip_without_gpu(state)) return;
   const auto memory = static_cast<DeviceKv::Memory>(state.range(0));
   const int block = static_cast<int>(state.range(1)), batch = static_cast<int>(state.range(2));
   const int context = static_cast<int>(state.range(3)), q_len = static_cast<int>(state.range(4));
+  const bool flashinfer = state.range(5) == 1;
+  if (flashinfer && !flashinfer_built()) {
+    state.SkipWithError("FlashInfer is not built into this binary");
+    return;
+  }
   std::optional<DeviceKv> kv;
   try {
     kv.emplace(memory, batch, context, block);
@@ -236,32 +251,46 @@ void BM_CudaAttention(benchmark::State& state) {
   o.num_partitions = q_len > 1 ? 1 : 4;
   o.max_q_len = q_len;
   o.total_q = batch * q_len;
-  cuda_attention(p, kv->view(), o);
+  p.host_seq_lens = lens.data();
+  p.host_q_indptr = q_len > 1 ? indptr.data() : nullptr;
+  const auto run = [&] {
+    if (flashinfer)
+      attention(Device::cuda, p, kv->view(), GpuKernel::flashinfer);
+    else
+      cuda_attention(p, kv->view(), o);
+  };
+  run();  // warm up (FlashInfer: and plan)
   cudaDeviceSynchronize();
-  for (auto _ : state) state.SetIterationTime(timed([&] { cuda_attention(p, kv->view(), o); }));
+  for (auto _ : state) state.SetIterationTime(timed(run));
   state.counters["kv_bytes_per_s"] = benchmark::Counter(kv->kv_bytes(), benchmark::Counter::kIsIterationInvariantRate);
   state.counters["query_tokens_per_s"] =
       benchmark::Counter(static_cast<double>(batch) * q_len, benchmark::Counter::kIsIterationInvariantRate);
+  if (q_len > 1)  // QK^T and PV: 2 multiply-adds per (query, key, head, dim)
+    state.counters["flops_per_s"] = benchmark::Counter(4.0 * batch * q_len * context * kQHeads * kHeadDim,
+                                                       benchmark::Counter::kIsIterationInvariantRate);
   if (g_bandwidth > 0)
     state.counters["fraction_of_bandwidth"] =
         benchmark::Counter(kv->kv_bytes() / g_bandwidth, benchmark::Counter::kIsIterationInvariantRate);
-  state.SetLabel(memory == DeviceKv::Memory::paged ? "paged-" + std::to_string(block)
-                 : memory == DeviceKv::Memory::vmm ? "vmm-2m"
-                                                   : "contiguous");
+  state.SetLabel(std::string(flashinfer ? "flashinfer " : "kvlab ") +
+                 (memory == DeviceKv::Memory::paged ? "paged-" + std::to_string(block)
+                  : memory == DeviceKv::Memory::vmm ? "vmm-2m"
+                                                    : "contiguous"));
 }
 
 /// Side by side in one run: the three memories at each shape (decode across batch and context, the
 /// paged view at block sizes 16 and 256; prefill of 128 new tokens).
 void attention_shapes(benchmark::internal::Benchmark* b) {
-  for (const int context : {1024, 4096, 16384})
-    for (const int batch : {8, 32}) {
-      b->Args({0, 0, batch, context, 1});
-      b->Args({1, 16, batch, context, 1});
-      b->Args({1, 256, batch, context, 1});
-      b->Args({2, 0, batch, context, 1});
+  // FlashInfer's first: the issue-27 goals (batch 32 x 4096, 8 x 16384, prefill 128 x 16384).
+  for (const int kernel : {1, 0}) {
+    for (const auto& [batch, context] : {std::pair{32, 4096}, std::pair{8, 16384}, std::pair{8, 1024}}) {
+      b->Args({0, 0, batch, context, 1, kernel});
+      b->Args({1, 16, batch, context, 1, kernel});
+      b->Args({1, 256, batch, context, 1, kernel});
+      b->Args({2, 0, batch, context, 1, kernel});
     }
-  for (const int memory : {0, 1, 2}) b->Args({memory, memory == 1 ? 16 : 0, 8, 4096, 128});
-  b->ArgNames({"memory", "block", "batch", "context", "q_len"});
+    for (const int memory : {0, 1, 2}) b->Args({memory, memory == 1 ? 16 : 0, 8, 16384, 128, kernel});
+  }
+  b->ArgNames({"memory", "block", "batch", "context", "q_len", "kernel"});
 }
 
 /// Map + set_access and synchronize + unmap of 64 pages through CudaVmDriver, per page. A driver

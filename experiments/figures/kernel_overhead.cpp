@@ -41,7 +41,7 @@ Device device_of(const FigureContext& ctx) { return ctx.device != nullptr ? ctx.
 /// backend's device: q, out and the query offsets staged in its memory, the time from DeviceTimer
 /// (CUDA events on a GPU, so the kernels' time and not their launch).
 Timing time_attention(const FigureContext& ctx, KvBackend& b, const std::vector<SeqId>& ids,
-                      const std::vector<std::int32_t>& q_indptr, int reps) {
+                      const std::vector<std::int32_t>& q_indptr, int reps, GpuKernel kernel) {
   const ModelGeometry& m = b.model();
   const Device device = device_of(ctx);
   const PreparedBatch pb = b.prepare_batch(ids);
@@ -50,15 +50,17 @@ Timing time_attention(const FigureContext& ctx, KvBackend& b, const std::vector<
   const float* q_at = staged.put(std::span(q));
   float* out_at = staged.put(std::span(out));
   const std::int32_t* indptr_at = staged.put(std::span(q_indptr));
-  const AttentionParams p = batch_attention_params(m, pb, q_at, out_at, q_indptr.back() == pb.batch ? nullptr : indptr_at);
+  const bool decode = q_indptr.back() == pb.batch;
+  const AttentionParams p =
+      batch_attention_params(m, pb, q_at, out_at, decode ? nullptr : indptr_at, decode ? nullptr : q_indptr.data());
   const KvView view = b.layer_view(0);
-  attention(device, p, view);  // warm up
+  attention(device, p, view, kernel);  // warm up (FlashInfer: and plan)
   DeviceTimer timer(device);
   std::vector<double> times;
   for (int r = 0; r < reps; ++r) {
     throw_if_interrupted();
     timer.start();
-    attention(device, p, view);
+    attention(device, p, view, kernel);
     times.push_back(timer.stop());
   }
   std::sort(times.begin(), times.end());
@@ -94,7 +96,8 @@ struct Point {
 
 /// Attention seconds of one backend at one point (median and spread), in its own memory on the
 /// figure's device.
-Timing measure(const FigureContext& ctx, const ModelGeometry& m, const std::string& backend, const Point& pt) {
+Timing measure(const FigureContext& ctx, const ModelGeometry& m, const std::string& backend, const Point& pt,
+               GpuKernel kernel) {
   BackendOptions o;
   o.model = m;
   o.max_seq_len = std::max<std::int64_t>(8192, pt.context);
@@ -112,7 +115,7 @@ Timing measure(const FigureContext& ctx, const ModelGeometry& m, const std::stri
     q_indptr.push_back(q_indptr.back() + pt.q_len);
   }
   fill_cache(*b, ids, pt.context);
-  const Timing sec = time_attention(ctx, *b, ids, q_indptr, pt.reps);
+  const Timing sec = time_attention(ctx, *b, ids, q_indptr, pt.reps, kernel);
   for (SeqId id : ids) b->release(id);
   return sec;
 }
@@ -152,8 +155,9 @@ std::string clock_text(const FigureContext& ctx, int reps) {
                                          "spread (a ratio within the spread is noise)", reps);
   switch (device_of(ctx)) {
     case Device::cuda:
-      return fmt::format("measured on {} with kvlab's CUDA attention kernels over device memory, timed by CUDA "
-                         "events: {}", ctx.device->describe(), spread);
+      return fmt::format("measured on {} with kvlab's CUDA attention kernel and{} FlashInfer's (the kernel column) "
+                         "over device memory, timed by CUDA events: {}",
+                         ctx.device->describe(), flashinfer_built() ? "" : " (not built into this binary)", spread);
     case Device::emulated:
       return "the CUDA code path on the emulated GPU (driver double, CUDA kernels under the SIMT emulator): it proves "
              "the path; the times are the emulator's and say nothing about a GPU; " + spread;
@@ -169,19 +173,24 @@ void kernel_overhead(const FigureContext& ctx) {
   m.name = "llama-3-8b (1 layer)";
   m.num_layers = 1;
   const Scale sc = scale_of(ctx);
-  Table t{{"phase", "context", "backend", "latency_ms", "min_ms", "q1_ms", "q3_ms", "max_ms", "runs",
+  Table t{{"kernel", "phase", "context", "backend", "latency_ms", "min_ms", "q1_ms", "q3_ms", "max_ms", "runs",
            "relative_to_contiguous"}};
-  for (const std::string phase : {"decode", "prefill"})
-    for (std::int64_t ctx_len : sc.contexts) {
-      double base = 0;
-      for (const auto& name : compared_backends(device_of(ctx))) {
-        const Timing sec = measure(ctx, m, name, {sc.batch, ctx_len, phase == "decode" ? 1 : sc.prefill_q, sc.reps});
-        if (name == "contiguous-oracle") base = sec.median;
-        t.add({phase, std::to_string(ctx_len), name, fixed(sec.median * 1e3, 3), fixed(sec.min * 1e3, 3),
-               fixed(sec.q1 * 1e3, 3), fixed(sec.q3 * 1e3, 3), fixed(sec.max * 1e3, 3), std::to_string(sc.reps),
-               fixed(sec.median / base, 3)});
+  // On a GPU both kernels over the same views (FlashInfer where built); elsewhere kvlab's only.
+  std::vector<GpuKernel> kernels{GpuKernel::kvlab};
+  if (device_of(ctx) == Device::cuda && flashinfer_built()) kernels.push_back(GpuKernel::flashinfer);
+  for (const GpuKernel kernel : kernels)
+    for (const std::string phase : {"decode", "prefill"})
+      for (std::int64_t ctx_len : sc.contexts) {
+        double base = 0;
+        for (const auto& name : compared_backends(device_of(ctx))) {
+          const Point pt{sc.batch, ctx_len, phase == "decode" ? 1 : sc.prefill_q, sc.reps};
+          const Timing sec = measure(ctx, m, name, pt, kernel);
+          if (name == "contiguous-oracle") base = sec.median;
+          t.add({to_string(kernel), phase, std::to_string(ctx_len), name, fixed(sec.median * 1e3, 3),
+                 fixed(sec.min * 1e3, 3), fixed(sec.q1 * 1e3, 3), fixed(sec.q3 * 1e3, 3), fixed(sec.max * 1e3, 3),
+                 std::to_string(sc.reps), fixed(sec.median / base, 3)});
+        }
       }
-    }
   publish(ctx,
           {"kernel-overhead",
            "vLLM (SOSP'23) Figure 18a / vAttention (ASPLOS'25): attention latency through paged, contiguous and "

@@ -31,7 +31,7 @@ foreach(name kernel-overhead page-size overlap)
     message(FATAL_ERROR "${name}: the README does not name the emulated device and the command:\n${readme}")
   endif()
 endforeach()
-# kernel-overhead: decode and prefill, each through contiguous, paged-1/16/256 and vmm-2m.
+# kernel-overhead: kvlab's kernels (FlashInfer's run on a GPU only), decode and prefill, each through contiguous, paged-1/16/256 and vmm-2m.
 file(STRINGS ${OUT}/kernel-overhead/data.csv lines)
 list(POP_FRONT lines command header)
 list(LENGTH lines rows)
@@ -40,7 +40,7 @@ if(NOT rows EQUAL 10)
 endif()
 set(wanted "")
 foreach(backend contiguous-oracle paged-1 paged-16 paged-256 vmm-2m)
-  list(APPEND wanted "decode,24,${backend},[0-9.]+" "prefill,24,${backend},[0-9.]+")
+  list(APPEND wanted "kvlab,decode,24,${backend},[0-9.]+" "kvlab,prefill,24,${backend},[0-9.]+")
 endforeach()
 require_rows(kernel-overhead "${lines}" ${wanted})
 # page-size: the driver's 2 MiB granularity and its multiples only, each mapped and unmapped.

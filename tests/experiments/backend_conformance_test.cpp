@@ -133,6 +133,43 @@ TEST_P(BackendConformance, StorageIsReturnedAtTeardown) {
   EXPECT_EQ(stats.statistics().current_bytes, 0u);
 }
 
+// kvlab's contiguous views have the common-base form FlashInfer's kernels address (alloc/kv_view.hpp):
+// one K base and one V base per layer, each sequence the same whole number of granules after
+// both. Checked on host memory; tests/gpu/flashinfer_attention_test.cpp runs the kernels on it.
+TEST_P(BackendConformance, ContiguousViewsShareOneKBaseAndOneVBase) {
+  auto b = make(2000, &host_memory_resource());
+  std::vector<SeqId> ids;
+  for (SeqId id = 0; id < 5; ++id) {
+    b->admit(id, {7 + 11 * id, 60 + id}, 7 + 11 * id);
+    ids.push_back(id);
+  }
+  b->release(2);  // a hole: the survivors are not packed
+  ids.erase(ids.begin() + 2);
+  b->grow(3, 4);
+  b->prepare_batch(ids);
+  for (int layer = 0; layer < b->model().num_layers; ++layer) {
+    const KvView v = b->layer_view(layer);
+    if (v.layout == KvLayout::paged) {
+      EXPECT_EQ(v.seq_base_index, nullptr);
+      continue;
+    }
+    // kvlab's own contiguous families must have it; another (the test-only bump backend, with
+    // K and V planes of per-sequence size) may lack it, and FlashInfer then refuses its views.
+    const bool required = GetParam().starts_with("contiguous") || GetParam().starts_with("vmm");
+    if (!required && v.seq_base_index == nullptr) continue;
+    ASSERT_NE(v.seq_base_index, nullptr) << "layer " << layer;
+    ASSERT_GT(v.base_granule, 0);
+    EXPECT_EQ(v.token_stride % v.base_granule, 0);
+    const std::size_t elem = size_of(v.dtype);
+    for (std::size_t s = 0; s < ids.size(); ++s) {
+      const std::size_t offset = static_cast<std::size_t>(v.seq_base_index[s]) * v.base_granule * elem;
+      EXPECT_EQ(v.k_seq[s], static_cast<std::byte*>(v.k_base) + offset) << "layer " << layer << " sequence " << s;
+      EXPECT_EQ(v.v_seq[s], static_cast<std::byte*>(v.v_base) + offset) << "layer " << layer << " sequence " << s;
+    }
+  }
+  for (SeqId id : ids) b->release(id);
+}
+
 /// One bad call and the error every backend must give for it (the front door's, alloc/kv_backend.cpp).
 struct BadCall {
   const char* what;
