@@ -93,6 +93,7 @@ KvView BatchViews::view(int layer) const {
       const std::int32_t* index = device_arrays_ ? reinterpret_cast<const std::int32_t*>(device_arrays_ + base_index_offset_)
                                                  : base_index_.data();
       v.seq_base_index = index + static_cast<std::size_t>(layer) * batch_;
+      v.host_seq_base_index = base_index_.data() + static_cast<std::size_t>(layer) * batch_;
     }
     return v;
   }

@@ -275,8 +275,9 @@ struct Common {
         "execute-layers", po::value(&execute_layers)->default_value(0), "execute mode: run N layers, scale to all (0: all)")(
         "kernels", po::value(&kernels)->default_value("auto"),
         "execute mode's attention: auto (FlashInfer's on a GPU where built, else kvlab's), kvlab (kvlab's host "
-        "or CUDA kernels; 'native' is the same), flashinfer (FlashInfer's, --device cuda only), or emulated "
-        "(kvlab's CUDA kernels under the host SIMT emulator, --device host)")(
+        "or CUDA kernels; 'native' is the same), flashinfer (FlashInfer's: its non-paged kernel over contiguous "
+        "views, its paged one over paged views; --device cuda only), flashinfer-paged (FlashInfer's paged kernel "
+        "for every view), or emulated (kvlab's CUDA kernels under the host SIMT emulator, --device host)")(
         "verify-kv", po::bool_switch(&verify_kv),
         "write a known pattern into every KV slot and read all resident KV back after every step (slow)")(
         "inject-faults", po::value(&inject_faults),
@@ -341,8 +342,8 @@ struct Common {
                        std::to_string(model_preset(model_name).num_layers) + " layers");
     if (long_policy != "reject" && long_policy != "truncate")
       throw UsageError("--long-requests must be reject or truncate (got '" + long_policy + "')");
-    if (kernels != "auto" && kernels != "kvlab" && kernels != "native" && kernels != "flashinfer" && kernels != "emulated")
-      throw UsageError("--kernels must be auto, kvlab, flashinfer or emulated (got '" + kernels + "')");
+    if (kernels != "auto" && kernels != "kvlab" && kernels != "native" && !flashinfer_kernels() && kernels != "emulated")
+      throw UsageError("--kernels must be auto, kvlab, flashinfer, flashinfer-paged or emulated (got '" + kernels + "')");
     device = parse_device_spec(device_text);  // InvalidArgument naming the value: exit 2
     if (!inject_faults.empty() && !execute && !verify_kv)
       throw UsageError("--inject-faults needs KV storage: add --execute or --verify-kv");
@@ -377,17 +378,15 @@ struct Common {
 
   /// --device combinations that would mean nothing.
   void check_device() const {
-    if (execute && kernels == "flashinfer" && !flashinfer_built())
-      throw UsageError("--kernels flashinfer: this binary was built without FlashInfer (scripts/fetch_flashinfer.sh, "
+    if (execute && flashinfer_kernels() && !flashinfer_built())
+      throw UsageError("--kernels " + kernels + ": this binary was built without FlashInfer (scripts/fetch_flashinfer.sh, "
                        "then rebuild with nvcc)");
-    if (execute && kernels == "flashinfer" && device.kind != Device::cuda)
-      throw UsageError("--kernels flashinfer runs FlashInfer's CUDA kernels on a GPU: it needs --device cuda");
+    if (execute && flashinfer_kernels() && device.kind != Device::cuda)
+      throw UsageError("--kernels " + kernels + " runs FlashInfer's CUDA kernels on a GPU: it needs --device cuda");
     if (device.kind == Device::host) return;
     if (!execute && !verify_kv)
       throw UsageError("--device " + device_text + " needs KV storage: add --execute or --verify-kv (memory mode keeps "
                        "no KV bytes, on any device)");
-    if (execute && kernels == "flashinfer" && device.kind != Device::cuda)
-      throw UsageError("--kernels flashinfer runs FlashInfer's CUDA kernels on a GPU: it needs --device cuda");
     if (execute && kernels == "emulated")
       throw UsageError("--kernels emulated runs the CUDA kernels on host memory: it applies only with --device host "
                        "(--device emulated runs them on the emulated device)");
@@ -485,8 +484,8 @@ struct Common {
       rc.attention = [device = device.kind](const AttentionParams& p, const KvView& kv) {
         attention(device, p, kv, GpuKernel::kvlab);
       };
-    } else if (kernels == "flashinfer") {
-      rc.attention = [](const AttentionParams& p, const KvView& kv) { attention(Device::cuda, p, kv, GpuKernel::flashinfer); };
+    } else if (flashinfer_kernels()) {
+      rc.attention = [k = gpu_kernel()](const AttentionParams& p, const KvView& kv) { attention(Device::cuda, p, kv, k); };
     }
     rc.seed = seed;
     return rc;
@@ -510,8 +509,10 @@ struct Common {
   }
 
   /// The GPU attention --kernels resolves to (auto: FlashInfer's on a GPU where built).
+  bool flashinfer_kernels() const { return kernels == "flashinfer" || kernels == "flashinfer-paged"; }
   GpuKernel gpu_kernel() const {
     if (kernels == "flashinfer") return GpuKernel::flashinfer;
+    if (kernels == "flashinfer-paged") return GpuKernel::flashinfer_paged;
     if (kernels == "auto") return resolve(GpuKernel::automatic, device.kind);
     return GpuKernel::kvlab;
   }
@@ -521,8 +522,13 @@ struct Common {
   std::string clock_description(const DeviceModel& model) const {
     if (!execute) return "modelled on " + model.name;
     if (device.kind == Device::cuda)
-      return gpu_kernel() == GpuKernel::flashinfer ? "measured (FlashInfer attention kernels, CUDA events)"
-                                                    : "measured (kvlab CUDA attention kernels, CUDA events)";
+      switch (gpu_kernel()) {
+        case GpuKernel::flashinfer:
+          return "measured (FlashInfer attention kernels: ragged over contiguous views where they fit, paged otherwise; "
+                 "CUDA events)";
+        case GpuKernel::flashinfer_paged: return "measured (FlashInfer's paged attention kernel for every view, CUDA events)";
+        default: return "measured (kvlab CUDA attention kernels, CUDA events)";
+      }
     if (device.kind == Device::emulated) return "measured (CUDA attention kernels under the SIMT emulator)";
     return kernels == "emulated" ? "measured (CUDA attention kernels under the SIMT emulator, host memory)"
                                  : "measured (host attention kernels)";

@@ -44,11 +44,16 @@ const char* to_string(GpuKernel k) noexcept {
     case GpuKernel::automatic: return "auto";
     case GpuKernel::kvlab: return "kvlab";
     case GpuKernel::flashinfer: return "flashinfer";
+    case GpuKernel::flashinfer_paged: return "flashinfer-paged";
   }
   return "?";
 }
 
 bool flashinfer_built() noexcept { return KVLAB_HAS_FLASHINFER != 0; }
+
+#if !KVLAB_HAS_FLASHINFER
+FlashInferCalls flashinfer_calls() { return {}; }
+#endif
 
 GpuKernel resolve(GpuKernel k, Device device) noexcept {
   if (k != GpuKernel::automatic) return k;
@@ -57,7 +62,8 @@ GpuKernel resolve(GpuKernel k, Device device) noexcept {
 
 void attention(Device device, const AttentionParams& p, const KvView& kv, GpuKernel requested) {
   const GpuKernel gpu = resolve(requested, device);
-  if (gpu == GpuKernel::flashinfer && device != Device::cuda)
+  const bool flashinfer = gpu == GpuKernel::flashinfer || gpu == GpuKernel::flashinfer_paged;
+  if (flashinfer && device != Device::cuda)
     KVLAB_THROW(InvalidArgument, "FlashInfer's kernels run on a GPU only (device " + std::string(to_string(device)) + ")");
   switch (device) {
     case Device::host: return host_attention(p, kv);
@@ -65,9 +71,10 @@ void attention(Device device, const AttentionParams& p, const KvView& kv, GpuKer
     case Device::emulated: return emulated_attention(p, kv, /*num_partitions=*/2);
     case Device::cuda:
 #if KVLAB_HAS_CUDA
-      if (gpu == GpuKernel::flashinfer) {
+      if (flashinfer) {
 #if KVLAB_HAS_FLASHINFER
-        return flashinfer_attention(p, kv);
+        return flashinfer_attention(p, kv, nullptr,
+                                    gpu == GpuKernel::flashinfer_paged ? FlashInferPath::paged : FlashInferPath::automatic);
 #else
         KVLAB_THROW(InvalidArgument, "FlashInfer's kernels are not built into this binary (scripts/fetch_flashinfer.sh, "
                                      "then rebuild with nvcc); run --kernels kvlab");

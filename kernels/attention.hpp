@@ -3,6 +3,8 @@
 // appended after a cached prefix) are the same entry point; AttentionParams::q_indptr tells them
 // apart. The implementation is chosen by device; dtype, head dim and layout are dispatched in
 // kernels/dispatch.hpp.
+#include <cstdint>
+
 #include "alloc/device.hpp"
 #include "kernels/attention_params.hpp"
 #include "kernels/kv_view.hpp"
@@ -23,11 +25,19 @@ void validate_host_lengths(const AttentionParams& p);
 void host_attention(const AttentionParams& p, const KvView& kv, ThreadPool& pool = default_thread_pool());
 
 /// Which attention kernels run on a GPU: kvlab's own CUDA kernel (the one the SIMT emulator also
-/// runs) or FlashInfer's (kernels/flashinfer/, where this binary was built with it); automatic
-/// means FlashInfer's on a GPU where built, kvlab's otherwise.
-enum class GpuKernel { automatic, kvlab, flashinfer };
+/// runs) or FlashInfer's (kernels/flashinfer/, where this binary was built with it: its ragged,
+/// non-paged kernel over contiguous views where it can address them, its paged kernel otherwise;
+/// flashinfer_paged: the paged kernel for every view, contiguous ones cut into logical pages);
+/// automatic means FlashInfer's on a GPU where built, kvlab's otherwise.
+enum class GpuKernel { automatic, kvlab, flashinfer, flashinfer_paged };
 
-/// "auto" / "kvlab" / "flashinfer".
+/// FlashInfer calls so far in this process, by kernel ({0, 0} where it is not built).
+struct FlashInferCalls {
+  std::int64_t ragged = 0, paged = 0;
+};
+[[nodiscard]] FlashInferCalls flashinfer_calls();
+
+/// "auto" / "kvlab" / "flashinfer" / "flashinfer-paged".
 [[nodiscard]] const char* to_string(GpuKernel k) noexcept;
 /// True when FlashInfer's kernels are compiled into this binary (nvcc and scripts/fetch_flashinfer.sh).
 [[nodiscard]] bool flashinfer_built() noexcept;

@@ -13,7 +13,8 @@
 # Benchmark's, libstdc++ and libgcc_s from the build machine), plot.py, traces/ (the one public
 # trace the measured figures read, copied from the trace directory, never committed), run.sh,
 # steps.txt and REVISION. The static CUDA runtime is inside the binaries; the driver is the GPU
-# machine's. At most 40 MiB: the script fails when it is larger.
+# machine's. At most 56 MiB (FlashInfer's kernels are in three of the binaries; with the working tree
+# it must stay under the device tool's 64 MiB): the script fails when it is larger.
 set -euo pipefail
 build=1
 if [ "${1:-}" = "--no-build" ]; then
@@ -62,8 +63,8 @@ rev="$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)"
 [ -n "$(git status --porcelain 2>/dev/null)" ] && rev="$rev (with uncommitted changes)"
 echo "$rev built $(date -u +%FT%TZ) on $(uname -srm)" > "$dir/REVISION"
 size=$(du -sb "$dir" | cut -f1)
-if [ "$size" -gt $((40 << 20)) ]; then
-  echo "gpu_bundle: $dir is $((size >> 20)) MiB, over the 40 MiB limit" >&2
+if [ "$size" -gt $((56 << 20)) ]; then
+  echo "gpu_bundle: $dir is $((size >> 20)) MiB, over the 56 MiB limit" >&2
   exit 1
 fi
 echo "gpu_bundle: $dir ($((size >> 20)) MiB, revision $rev); run: $dir/run.sh OUT [SECONDS]" >&2

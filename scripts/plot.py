@@ -179,13 +179,17 @@ def fig_recompute_vs_swap(d, rows):
 
 
 def fig_kernel_overhead(d, rows):
-    # One panel per (kernel, phase); data from before the kernel column are kvlab's.
+    # One panel per (kernels run, phase); data from before the kernels column are kvlab's.
     for r in rows:
-        r.setdefault("kernel", "kvlab")
-    panels = list(dict.fromkeys((r["kernel"], r["phase"]) for r in rows))
-    fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 4.5), squeeze=False)
-    for ax, (kernel, phase) in zip(axes[0], panels):
-        sub = [r for r in rows if r["phase"] == phase and r["kernel"] == kernel]
+        r.setdefault("kernels", "kvlab")
+    panels = list(dict.fromkeys((r["kernels"], r["phase"]) for r in rows))
+    cols = min(len(panels), 2)
+    nrows = (len(panels) + cols - 1) // cols
+    fig, axes = plt.subplots(nrows, cols, figsize=(6 * cols, 4.5 * nrows), squeeze=False)
+    for ax in axes.flat[len(panels):]:
+        ax.set_visible(False)
+    for ax, (kernel, phase) in zip(axes.flat, panels):
+        sub = [r for r in rows if r["phase"] == phase and r["kernels"] == kernel]
         contexts = list(dict.fromkeys(r["context"] for r in sub))
         backends = list(dict.fromkeys(r["backend"] for r in sub))
         width = 0.8 / len(backends)

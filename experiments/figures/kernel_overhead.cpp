@@ -95,9 +95,14 @@ struct Point {
 };
 
 /// Attention seconds of one backend at one point (median and spread), in its own memory on the
-/// figure's device.
-Timing measure(const FigureContext& ctx, const ModelGeometry& m, const std::string& backend, const Point& pt,
-               GpuKernel kernel) {
+/// figure's device, and which kernel ran (FlashInfer's ragged or paged one: the calls tell).
+struct Measured {
+  Timing time;
+  std::string kernel;
+};
+
+Measured measure(const FigureContext& ctx, const ModelGeometry& m, const std::string& backend, const Point& pt,
+                 GpuKernel kernel) {
   BackendOptions o;
   o.model = m;
   o.max_seq_len = std::max<std::int64_t>(8192, pt.context);
@@ -115,9 +120,14 @@ Timing measure(const FigureContext& ctx, const ModelGeometry& m, const std::stri
     q_indptr.push_back(q_indptr.back() + pt.q_len);
   }
   fill_cache(*b, ids, pt.context);
+  const FlashInferCalls before = flashinfer_calls();
   const Timing sec = time_attention(ctx, *b, ids, q_indptr, pt.reps, kernel);
+  const FlashInferCalls after = flashinfer_calls();
   for (SeqId id : ids) b->release(id);
-  return sec;
+  std::string name = to_string(kernel);
+  if (after.ragged > before.ragged) name = "flashinfer-ragged";
+  if (after.paged > before.paged) name = after.ragged > before.ragged ? "flashinfer-mixed" : "flashinfer-paged";
+  return {sec, name};
 }
 
 /// The backends compared: contiguous, paged at three block sizes, and vmm (which hands the kernel
@@ -155,8 +165,10 @@ std::string clock_text(const FigureContext& ctx, int reps) {
                                          "spread (a ratio within the spread is noise)", reps);
   switch (device_of(ctx)) {
     case Device::cuda:
-      return fmt::format("measured on {} with kvlab's CUDA attention kernel and{} FlashInfer's (the kernel column) "
-                         "over device memory, timed by CUDA events: {}",
+      return fmt::format("measured on {} with kvlab's CUDA attention kernel and{} FlashInfer's (the kernel column: "
+                         "flashinfer-ragged is its non-paged kernel over a contiguous view, flashinfer-paged its paged "
+                         "kernel, over a contiguous view cut into 16-token logical pages) over device memory, timed by "
+                         "CUDA events: {}",
                          ctx.device->describe(), flashinfer_built() ? "" : " (not built into this binary)", spread);
     case Device::emulated:
       return "the CUDA code path on the emulated GPU (driver double, CUDA kernels under the SIMT emulator): it proves "
@@ -173,20 +185,24 @@ void kernel_overhead(const FigureContext& ctx) {
   m.name = "llama-3-8b (1 layer)";
   m.num_layers = 1;
   const Scale sc = scale_of(ctx);
-  Table t{{"kernel", "phase", "context", "backend", "latency_ms", "min_ms", "q1_ms", "q3_ms", "max_ms", "runs",
+  Table t{{"kernels", "kernel", "phase", "context", "backend", "latency_ms", "min_ms", "q1_ms", "q3_ms", "max_ms", "runs",
            "relative_to_contiguous"}};
-  // On a GPU both kernels over the same views (FlashInfer where built); elsewhere kvlab's only.
+  // On a GPU kvlab's kernel and FlashInfer's (where built: its ragged kernel over the contiguous
+  // and vmm views, then its paged kernel over every view) on the same views; elsewhere kvlab's only.
   std::vector<GpuKernel> kernels{GpuKernel::kvlab};
-  if (device_of(ctx) == Device::cuda && flashinfer_built()) kernels.push_back(GpuKernel::flashinfer);
+  if (device_of(ctx) == Device::cuda && flashinfer_built()) {
+    kernels.push_back(GpuKernel::flashinfer);
+    kernels.push_back(GpuKernel::flashinfer_paged);
+  }
   for (const GpuKernel kernel : kernels)
     for (const std::string phase : {"decode", "prefill"})
       for (std::int64_t ctx_len : sc.contexts) {
         double base = 0;
         for (const auto& name : compared_backends(device_of(ctx))) {
           const Point pt{sc.batch, ctx_len, phase == "decode" ? 1 : sc.prefill_q, sc.reps};
-          const Timing sec = measure(ctx, m, name, pt, kernel);
+          const auto [sec, ran] = measure(ctx, m, name, pt, kernel);
           if (name == "contiguous-oracle") base = sec.median;
-          t.add({to_string(kernel), phase, std::to_string(ctx_len), name, fixed(sec.median * 1e3, 3),
+          t.add({to_string(kernel), ran, phase, std::to_string(ctx_len), name, fixed(sec.median * 1e3, 3),
                  fixed(sec.min * 1e3, 3), fixed(sec.q1 * 1e3, 3), fixed(sec.q3 * 1e3, 3), fixed(sec.max * 1e3, 3),
                  std::to_string(sc.reps), fixed(sec.median / base, 3)});
         }

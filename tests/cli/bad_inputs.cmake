@@ -389,7 +389,7 @@ bad(CH-30 1 "failed: --device cuda:1023: (no CUDA GPU found|this machine has [0-
 bad(CH-31 2 "--device emulated needs KV storage: add --execute or --verify-kv" replay --device emulated --requests 1)
 bad(CH-32 2 "--device cuda needs KV storage: add --execute or --verify-kv" compare --device cuda --requests 1)
 bad(CH-34 2 "--kernels emulated runs the CUDA kernels on host memory: it applies only with --device host" replay --device emulated --execute --kernels emulated --requests 1)
-bad(CH-41 2 "--kernels must be auto, kvlab, flashinfer or emulated .got 'tpu'." replay --execute --kernels tpu --requests 1)
+bad(CH-41 2 "--kernels must be auto, kvlab, flashinfer, flashinfer-paged or emulated .got 'tpu'." replay --execute --kernels tpu --requests 1)
 bad(CH-42 2 "--kernels flashinfer.*(needs --device cuda|built without FlashInfer)" replay --execute --kernels flashinfer --requests 1)
 bad(CH-43 2 "--kernels flashinfer.*(needs --device cuda|built without FlashInfer)" compare --device emulated --execute --kernels flashinfer --requests 1)
 bad(CH-35 2 "backend 'vmm-64k' on --device emulated: vmm page size 64k is not a multiple of the CUDA driver's granularity .2m." compare --device emulated --execute --backends paged-16,vmm-64k --model yi-6b --capacity-gib 0.25 --requests 1)

@@ -40,7 +40,7 @@ if(NOT rows EQUAL 10)
 endif()
 set(wanted "")
 foreach(backend contiguous-oracle paged-1 paged-16 paged-256 vmm-2m)
-  list(APPEND wanted "kvlab,decode,24,${backend},[0-9.]+" "kvlab,prefill,24,${backend},[0-9.]+")
+  list(APPEND wanted "kvlab,kvlab,decode,24,${backend},[0-9.]+" "kvlab,kvlab,prefill,24,${backend},[0-9.]+")
 endforeach()
 require_rows(kernel-overhead "${lines}" ${wanted})
 # page-size: the driver's 2 MiB granularity and its multiples only, each mapped and unmapped.

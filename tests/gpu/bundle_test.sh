@@ -19,7 +19,7 @@ fail() {
 rm -rf "$work"
 mkdir -p "$work"
 (cd "$src" && KVLAB_BUILD_DIR="${3:-build/release}" scripts/gpu_bundle.sh --no-build "$work/bundle") || fail "assembling the bundle failed"
-[ "$(du -sb "$work/bundle" | cut -f1)" -le $((40 << 20)) ] || fail "the bundle is over 40 MiB"
+[ "$(du -sb "$work/bundle" | cut -f1)" -le $((56 << 20)) ] || fail "the bundle is over 56 MiB"
 for f in run.sh steps.txt plot.py REVISION bin/kvlab bin/kvlab_gpu_tests bin/kvlab_bench_cuda lib traces; do
   [ -e "$work/bundle/$f" ] || fail "the bundle lacks $f"
 done

@@ -55,8 +55,12 @@ testing::Tolerance flashinfer_tolerance(DType t) {
 
 struct FiCase {
   DType dtype;
-  int group, block_size, batch;  // block_size 0: a contiguous view in the common-base form
+  int group;
+  int block_size;  // > 0: paged; 0: contiguous on the token grid (ragged kernel); -1: contiguous
+                   // 64 elements off it (only the paged kernel over logical pages can read it)
+  int batch;
   bool prefill;
+  bool force_paged = false;  // GpuKernel::flashinfer_paged: the paged kernel for a contiguous view
 };
 
 std::vector<std::int32_t> lengths(int batch, std::uint64_t seed) {
@@ -77,7 +81,7 @@ void run_case(const FiCase& c) {
   shape.num_kv_heads = 2;
   shape.num_q_heads = 2 * c.group;
   shape.head_dim = 128;
-  shape.block_size = c.block_size ? c.block_size : 16;
+  shape.block_size = c.block_size > 0 ? c.block_size : 16;
   testing::KvFixture<T> fx(shape);
   std::vector<float> q = fx.q_data();
   for (float& x : q) x = to_float(from_float<T>(x));  // what FlashInfer's tensor cores see
@@ -90,22 +94,25 @@ void run_case(const FiCase& c) {
   DeviceArray<float> out(std::vector<float>(fx.out().size(), NAN));
   DeviceArray<std::int32_t> lens(shape.seq_lens), indptr(fx.q_indptr_data());
   KvView view;
-  // Paged: the fixture's shuffled pool. Contiguous: every sequence in one K and one V buffer, at
-  // offsets of 64 elements (not whole tokens) apart, so the base granule is below the token stride.
+  // Paged: the fixture's shuffled pool. Contiguous: every sequence in one K and one V buffer, in
+  // reverse order (so the ragged kernel's address order is not the batch's), with poisoned gaps of
+  // whole tokens (block_size 0) or of 64 elements (-1: the base granule below the token stride).
   std::unique_ptr<DeviceArray<T>> kbuf, vbuf;
   std::unique_ptr<DeviceArray<T*>> kseq, vseq;
   std::unique_ptr<DeviceArray<std::int32_t>> base_index, table;
   std::unique_ptr<DeviceArray<T>> kpool, vpool;
-  if (c.block_size == 0) {
-    const std::int64_t row = std::int64_t{shape.num_kv_heads} * shape.head_dim, granule = 64;
+  std::vector<std::int32_t> host_index;
+  if (c.block_size <= 0) {
+    const std::int64_t row = std::int64_t{shape.num_kv_heads} * shape.head_dim;
+    const std::int64_t granule = c.block_size == 0 ? row : 64;
     std::vector<T> k, v;
-    std::vector<std::int64_t> offsets;
-    std::vector<std::int32_t> index;
-    for (int s = 0; s < c.batch; ++s) {
-      k.resize(k.size() + granule * (1 + s % 3), from_float<T>(NAN));  // a poisoned gap
+    std::vector<std::int64_t> offsets(static_cast<std::size_t>(c.batch));
+    std::vector<std::int32_t> index(offsets.size());
+    for (int s = c.batch - 1; s >= 0; --s) {
+      k.resize(k.size() + granule * (s % 3), from_float<T>(NAN));  // a poisoned gap (none after some)
       v.resize(k.size(), from_float<T>(NAN));
-      offsets.push_back(static_cast<std::int64_t>(k.size()));
-      index.push_back(static_cast<std::int32_t>(k.size() / granule));
+      offsets[s] = static_cast<std::int64_t>(k.size());
+      index[s] = static_cast<std::int32_t>(k.size() / granule);
       k.insert(k.end(), fx.k_seq_data(s).begin(), fx.k_seq_data(s).end());
       v.insert(v.end(), fx.v_seq_data(s).begin(), fx.v_seq_data(s).end());
     }
@@ -123,6 +130,8 @@ void run_case(const FiCase& c) {
     view.v_base = vbuf->ptr;
     view.base_granule = granule;
     view.seq_base_index = base_index->ptr;
+    host_index = index;
+    view.host_seq_base_index = host_index.data();
   } else {
     kpool = std::make_unique<DeviceArray<T>>(fx.k_pool_data());
     vpool = std::make_unique<DeviceArray<T>>(fx.v_pool_data());
@@ -140,11 +149,16 @@ void run_case(const FiCase& c) {
   p.q_indptr = c.prefill ? indptr.ptr : nullptr;
   p.host_seq_lens = shape.seq_lens.data();  // odd cases below read them back instead
   p.host_q_indptr = c.prefill && c.batch != 7 ? fx.q_indptr_data().data() : nullptr;
-  attention(Device::cuda, p, view, GpuKernel::flashinfer);
+  const FlashInferCalls before = flashinfer_calls();
+  attention(Device::cuda, p, view, c.force_paged ? GpuKernel::flashinfer_paged : GpuKernel::flashinfer);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const FlashInferCalls after = flashinfer_calls();
+  const bool ragged = c.block_size == 0 && !c.force_paged;  // the kernel this view must get
+  EXPECT_EQ(after.ragged - before.ragged, ragged ? 1 : 0);
+  EXPECT_EQ(after.paged - before.paged, ragged ? 0 : 1);
   const std::string what = std::string(to_string(c.dtype)) + " g" + std::to_string(c.group) + " bs" +
                            std::to_string(c.block_size) + " batch" + std::to_string(c.batch) +
-                           (c.prefill ? " prefill" : " decode");
+                           (c.prefill ? " prefill" : " decode") + (c.force_paged ? " paged kernel" : "");
   testing::expect_matches_reference(out.to_host(), ref, flashinfer_tolerance(c.dtype), what);
 }
 
@@ -161,8 +175,9 @@ std::vector<FiCase> fi_cases() {
   std::vector<FiCase> v;
   for (DType dt : {DType::f16, DType::bf16})
     for (int group : {1, 4, 7, 8})  // the presets' GQA ratios (yi-34b: 7)
-      for (int bs : {0, 1, 3, 7, 16, 17})
-        for (bool prefill : {false, true}) v.push_back({dt, group, bs, bs == 16 ? 31 : 7, prefill});
+      for (int bs : {0, -1, 1, 3, 7, 16, 17})
+        for (bool prefill : {false, true}) v.push_back({dt, group, bs, bs == 16 || bs == 0 ? 31 : 7, prefill});
+  for (bool prefill : {false, true}) v.push_back({DType::f16, 4, 0, 7, prefill, /*force_paged=*/true});
   v.push_back({DType::f16, 4, 16, 1, false});
   v.push_back({DType::f16, 4, 0, 1, true});
   return v;
@@ -170,9 +185,11 @@ std::vector<FiCase> fi_cases() {
 
 INSTANTIATE_TEST_SUITE_P(Views, FlashInferAttention, ::testing::ValuesIn(fi_cases()), [](const auto& info) {
   const FiCase& c = info.param;
-  return std::string(to_string(c.dtype)) + "_g" + std::to_string(c.group) +
-         (c.block_size ? "_paged" + std::to_string(c.block_size) : "_contiguous") + "_b" + std::to_string(c.batch) +
-         (c.prefill ? "_prefill" : "_decode");
+  const std::string layout = c.block_size > 0   ? "_paged" + std::to_string(c.block_size)
+                             : c.block_size == 0 ? "_contiguous"
+                                                 : "_contiguous_offgrid";
+  return std::string(to_string(c.dtype)) + "_g" + std::to_string(c.group) + layout + "_b" + std::to_string(c.batch) +
+         (c.prefill ? "_prefill" : "_decode") + (c.force_paged ? "_pagedkernel" : "");
 });
 
 TEST(FlashInferRefusals, RefusesWhatItIsNotBuiltFor) {
@@ -256,7 +273,10 @@ TEST_P(FlashInferOnBackends, AgreesWithKvlabsKernel) {
   for (int layer = 0; layer < 2; ++layer) {
     const KvView view = b->layer_view(layer);
     if (view.layout == KvLayout::contiguous) ASSERT_NE(view.seq_base_index, nullptr) << GetParam() << " has no common base";
+    const FlashInferCalls before = flashinfer_calls();
     attention(Device::cuda, batch_attention_params(m, pb, dq.ptr, out_fi.ptr), view, GpuKernel::flashinfer);
+    // A backend's contiguous view (1 GiB here) is one FlashInfer's non-paged kernel reads.
+    EXPECT_EQ(flashinfer_calls().ragged - before.ragged, view.layout == KvLayout::contiguous ? 1 : 0) << GetParam();
     attention(Device::cuda, batch_attention_params(m, pb, dq.ptr, out_kv.ptr), view, GpuKernel::kvlab);
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     const std::vector<float> kv = out_kv.to_host();
