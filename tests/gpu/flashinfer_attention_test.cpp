@@ -72,6 +72,62 @@ std::vector<std::int32_t> lengths(int batch, std::uint64_t seed) {
   return v;
 }
 
+/// The fixture's cache on the device as a KvView. Paged: the fixture's shuffled pool.
+/// Contiguous: every sequence in one K and one V buffer, in reverse order (so the ragged kernel's
+/// address order is not the batch's), with poisoned gaps of whole tokens (block_size 0) or of 64
+/// elements (-1: the base granule below the token stride).
+template <class T>
+struct DeviceView {
+  KvView view;
+  std::unique_ptr<DeviceArray<T>> kbuf, vbuf, kpool, vpool;
+  std::unique_ptr<DeviceArray<T*>> kseq, vseq;
+  std::unique_ptr<DeviceArray<std::int32_t>> base_index, table;
+  std::vector<std::int32_t> host_index;
+
+  DeviceView(testing::KvFixture<T>& fx, const FiCase& c) {
+    const testing::KvShape& shape = fx.shape();
+    if (c.block_size > 0) {
+      kpool = std::make_unique<DeviceArray<T>>(fx.k_pool_data());
+      vpool = std::make_unique<DeviceArray<T>>(fx.v_pool_data());
+      table = std::make_unique<DeviceArray<std::int32_t>>(fx.block_table_data());
+      PagedKv<T> pv = fx.paged();
+      pv.k_pool = kpool->ptr;
+      pv.v_pool = vpool->ptr;
+      pv.block_table = table->ptr;
+      view = erase(pv, shape.num_kv_heads, shape.head_dim);
+      return;
+    }
+    const std::int64_t row = std::int64_t{shape.num_kv_heads} * shape.head_dim;
+    const std::int64_t granule = c.block_size == 0 ? row : 64;
+    std::vector<T> k, v;
+    std::vector<std::int64_t> offsets(static_cast<std::size_t>(c.batch));
+    host_index.resize(offsets.size());
+    for (int s = c.batch - 1; s >= 0; --s) {
+      k.resize(k.size() + granule * (s % 3), from_float<T>(NAN));  // a poisoned gap (none after some)
+      v.resize(k.size(), from_float<T>(NAN));
+      offsets[s] = static_cast<std::int64_t>(k.size());
+      host_index[s] = static_cast<std::int32_t>(k.size() / granule);
+      k.insert(k.end(), fx.k_seq_data(s).begin(), fx.k_seq_data(s).end());
+      v.insert(v.end(), fx.v_seq_data(s).begin(), fx.v_seq_data(s).end());
+    }
+    k.resize(k.size() + row, from_float<T>(NAN));
+    v.resize(k.size(), from_float<T>(NAN));
+    kbuf = std::make_unique<DeviceArray<T>>(k);
+    vbuf = std::make_unique<DeviceArray<T>>(v);
+    std::vector<T*> kp, vp;
+    for (auto o : offsets) kp.push_back(kbuf->ptr + o), vp.push_back(vbuf->ptr + o);
+    kseq = std::make_unique<DeviceArray<T*>>(kp);
+    vseq = std::make_unique<DeviceArray<T*>>(vp);
+    base_index = std::make_unique<DeviceArray<std::int32_t>>(host_index);
+    view = erase(ContiguousKv<T>{kseq->ptr, vseq->ptr, row, shape.head_dim}, shape.num_kv_heads, shape.head_dim);
+    view.k_base = kbuf->ptr;
+    view.v_base = vbuf->ptr;
+    view.base_granule = granule;
+    view.seq_base_index = base_index->ptr;
+    view.host_seq_base_index = host_index.data();
+  }
+};
+
 template <class T>
 void run_case(const FiCase& c) {
   testing::KvShape shape;
@@ -93,55 +149,8 @@ void run_case(const FiCase& c) {
   DeviceArray<float> dq(q);
   DeviceArray<float> out(std::vector<float>(fx.out().size(), NAN));
   DeviceArray<std::int32_t> lens(shape.seq_lens), indptr(fx.q_indptr_data());
-  KvView view;
-  // Paged: the fixture's shuffled pool. Contiguous: every sequence in one K and one V buffer, in
-  // reverse order (so the ragged kernel's address order is not the batch's), with poisoned gaps of
-  // whole tokens (block_size 0) or of 64 elements (-1: the base granule below the token stride).
-  std::unique_ptr<DeviceArray<T>> kbuf, vbuf;
-  std::unique_ptr<DeviceArray<T*>> kseq, vseq;
-  std::unique_ptr<DeviceArray<std::int32_t>> base_index, table;
-  std::unique_ptr<DeviceArray<T>> kpool, vpool;
-  std::vector<std::int32_t> host_index;
-  if (c.block_size <= 0) {
-    const std::int64_t row = std::int64_t{shape.num_kv_heads} * shape.head_dim;
-    const std::int64_t granule = c.block_size == 0 ? row : 64;
-    std::vector<T> k, v;
-    std::vector<std::int64_t> offsets(static_cast<std::size_t>(c.batch));
-    std::vector<std::int32_t> index(offsets.size());
-    for (int s = c.batch - 1; s >= 0; --s) {
-      k.resize(k.size() + granule * (s % 3), from_float<T>(NAN));  // a poisoned gap (none after some)
-      v.resize(k.size(), from_float<T>(NAN));
-      offsets[s] = static_cast<std::int64_t>(k.size());
-      index[s] = static_cast<std::int32_t>(k.size() / granule);
-      k.insert(k.end(), fx.k_seq_data(s).begin(), fx.k_seq_data(s).end());
-      v.insert(v.end(), fx.v_seq_data(s).begin(), fx.v_seq_data(s).end());
-    }
-    k.resize(k.size() + row, from_float<T>(NAN));
-    v.resize(k.size(), from_float<T>(NAN));
-    kbuf = std::make_unique<DeviceArray<T>>(k);
-    vbuf = std::make_unique<DeviceArray<T>>(v);
-    std::vector<T*> kp, vp;
-    for (auto o : offsets) kp.push_back(kbuf->ptr + o), vp.push_back(vbuf->ptr + o);
-    kseq = std::make_unique<DeviceArray<T*>>(kp);
-    vseq = std::make_unique<DeviceArray<T*>>(vp);
-    base_index = std::make_unique<DeviceArray<std::int32_t>>(index);
-    view = erase(ContiguousKv<T>{kseq->ptr, vseq->ptr, row, shape.head_dim}, shape.num_kv_heads, shape.head_dim);
-    view.k_base = kbuf->ptr;
-    view.v_base = vbuf->ptr;
-    view.base_granule = granule;
-    view.seq_base_index = base_index->ptr;
-    host_index = index;
-    view.host_seq_base_index = host_index.data();
-  } else {
-    kpool = std::make_unique<DeviceArray<T>>(fx.k_pool_data());
-    vpool = std::make_unique<DeviceArray<T>>(fx.v_pool_data());
-    table = std::make_unique<DeviceArray<std::int32_t>>(fx.block_table_data());
-    PagedKv<T> pv = fx.paged();
-    pv.k_pool = kpool->ptr;
-    pv.v_pool = vpool->ptr;
-    pv.block_table = table->ptr;
-    view = erase(pv, shape.num_kv_heads, shape.head_dim);
-  }
+  const DeviceView<T> dv(fx, c);
+  const KvView& view = dv.view;
   AttentionParams p = fx.params();
   p.q = dq.ptr;
   p.out = out.ptr;
