@@ -82,6 +82,7 @@ struct Session {
   Target target;
   Sizes size;
   std::string kernels;  ///< whose kernels run, for sources: "host", "FlashInfer CUDA", "kvlab CUDA", "emulated CUDA"
+  GpuKernel gpu_kernel = GpuKernel::kvlab;  ///< which kernels run on a GPU (resolved, never automatic)
 
   /// "measured by kvlab calibrate on MACHINE, DATE, WHAT"
   [[nodiscard]] std::string source(const std::string& what) const {
@@ -228,6 +229,8 @@ struct DecodeData {
   half_t* const* vptr_at = nullptr;
   float *q_at = nullptr, *out_at = nullptr;
   std::int32_t* lens_at = nullptr;
+  std::vector<std::int32_t> base_index;  // sequence s starts s x context rows after k_at (and v_at)
+  std::int32_t* base_index_at = nullptr;
 
   DecodeData(const Target& target, int b, int c) : batch(b), context(c), staged(target.device_memory()) {
     std::mt19937_64 rng(42);
@@ -253,6 +256,8 @@ struct DecodeData {
     q_at = staged.put(std::span(q));
     out_at = staged.put(std::span(out));
     lens_at = staged.put(std::span(lens));
+    for (int s = 0; s < batch; ++s) base_index.push_back(s * context);
+    base_index_at = staged.put(std::span(base_index));
   }
   [[nodiscard]] AttentionParams params() const {
     AttentionParams p;
@@ -264,10 +269,18 @@ struct DecodeData {
     p.q = q_at;
     p.out = out_at;
     p.seq_lens = lens_at;
+    p.host_seq_lens = lens.data();
     return p;
   }
+  /// With the common-base form (alloc/kv_view.hpp), so FlashInfer's non-paged kernel reads it.
   [[nodiscard]] KvView contiguous() const {
-    return erase(ContiguousKv<half_t>{kptr_at, vptr_at, kRow, kHeadDim}, kKvHeads, kHeadDim);
+    KvView v = erase(ContiguousKv<half_t>{kptr_at, vptr_at, kRow, kHeadDim}, kKvHeads, kHeadDim);
+    v.k_base = k_at;
+    v.v_base = v_at;
+    v.base_granule = kRow;
+    v.seq_base_index = base_index_at;
+    v.host_seq_base_index = base_index.data();
+    return v;
   }
   [[nodiscard]] double kv_bytes() const { return 2.0 * static_cast<double>(k.size()) * sizeof(half_t); }
 };
@@ -305,7 +318,7 @@ double time_attention(const Session& s, const AttentionParams& p, const KvView& 
   }
   DeviceTimer timer(s.target.device());
   timer.start();
-  attention(s.target.device(), p, view);
+  attention(s.target.device(), p, view, s.gpu_kernel);
   return timer.stop();
 }
 
@@ -326,6 +339,7 @@ void measure_prefill(const Session& s, DecodeData& d, DeviceModel& m, int reps) 
   p.q = staged.put(std::span(q));
   p.out = staged.put(std::span(out));
   p.q_indptr = staged.put(std::span(indptr));
+  p.host_q_indptr = indptr.data();
   double flops = 0;
   for (int i = 0; i < fresh; ++i) flops += 4.0 * kHeadDim * (d.context - fresh + i + 1) * kQHeads * seqs;
   std::vector<double> t;
@@ -663,6 +677,9 @@ DeviceModel calibrate_on(const CalibrateOptions& o, DeviceContext* context) {
   const Target target{context};
   const bool host = target.host();
   const std::string cpu = host_machine_name();
+  const GpuKernel gpu = o.kernels == "flashinfer" ? GpuKernel::flashinfer
+                        : o.kernels == "kvlab"    ? GpuKernel::kvlab
+                                                  : resolve(GpuKernel::automatic, target.device());
   const Session s{host ? cpu : context->describe() + " with " + cpu,
                   today_utc(),
                   o.quick,
@@ -672,9 +689,9 @@ DeviceModel calibrate_on(const CalibrateOptions& o, DeviceContext* context) {
                   Sizes::of(target.device(), o.quick),
                   host                                   ? "host"
                   : target.device() == Device::emulated ? "emulated CUDA"
-                  : resolve(GpuKernel::automatic, Device::cuda) == GpuKernel::flashinfer
-                      ? "FlashInfer CUDA"
-                      : "kvlab CUDA"};
+                  : gpu == GpuKernel::flashinfer        ? "FlashInfer CUDA"
+                                                        : "kvlab CUDA",
+                  gpu};
   describe(s, m, o, host ? "host " + cpu : context->describe());
   const auto t0 = Clock::now();
   if (host) {

@@ -998,6 +998,8 @@ int cmd_calibrate(const std::vector<std::string>& args) {
       "out", po::value(&out), "the device model file to write (required)")(
       "name", po::value(&o.name)->default_value("host"), "the model's name (one word)")(
       "quick", po::bool_switch(&o.quick), "short measurements (seconds; for CI), noisier")(
+      "kernels", po::value(&o.kernels)->default_value(o.kernels),
+      "GPU only: the attention kernels measured: auto (FlashInfer's where built, else kvlab's), kvlab or flashinfer")(
       "no-progress", "no progress lines on stderr");
   po::variables_map vm;
   po::store(po::command_line_parser(args).options(opts).positional(kNoPositional).run(), vm);
@@ -1026,6 +1028,11 @@ int cmd_calibrate(const std::vector<std::string>& args) {
       throw UsageError("--base: " + user_message(e));
     }
   }
+  if (o.kernels != "auto" && o.kernels != "kvlab" && o.kernels != "flashinfer")
+    throw UsageError("--kernels must be auto, kvlab or flashinfer (got '" + o.kernels + "')");
+  if (o.kernels == "flashinfer" && (parse_device_spec(o.device).kind != Device::cuda || !flashinfer_built()))
+    throw UsageError(flashinfer_built() ? "--kernels flashinfer measures FlashInfer's CUDA kernels: it needs --device cuda"
+                                        : "--kernels flashinfer: this binary was built without FlashInfer");
   check_calibrate_output(out);
   if (vm.count("no-progress") == 0) o.progress = [](const std::string& line) { std::cerr << "calibrate: " << line << std::endl; };
   std::string fault;  // found at teardown: the measurements stand, the run fails

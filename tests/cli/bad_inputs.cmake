@@ -691,6 +691,8 @@ bad(CAL-7 2 "unrecognised option '--bogus'" calibrate --device host --out @D@/de
 bad(CAL-8 1 "failed: calibrate --device cuda:1023: (no CUDA GPU found|this machine has [0-9]+ CUDA device)" calibrate --device cuda:1023 --out @D@/dev.txt)
 bad(CAL-9 2 "--base: unknown device model 'tpu-v5'" calibrate --device emulated --base tpu-v5 --out @D@/dev.txt)
 bad(CAL-10 2 "device 'cuda:x': the GPU index must be a number 0..1023" calibrate --device cuda:x --out @D@/dev.txt)
+bad(CAL-11 2 "--kernels must be auto, kvlab or flashinfer .got 'fast'." calibrate --device emulated --kernels fast --out @D@/dev.txt)
+bad(CAL-12 2 "--kernels flashinfer.*(needs --device cuda|built without FlashInfer)" calibrate --device emulated --kernels flashinfer --out @D@/dev.txt)
 
 # --- verdict ---------------------------------------------------------------------------------------
 if(GROUP STREQUAL "table")
