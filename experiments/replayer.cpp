@@ -422,6 +422,7 @@ void Replay::admit_waiting() {
     }
     const SeqId id = next_seq_++;
     std::string error;
+    const std::int64_t looked_up_before = b_.prefix_cache_stats().queries;
     const Outcome admitted = attempt([&] { b_.admit(id, spec, chunk); }, &error);
     if (admitted == Outcome::out_of_memory) {  // e.g. an allocation that failed although can_admit said yes
       ++result_.summary.out_of_memory;
@@ -447,9 +448,9 @@ void Replay::admit_waiting() {
     g.chunk = chunk - cached;
     if (integrity_ && cached > 0) integrity_->expect(id, 0, std::span(prompt_tags(g)).first(static_cast<std::size_t>(cached)));
     result_.summary.prefix_hit_tokens += cached;
-    if (g.readmitted && !spec.prompt_token_ids.empty()) {  // counted apart (vLLM v1's preempted_*)
+    if (g.readmitted) {  // counted apart (vLLM v1's preempted_*): what this admit looked up, if it did
       result_.summary.prefix_preempted_hit_tokens += cached;
-      result_.summary.prefix_preempted_lookup_tokens += std::min(g.prompt, chunk);
+      result_.summary.prefix_preempted_lookup_tokens += b_.prefix_cache_stats().queries - looked_up_before;
     }
     g.readmitted = true;
     g.in_step = true;

@@ -239,8 +239,9 @@ def fig_prefix_cache(d, rows):
         sub = [r for r in rows if r["trace"] == trace and r["backend"] == "paged-16-radix" and
                int(r["capacity_gib"]) == home]
         mb = [int(r["max_batch"]) for r in sub]
-        line = a1.plot(mb, [float(r["hit_rate_pct"]) for r in sub], marker="o", label=trace)[0]
-        a1.plot(mb, [float(r["all_hits_pct"]) for r in sub], marker=".", linestyle="--", color=line.get_color())
+        line = a1.plot(mb, [float(r["hit_rate_of_prompt_tokens_pct"]) for r in sub], marker="o", label=trace)[0]
+        a1.plot(mb, [float(r["hit_rate_of_looked_up_tokens_pct"]) for r in sub], marker=".", linestyle="--",
+                color=line.get_color())
         a1.axhline(float(sub[0]["anchor_pct"]), color=line.get_color(), linestyle=":", linewidth=1)
         for backend, style in (("paged-16-radix", "-"), ("paged-16-hash", "--"), ("paged-16-hash-host512", (0, (1, 1))),
                                ("paged-16", ":")):
@@ -248,23 +249,23 @@ def fig_prefix_cache(d, rows):
                           int(r["max_batch"]) == top), key=lambda r: int(r["capacity_gib"]))
             gib = [int(r["capacity_gib"]) for r in cap]
             if backend != "paged-16":
-                a2.plot(gib, [float(r["hit_rate_pct"]) for r in cap], marker="o", linestyle=style,
+                a2.plot(gib, [float(r["hit_rate_of_prompt_tokens_pct"]) for r in cap], marker="o", linestyle=style,
                         color=line.get_color(), label=f"{trace}, {backend[len('paged-16-'):]}")
             a3.plot(gib, [float(r["tokens_per_s"]) for r in cap], marker="o", linestyle=style,
                     color=line.get_color(), label=f"{trace}, {backend}")
         cap = sorted((r for r in lpm if r["trace"] == trace), key=lambda r: int(r["capacity_gib"]))
         if cap:
-            a2.plot([int(r["capacity_gib"]) for r in cap], [float(r["hit_rate_pct"]) for r in cap], marker="x",
+            a2.plot([int(r["capacity_gib"]) for r in cap], [float(r["hit_rate_of_prompt_tokens_pct"]) for r in cap], marker="x",
                     linestyle="-.", color=line.get_color(), label=f"{trace}, radix + lpm")
     a1.set_xscale("log", base=2)
     a1.set_xlabel(f"max batch size (sequences), radix, {home} GiB")
     a1.set_ylabel("prefix-cache hit rate (% of prompt tokens)")
-    a1.set_title("Hit rate across requests (dashed: with preempted re-hits;\ndotted: trace owners' numbers)",
+    a1.set_title("Hits / prompt tokens (dashed: hits / looked-up tokens;\ndotted: trace owners' numbers)",
                  fontsize=9)
     for a in (a2, a3):
         a.set_xscale("log", base=2)
         a.set_xlabel(f"KV capacity (GiB), max batch {top}")
-    a2.set_ylabel("hit rate across requests (%)")
+    a2.set_ylabel("prefix-cache hits (% of prompt tokens)")
     a2.set_title("Capacity and policy (solid: radix, dashed: hash, dense dots: hash + 512 GiB host tier,\n"
                  "dash-dot: radix + LPM scheduling)", fontsize=9)
     a3.set_yscale("log")

@@ -31,12 +31,15 @@ double counter(const ReplaySummary& s, const std::string& name) {
   return 0;
 }
 
-/// One replay's numbers, for the table and for the notes written from them.
+/// One replay's numbers, for the table and for the notes written from them. A rate is named by
+/// its denominator: of_prompt (every request's prompt tokens, once) or of_looked_up (the prompt
+/// tokens first admissions looked up: a chunked prefill's later chunks are not looked up).
 struct Point {
   std::string trace, backend, schedule;
   int capacity_gib = 0, max_batch = 0;
-  double cross = 0, all = 0;  // hit rates across requests, and with preempted re-admissions
-  std::int64_t preempted_hits = 0, hits = 0, preemptions = 0;
+  std::int64_t prompt_tokens = 0, hit_tokens = 0, looked_up_tokens = 0;  // first admissions
+  std::int64_t readmission_hit_tokens = 0, preemptions = 0;
+  double of_prompt = 0, of_looked_up = 0;
 };
 
 /// The replay of `w` through `backend` with `capacity_gib` of KV and at most `max_batch` running
@@ -53,13 +56,18 @@ Point measure(const FigureContext& ctx, const Source& src, const std::vector<Req
   const auto ratio = [](std::int64_t a, std::int64_t b) { return b > 0 ? static_cast<double>(a) / static_cast<double>(b) : 0; };
   // Across requests: admissions after a preemption (mostly re-hitting their own KV) left out, as
   // vLLM v1 leaves its preempted_* stats out of the hit rate.
-  const Point p{src.label, backend, lpm ? "lpm" : "fcfs", capacity_gib, max_batch,
-                ratio(s.prefix_hit_tokens - s.prefix_preempted_hit_tokens,
-                      s.prefix_lookup_tokens - s.prefix_preempted_lookup_tokens),
-                ratio(s.prefix_hit_tokens, s.prefix_lookup_tokens), s.prefix_preempted_hit_tokens,
-                s.prefix_hit_tokens, s.preemptions};
-  t.add({src.label, backend, p.schedule, std::to_string(capacity_gib), std::to_string(max_batch), pct(p.cross), pct(p.all),
-         std::to_string(p.preempted_hits), std::to_string(p.hits), std::to_string(p.preemptions),
+  Point p{src.label, backend, lpm ? "lpm" : "fcfs", capacity_gib, max_batch};
+  p.prompt_tokens = s.prompt_tokens;
+  p.hit_tokens = s.prefix_hit_tokens - s.prefix_preempted_hit_tokens;
+  p.looked_up_tokens = s.prefix_lookup_tokens - s.prefix_preempted_lookup_tokens;
+  p.readmission_hit_tokens = s.prefix_preempted_hit_tokens;
+  p.preemptions = s.preemptions;
+  p.of_prompt = ratio(p.hit_tokens, p.prompt_tokens);
+  p.of_looked_up = ratio(p.hit_tokens, p.looked_up_tokens);
+  t.add({src.label, backend, p.schedule, std::to_string(capacity_gib), std::to_string(max_batch),
+         std::to_string(p.prompt_tokens), std::to_string(p.hit_tokens), pct(p.of_prompt),
+         std::to_string(p.looked_up_tokens), pct(p.of_looked_up), std::to_string(p.readmission_hit_tokens),
+         std::to_string(p.preemptions),
          fixed(counter(s, "prefix_inserted_blocks"), 0), fixed(counter(s, "prefix_evictions"), 0), fixed(s.mean_batch),
          fixed(s.makespan_s > 0 ? static_cast<double>(s.generated_tokens) / s.makespan_s : 0, 0),
          fixed(s.mean_ttft_s, 3), fixed(src.anchor_pct, 2), src.anchor});
@@ -70,11 +78,13 @@ Point measure(const FigureContext& ctx, const Source& src, const std::vector<Req
 const char* const kHostBackend = "paged-16-hash-host512";
 
 const char* const kNotes =
-    "hit_rate_pct = prompt tokens served from the cache / prompt tokens looked up, across requests: "
-    "admissions of requests preempted before (recompute) are left out, as vLLM v1 leaves its preempted_* "
-    "counters out of its hit rate; all_hits_pct counts them too (the only rate this figure had before issue 17) "
-    "and preempted_hit_tokens is what they found, mostly their own prompt and generated tokens from before the "
-    "preemption. Every full block is cached as soon as it is full, prefill chunks and decode alike (vLLM v1, "
+    "hit_rate_of_prompt_tokens_pct = prefix_hit_tokens / prompt_tokens: prompt tokens served from the cache over "
+    "every served request's prompt tokens, counted once (requests rejected as too long for the capacity are not "
+    "served, so at 8 GiB the Mooncake traces serve fewer prompt tokens than at 64 GiB). hit_rate_of_looked_up_tokens_pct divides the same hits by the "
+    "prompt tokens looked up (looked_up_tokens), which leaves out the later chunks of a chunked prefill, so it is "
+    "higher; it is not a share of the prompts. Both leave out admissions of requests preempted before "
+    "(recompute), as vLLM v1 leaves its preempted_* counters out of its hit rate: readmission_hit_tokens is what "
+    "those found, mostly their own prompt and generated tokens from before the preemption. Every full block is cached as soon as it is full, prefill chunks and decode alike (vLLM v1, "
     "SGLang); generated tokens have ids where the trace implies them (a Mooncake conversation's next turn holds "
     "the previous prompt and answer) and fresh unique ids otherwise, so only the request itself can re-hit "
     "them. schedule: fcfs admits in arrival order; lpm is SGLang's longest prefix match (the waiting requests "
@@ -105,13 +115,14 @@ std::string findings(const std::vector<Point>& pts, int home, int top, int small
     const Point *os = at(src.label, kHostBackend, small), *ol = at(src.label, kHostBackend, large);
     if (!r || !rs || !rl || !hs || !hl || !ls || !ll || !os || !ol) continue;
     out += fmt::format(
-        " {}: at {} GiB and batch {} radix serves {} % of prompt tokens across requests ({} % counting "
-        "re-admissions after its {} preemptions, whose hits are {} of the {} hit tokens); from {} to {} GiB the "
-        "rate across requests goes {} -> {} % with radix, {} -> {} % with hash, {} -> {} % with hash and the "
+        " {}: at {} GiB and batch {} radix serves {} % of the {} prompt tokens from the cache ({} hit tokens; {} % "
+        "of the {} looked up; its {} preemptions' re-admissions found {} more, left out); from {} to {} GiB the "
+        "share of prompt tokens goes {} -> {} % with radix, {} -> {} % with hash, {} -> {} % with hash and the "
         "host tier, and {} -> {} % with radix under longest-prefix-match scheduling ({} and {} preemptions).",
-        src.label, home, top, pct(r->cross), pct(r->all), r->preemptions, r->preempted_hits, r->hits, small, large,
-        pct(rs->cross), pct(rl->cross), pct(hs->cross), pct(hl->cross), pct(os->cross), pct(ol->cross),
-        pct(ls->cross), pct(ll->cross), ls->preemptions, ll->preemptions);
+        src.label, home, top, pct(r->of_prompt), r->prompt_tokens, r->hit_tokens, pct(r->of_looked_up),
+        r->looked_up_tokens, r->preemptions, r->readmission_hit_tokens, small, large, pct(rs->of_prompt),
+        pct(rl->of_prompt), pct(hs->of_prompt), pct(hl->of_prompt), pct(os->of_prompt), pct(ol->of_prompt),
+        pct(ls->of_prompt), pct(ll->of_prompt), ls->preemptions, ll->preemptions);
   }
   return out;
 }
@@ -123,8 +134,9 @@ void prefix_cache(const FigureContext& ctx) {
   BackendOptions o;
   o.model = model_preset("llama-3-8b");
   o.max_seq_len = 200'000;  // Mooncake prompts reach 191k tokens
-  Table t{{"trace", "backend", "schedule", "capacity_gib", "max_batch", "hit_rate_pct", "all_hits_pct", "preempted_hit_tokens",
-           "prefill_tokens_saved", "preemptions", "inserted_blocks", "evicted_blocks", "mean_batch", "tokens_per_s",
+  Table t{{"trace", "backend", "schedule", "capacity_gib", "max_batch", "prompt_tokens", "prefix_hit_tokens",
+           "hit_rate_of_prompt_tokens_pct", "looked_up_tokens", "hit_rate_of_looked_up_tokens_pct",
+           "readmission_hit_tokens", "preemptions", "inserted_blocks", "evicted_blocks", "mean_batch", "tokens_per_s",
            "mean_ttft_s", "anchor_pct", "anchor"}};
   std::vector<Point> pts;
   for (const Source& src : sources()) {
@@ -154,7 +166,7 @@ void prefix_cache(const FigureContext& ctx) {
                        home, batches.back(), ctx.full ? "" : "; first 300 requests of each trace"),
            "modelled: declared A100-80GB roofline; prefill skipped for hit tokens; no GPU was used",
            kNotes + findings(pts, home, batches.back(), capacities.front(), capacities.back()) +
-               " docs/prefix-caching.md explains the numbers and compares them with the code before issue 17."},
+               " docs/prefix-caching.md explains the numbers."},
           t);
 }
 }  // namespace

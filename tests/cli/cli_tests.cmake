@@ -47,6 +47,12 @@ foreach(name batch-size block-size recompute-vs-swap)
                    -DNAME=${name} -P ${CMAKE_CURRENT_SOURCE_DIR}/cli/check_figure.cmake)
   set_tests_properties(figures.${name} PROPERTIES LABELS figures TIMEOUT 300)
 endforeach()
+# prefix-cache: every hit rate is its named hits over its named total, and every percentage its
+# README states is in data.csv (issue 28).
+add_test(NAME figures.prefix-cache
+         COMMAND python3 ${CMAKE_CURRENT_SOURCE_DIR}/cli/check_prefix_cache.py $<TARGET_FILE:kvlab>
+                 ${CMAKE_CURRENT_BINARY_DIR}/figure-prefix-cache)
+set_tests_properties(figures.prefix-cache PROPERTIES LABELS figures TIMEOUT 300)
 add_test(NAME cli.sweep_and_collect
          COMMAND ${CMAKE_COMMAND} -DBINARY=$<TARGET_FILE:kvlab> -DOUT=${CMAKE_CURRENT_BINARY_DIR}/cli-sweep
          -DSWEEP=${PROJECT_SOURCE_DIR}/experiments/sweeps/smoke.sweep -P ${CMAKE_CURRENT_SOURCE_DIR}/cli/check_sweep.cmake)
