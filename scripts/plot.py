@@ -122,6 +122,27 @@ def fig_batch_size(d, rows):
     return fig
 
 
+def fig_request_rate(d, rows):
+    workloads = list(dict.fromkeys(r["workload"] for r in rows))
+    fig, axes = plt.subplots(1, len(workloads), figsize=(5.5 * len(workloads), 4.6), squeeze=False)
+    for ax, wl in zip(axes[0], workloads):
+        sub = [r for r in rows if r["workload"] == wl]
+        threshold = float(sub[0]["threshold_s_per_token"])
+        for system in dict.fromkeys(r["system"] for r in sub):
+            pts = [r for r in sub if r["system"] == system]
+            ax.plot([float(r["request_rate"]) for r in pts], [float(r["mean_normalized_latency_s"]) for r in pts],
+                    marker="o", markersize=3, label=f"{system}: sustains {pts[0]['sustained_rate']}")
+        ax.axhline(threshold, color="black", linestyle=":", linewidth=1)
+        ax.set_xscale("log")
+        ax.set_ylim(0, threshold * 6)
+        ax.set_xlabel("request rate (req/s, Poisson)")
+        ax.set_ylabel("normalized latency (s/token, modelled)")
+        ax.set_title(f"OPT-13B, A100-40GB: {wl}\n(dotted: the latency a sustained rate is read at)", fontsize=9)
+        ax.legend(fontsize=7)
+    fig.suptitle("vLLM Fig. 12: latency against load, Orca reservations vs paging", fontsize=10)
+    return fig
+
+
 PAPER_BEST_BLOCKS = {"ShareGPT": (16, 128), "Alpaca": (16, 32)}  # vLLM Fig. 18b text
 
 
@@ -330,6 +351,7 @@ FIGURES = {
     "page-size": fig_page_size,
     "overlap": fig_overlap,
     "prefix-cache": fig_prefix_cache,
+    "request-rate": fig_request_rate,
     "memory-breakdown": fig_memory_breakdown,
     "batch-size": fig_batch_size,
     "block-size": fig_block_size,

@@ -263,4 +263,20 @@ std::string clock_sources(const DeviceModel& d) {
                      d.peak_flops / 1e12, d.host_bandwidth / 1e9, describe_sources(d));
 }
 
+std::vector<double> geometric_rates(double from, double to, int n) {
+  std::vector<double> r;
+  for (int i = 0; i < n; ++i) r.push_back(from * std::pow(to / from, static_cast<double>(i) / (n - 1)));
+  return r;
+}
+
+double crossing_rate(const std::vector<double>& rates, const std::vector<double>& latency, double threshold) {
+  if (latency.empty() || latency.front() > threshold) return std::numeric_limits<double>::quiet_NaN();
+  for (std::size_t i = 1; i < rates.size() && i < latency.size(); ++i)
+    if (latency[i] > threshold) {
+      const double f = (threshold - latency[i - 1]) / (latency[i] - latency[i - 1]);
+      return rates[i - 1] + f * (rates[i] - rates[i - 1]);
+    }
+  return std::numeric_limits<double>::infinity();
+}
+
 }  // namespace kvlab::fig

@@ -94,6 +94,16 @@ struct LognormalLengths {
 inline constexpr double kVllmShareGptMeanPrompt = 161.31, kVllmShareGptMeanOutput = 337.99;
 inline constexpr double kVllmAlpacaMeanPrompt = 19.31, kVllmAlpacaMeanOutput = 58.45;
 
+/// `from` to `to` in `n` >= 2 geometric steps.
+[[nodiscard]] std::vector<double> geometric_rates(double from, double to, int n);
+/// The rate at which `latency` (by ascending `rates`) first passes `threshold`, interpolated
+/// linearly between the last point at or below it and the first above; NaN when the first point is
+/// above already, +inf when none is.
+[[nodiscard]] double crossing_rate(const std::vector<double>& rates, const std::vector<double>& latency, double threshold);
+/// The normalized latency at which a rate counts as sustained: this many times the latency at the
+/// lowest rate swept (the unloaded latency); past it, queueing dominates (request-rate, block-size).
+inline constexpr double kSaturationLatencyFactor = 4.0;
+
 /// Mean prompt and output tokens of a workload.
 [[nodiscard]] std::pair<double, double> mean_lengths(const std::vector<Request>& w);
 

@@ -14,5 +14,6 @@ namespace kvlab::fig {
 [[nodiscard]] Figure prefix_cache_figure();
 [[nodiscard]] Figure page_size_figure();
 [[nodiscard]] Figure overlap_figure();
+[[nodiscard]] Figure request_rate_figure();
 
 }  // namespace kvlab::fig

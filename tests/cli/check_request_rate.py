@@ -1,0 +1,69 @@
+#!/usr/bin/env python3
+"""figures.request-rate: `kvlab figure request-rate` at smoke scale, then recomputes each system's
+sustained rate from its own rows (where its normalized latency first passes threshold_s_per_token,
+interpolated linearly) and checks that every sustained rate and ratio the README states is the
+data's (issue 28).
+
+usage: check_request_rate.py KVLAB OUT_DIR
+"""
+import csv
+import math
+import re
+import subprocess
+import sys
+
+
+def fail(msg):
+    print(f"check_request_rate: {msg}", file=sys.stderr)
+    sys.exit(1)
+
+
+def sustained(rows):
+    rates = [float(r["request_rate"]) for r in rows]
+    lat = [float(r["mean_normalized_latency_s"]) for r in rows]
+    thr = float(rows[0]["threshold_s_per_token"])
+    if lat[0] > thr:
+        return math.nan
+    for i in range(1, len(rates)):
+        if lat[i] > thr:
+            return rates[i - 1] + (thr - lat[i - 1]) / (lat[i] - lat[i - 1]) * (rates[i] - rates[i - 1])
+    return math.inf
+
+
+def main(kvlab, out):
+    run = subprocess.run([kvlab, "figure", "request-rate", "--no-progress", "--out", out], capture_output=True, text=True)
+    if run.returncode != 0:
+        fail(f"kvlab figure request-rate exited {run.returncode}: {run.stderr.strip()}")
+    d = f"{out}/request-rate"
+    rows = list(csv.DictReader(l for l in open(f"{d}/data.csv") if not l.startswith("#")))
+    readme = open(f"{d}/README.md").read()
+    systems = list(dict.fromkeys(r["system"] for r in rows))
+    if systems != ["Orca (Max)", "Orca (Pow2)", "Orca (Oracle)", "vLLM (paged, block 16)"]:
+        fail(f"systems {systems}")
+    for wl in dict.fromkeys(r["workload"] for r in rows):
+        rates = {}
+        for s in systems:
+            sub = [r for r in rows if r["workload"] == wl and r["system"] == s]
+            if len(sub) < 5 or len({r["sustained_rate"] for r in sub}) != 1:
+                fail(f"{wl} / {s}: {len(sub)} rows or differing sustained_rate")
+            want = sustained(sub)
+            got = sub[0]["sustained_rate"]
+            if math.isfinite(want):
+                if abs(float(got) - want) > max(0.002, 0.005 * want):  # from latencies rounded to 4 digits
+                    fail(f"{wl} / {s}: sustained_rate {got}, recomputed {want:.4f}")
+                if f"{s} {got}" not in readme:
+                    fail(f"the README does not state {s}'s sustained rate {got} on {wl}")
+                rates[s] = float(got)
+        v = rates.get(systems[-1])
+        for s, word in ((systems[2], "Orca (Oracle)'s rate"), (systems[0], "Orca (Max)'s")):
+            if v and s in rates:
+                ratio = f"{v / rates[s]:.2f}x"
+                if not re.search(re.escape(ratio) + r" " + re.escape(word), readme):
+                    fail(f"the README does not state vLLM / {s} = {ratio} on {wl}")
+    print(f"check_request_rate: {len(rows)} rows; sustained rates and ratios in the README are the data's")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 3:
+        fail("usage: check_request_rate.py KVLAB OUT_DIR")
+    main(sys.argv[1], sys.argv[2])
