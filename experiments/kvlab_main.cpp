@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <chrono>
@@ -20,6 +21,7 @@
 #include <optional>
 #include <iostream>
 #include <sstream>
+#include <map>
 #include <string>
 #include <thread>
 #include <vector>
@@ -620,6 +622,27 @@ ReplayResult replay_one(const Common& c, const std::string& name, DeviceContext&
   return r;
 }
 
+/// More than 1 % of a run's requests rejected: one line on `err` saying how many, the commonest
+/// reason, and which option changes it (a README example once rejected all its requests silently).
+void warn_about_rejections(std::ostream& err, const ReplayResult& r) {
+  const ReplaySummary& s = r.summary;
+  if (s.requests == 0 || s.rejected * 100 <= s.requests) return;
+  std::map<std::string, std::int64_t> reasons;
+  for (const RequestRecord& rec : r.requests)
+    if (rec.status == RequestRecord::Status::rejected) ++reasons[rec.reason];
+  const auto top = std::max_element(reasons.begin(), reasons.end(),
+                                    [](const auto& a, const auto& b) { return a.second < b.second; });
+  std::string hint = "a larger --capacity-gib";
+  if (top->first.starts_with("longer than max_seq_len"))
+    hint = "--max-seq-len (a model with a longer context: kvlab models), shorter --prompt-len/--output-len, or "
+           "--long-requests truncate";
+  else if (top->first == "empty prompt")
+    hint = "a trace whose prompts are not empty";
+  err << fmt::format("kvlab: warning: {}: {} of {} requests ({:.1f} %) were rejected, {} of them: {}; change it with {}\n",
+                     s.backend, s.rejected, s.requests, 100.0 * static_cast<double>(s.rejected) / static_cast<double>(s.requests),
+                     top->second, top->first, hint);
+}
+
 /// Replays one workload through each named backend; prints the table; writes files.
 int run_backends(const Common& c, const std::vector<std::string>& names, const std::string& invocation,
                  bool chart) {
@@ -664,6 +687,7 @@ int run_backends(const Common& c, const std::vector<std::string>& names, const s
   std::vector<std::string> faults;
   for (const auto& name : names) {
     const ReplayResult r = replay_one(c, name, *device, workload, rc);
+    warn_about_rejections(std::cerr, r);
     if (c.verify_kv && r.summary.kv_mismatches > 0) corrupted = true;
     if (!r.summary.device_fault.empty()) faults.push_back(r.summary.device_fault);
     rows.push_back(r.summary);
@@ -693,7 +717,8 @@ const char* kReplayExamples =
     "  kvlab replay --backend paged-16 --trace sharegpt_8k_filtered_stats_llama2_tokenizer.csv --rate 2\n"
     "  kvlab replay --backend paged-16 --model llama-3-8b --capacity-gib 1 --execute --execute-layers 2\n"
     "  kvlab replay --backend vmm-2m --device emulated --execute --verify-kv --execute-layers 1 --model yi-6b \\\n"
-    "      --capacity-gib 0.25 --max-seq-len 256 --requests 8   # the CUDA code path without a GPU (docs/devices.md)\n";
+    "      --capacity-gib 0.25 --max-seq-len 256 --requests 8 --prompt-len uniform:8:40 --output-len uniform:2:10\n"
+    "      # the CUDA code path without a GPU (docs/devices.md)\n";
 
 int cmd_replay(const std::vector<std::string>& args, const std::string& invocation) {
   Common c;

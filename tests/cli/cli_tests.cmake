@@ -83,3 +83,14 @@ set_tests_properties(cli.calibrate_quick PROPERTIES LABELS cli TIMEOUT 120)
 add_test(NAME cli.calibrate_help_has_examples COMMAND $<TARGET_FILE:kvlab> calibrate --help)
 set_tests_properties(cli.calibrate_help_has_examples PROPERTIES LABELS cli
   PASS_REGULAR_EXPRESSION "Examples:.*kvlab calibrate --device host --out")
+# A run that rejects more than 1 % of its requests says so on stderr, with the reason and the
+# option that changes it (issue 30: a README example once rejected all its requests silently).
+add_test(NAME cli.rejections_are_reported COMMAND sh -c
+  "\"$0\" replay --requests 20 --model yi-6b --max-seq-len 64 --prompt-len fixed:100 --output-len fixed:5 2>&1 >/dev/null | grep -q 'warning: paged-b16: 20 of 20 requests (100.0 %) were rejected, 20 of them: longer than max_seq_len 64; change it with --max-seq-len' && ! \"$0\" replay --requests 20 --model yi-6b 2>&1 >/dev/null | grep -q warning"
+  $<TARGET_FILE:kvlab>)
+set_tests_properties(cli.rejections_are_reported PROPERTIES LABELS cli)
+# The README's emulated example verifies KV and rejects nothing (it once rejected all 8 requests).
+add_test(NAME cli.readme_emulated_example_verifies COMMAND sh -c
+  "out=$(\"$0\" replay --backend vmm-2m --device emulated --execute --verify-kv --execute-layers 1 --model yi-6b --capacity-gib 0.25 --max-seq-len 256 --requests 8 --prompt-len uniform:8:40 --output-len uniform:2:10 2>&1) && echo \"$out\" | grep -Eq '0 rejected, [1-9][0-9]* token reads verified, 0 KV mismatches' && ! echo \"$out\" | grep -q warning && grep -q -- '--requests 8 --prompt-len uniform:8:40 --output-len uniform:2:10' $1"
+  $<TARGET_FILE:kvlab> ${PROJECT_SOURCE_DIR}/README.md)
+set_tests_properties(cli.readme_emulated_example_verifies PROPERTIES LABELS cli)
