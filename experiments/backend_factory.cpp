@@ -335,6 +335,8 @@ std::unique_ptr<KvBackend> make_contiguous_backend(std::string_view name, const 
 /// hash) turns on region block placement (paged/block_pool.hpp, docs/kernels.md).
 std::unique_ptr<KvBackend> make_paged_backend(std::string_view name, const BackendOptions& options) {
   std::string_view rest = name.substr(std::string_view("paged-").size());
+  // "paged-b16" is how the backend names itself in every output: accepted back as input.
+  if (rest.size() > 1 && rest[0] == 'b' && std::isdigit(static_cast<unsigned char>(rest[1]))) rest.remove_prefix(1);
   bool region = false;
   if (rest.ends_with("-region")) {
     region = true;

@@ -312,6 +312,18 @@ TEST(BackendFactory, UnknownNameFailsLoudly) {
   EXPECT_THROW((void)make_backend("contiguous-minimal", o), InvalidArgument);
 }
 
+// What a backend calls itself in every output, the factory builds again (issue 30: "paged-b16" was
+// printed and refused).
+TEST_P(BackendConformance, PrintedNamesRoundTrip) {
+  auto b = make(1000);
+  const std::string printed = b->name();
+  BackendOptions o;
+  o.model = testing::tiny_model();
+  o.capacity_bytes = 1000 * o.model.kv_bytes_per_token();
+  o.max_seq_len = 128;
+  EXPECT_EQ(make_backend(printed, o)->name(), printed) << GetParam();
+}
+
 }  // namespace
 }  // namespace kvlab
 
