@@ -17,8 +17,6 @@
 namespace kvlab::fig {
 
 namespace {
-constexpr double kLatencyFactor = kSaturationLatencyFactor;
-
 struct RateWorkload {
   std::string label;
   std::function<std::vector<Request>(double rate)> make;
@@ -26,16 +24,14 @@ struct RateWorkload {
   bool paper_lengths = false;  ///< the paper's mean lengths: its stated ranges apply
 };
 
-std::vector<double> geometric(double from, double to, int n) { return geometric_rates(from, to, n); }
-
 std::vector<RateWorkload> workloads(const FigureContext& ctx) {
   const std::int64_t n = ctx.full ? 2000 : 300;
   const int points = ctx.full ? 16 : 10;
   return {
-      {"ShareGPT (vLLM's lengths)", [n](double r) { return sharegpt_vllm_lengths(r, n); }, geometric(0.1, 8, points), true},
+      {"ShareGPT (vLLM's lengths)", [n](double r) { return sharegpt_vllm_lengths(r, n); }, geometric_rates(0.1, 8, points), true},
       {"ShareGPT (shared trace)", [&ctx, n](double r) { return sharegpt_vllm_filtered(ctx, r, n); },
-       geometric(0.05, 4, points), false},
-      {"Alpaca-like", [n](double r) { return alpaca_like(r, n); }, geometric(1, 120, points), false},
+       geometric_rates(0.05, 4, points), false},
+      {"Alpaca-like", [n](double r) { return alpaca_like(r, n); }, geometric_rates(1, 120, points), false},
   };
 }
 
@@ -60,7 +56,7 @@ void request_rate(const FigureContext& ctx) {
     std::vector<OrcaVsVllm> runs;
     for (double rate : w.rates) runs.push_back(orca_vs_vllm(ctx, w.make(rate)));
     const OrcaVsVllm& first = runs.front();
-    const double threshold = kLatencyFactor * first.results.back().mean_normalized_latency_s;
+    const double threshold = kSaturationLatencyFactor * first.results.back().mean_normalized_latency_s;
     std::vector<double> sustained;
     for (std::size_t s = 0; s < first.backends.size(); ++s) {
       std::vector<double> lat;
@@ -81,7 +77,7 @@ void request_rate(const FigureContext& ctx) {
     const auto [prompt, output] = mean_lengths(w.make(w.rates.front()));
     findings += fmt::format("\n\n{} (mean prompt {:.1f}, output {:.1f} tokens): at {} s/token ({}x vLLM's at {} req/s) "
                             "the sustained rates (req/s) are ",
-                            w.label, prompt, output, fixed(threshold, 4), fixed(kLatencyFactor, 0), fixed(w.rates.front(), 3));
+                            w.label, prompt, output, fixed(threshold, 4), fixed(kSaturationLatencyFactor, 0), fixed(w.rates.front(), 3));
     for (std::size_t s = 0; s < first.backends.size(); ++s)
       findings += fmt::format("{}{} {}", s ? ", " : "", first.labels[s], rate_text(sustained[s]));
     const double v = sustained.back();
@@ -113,7 +109,7 @@ void request_rate(const FigureContext& ctx) {
       "pool. The shared trace's requests are longer than the paper's (its means above; batch-size explains the "
       "effect on memory), so every system saturates at a lower rate there and the gap between them is set by how "
       "much KV each layout wastes at that length.{}",
-      fixed(kLatencyFactor, 0), ctx.full ? 2000 : 300, findings);
+      fixed(kSaturationLatencyFactor, 0), ctx.full ? 2000 : 300, findings);
   publish(ctx, {"request-rate", "vLLM (SOSP'23) Figure 12: normalized latency against request rate",
                 std::string(kOrcaSetup) + "; request rates swept per workload (the rows)", modelled_a100(), notes,
                 clock_sources(a100_40gb().device)},
