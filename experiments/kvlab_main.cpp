@@ -215,6 +215,8 @@ struct Common {
   std::string long_policy, preemption, lengths_from, inject_faults, kernels, schedule, device_text, prefill_steps;
   DeviceSpec device;
   double lpm_max_wait = 5.0;
+  std::string goodput_text;
+  ServingSlo goodput;
   double capacity_gib = 0, rate = 0, burstiness = 1, time_scale = 1;
   std::int64_t requests = 0, max_seq_len = 0, max_batched = 0, limit = 0, shared_prefix = 0;
   int max_running = 0, samples = 1, execute_layers = 0, prefix_groups = 0, turns = 1;
@@ -263,6 +265,10 @@ struct Common {
         "admission order: fcfs, or lpm (longest prefix match first, SGLang's; needs prefix caching to matter)")(
         "lpm-max-wait", po::value(&lpm_max_wait)->default_value(5.0),
         "lpm fairness bound: a request waiting this many seconds goes ahead of all that have not")(
+        "goodput", po::value(&goodput_text),
+        "service-level objectives in ms, as vLLM's bench serve: ttft:MS,tpot:MS,e2el:MS (any of them); "
+        "summary.json's serving and compare.csv then report goodput (requests meeting all, per second) and the "
+        "share that meets them")(
         "long-requests", po::value(&long_policy)->default_value("reject"),
         "requests longer than max-seq-len: reject or truncate")(
         "device-model", po::value(&device_model)->default_value("a100-80gb"),
@@ -362,6 +368,13 @@ struct Common {
       throw UsageError("--schedule must be fcfs or lpm (got '" + schedule + "')");
     if (!(lpm_max_wait >= 0) || !std::isfinite(lpm_max_wait))
       throw UsageError("--lpm-max-wait must be a number of seconds >= 0");
+    if (vm.count("goodput")) {
+      try {
+        goodput = parse_goodput(goodput_text);
+      } catch (const InvalidArgument& e) {
+        throw UsageError(user_message(e));
+      }
+    }
     check_applicable(vm);
   }
 
@@ -475,6 +488,7 @@ struct Common {
     rc.preemption = preemption == "swap" ? PreemptionMode::swap : PreemptionMode::recompute;
     rc.schedule.policy = parse_schedule_policy(schedule);
     rc.schedule.max_wait_s = lpm_max_wait;
+    rc.goodput = goodput;
     rc.long_requests = long_policy == "truncate" ? LongRequestPolicy::truncate : LongRequestPolicy::reject;
     rc.device = resolve_device_model(device_model);
     rc.execute = execute;

@@ -69,6 +69,7 @@ struct Group {
   // the answer's, from the trace where it says them (a next turn's prompt), else fresh ids.
   std::vector<std::int32_t> ids;
   bool readmitted = false;  // admitted before (the next admission follows a preemption)
+  double last_token_s = -1;  // when the request's latest token came out (inter-token latency)
   std::int64_t admitted_from = 0;  // prompt tokens already in the cache at admission (not computed)
   mutable std::vector<std::uint64_t> tags;  // integrity tags of the prompt tokens (verify_kv)
   [[nodiscard]] bool prefilling() const noexcept { return prefilled < prompt; }
@@ -141,6 +142,12 @@ class Replay {
   ReplayResult result_;
   std::deque<Group> waiting_, swapped_;
   std::vector<Group> running_;
+  std::vector<float> itl_;  // every inter-token gap of every request, seconds (4 bytes a token)
+  /// A request's group produced a token now: its gap since the previous one is an ITL sample.
+  void token_out(Group& g) {
+    if (g.last_token_s >= 0) itl_.push_back(static_cast<float>(now_ - g.last_token_s));
+    g.last_token_s = now_;
+  }
   std::size_t next_arrival_ = 0;
   std::int64_t done_ = 0;
   SeqId next_seq_ = 0;
@@ -801,6 +808,7 @@ void Replay::retire() {
       g.prefilled += g.chunk;
       if (!g.prefilling()) {
         g.seqs[0].produced = 1;
+        token_out(g);  // a recompute's re-prefill ends with the next token: its gap includes the stall
         if (r.first_token_s < 0) {
           r.first_token_s = now_;
           sum.prompt_tokens += r.prompt_tokens;  // once, however often a recompute re-prefills it
@@ -811,14 +819,17 @@ void Replay::retire() {
         }
       }
     } else if (g.in_step) {
+      bool produced = false;
       for (Seq& q : g.seqs) {
         if (!q.has_slot) continue;
+        produced = true;
         q.has_slot = false;
         if (++q.produced >= g.output) {
           q.done = true;
           release_seq(q.id);
         }
       }
+      if (produced) token_out(g);
       if (c_.beam_reselect_probability > 0) reselect_beams(g);
     }
     g.chunk = 0;
@@ -932,19 +943,32 @@ void Replay::summarize() {
     sum.mean_batch /= sum.busy_s;
     sum.mean_shared_savings_bytes = static_cast<std::size_t>(shared_savings_time_ / sum.busy_s);
   }
-  std::vector<double> ttfts;
-  std::int64_t n_tpot = 0;
+  std::vector<double> ttfts, tpots, e2els;
+  std::int64_t n_tpot = 0, good = 0;
   for (const RequestRecord& r : result_.requests) {
     if (!r.finished()) continue;
     ttfts.push_back(r.ttft());
+    e2els.push_back(r.e2e());
     sum.mean_ttft_s += r.ttft();
     sum.mean_e2e_s += r.e2e();
     const std::int64_t per_sample = r.generated_tokens / std::max(1, c_.samples_per_request);
     sum.mean_normalized_latency_s += r.e2e() / static_cast<double>(std::max<std::int64_t>(per_sample, 1));
+    double tpot = -1;
     if (per_sample > 1) {
-      sum.mean_tpot_s += (r.e2e() - r.ttft()) / static_cast<double>(per_sample - 1);
+      tpot = (r.e2e() - r.ttft()) / static_cast<double>(per_sample - 1);
+      tpots.push_back(tpot);
+      sum.mean_tpot_s += tpot;
       ++n_tpot;
     }
+    good += c_.goodput.met(r.ttft(), tpot, r.e2e());
+  }
+  sum.ttft = latency_stats(ttfts);
+  sum.tpot = latency_stats(std::move(tpots));
+  sum.e2el = latency_stats(std::move(e2els));
+  sum.itl = latency_stats(std::vector<double>(itl_.begin(), itl_.end()));
+  if (c_.goodput.any() && !ttfts.empty()) {
+    sum.slo_attainment_frac = static_cast<double>(good) / static_cast<double>(ttfts.size());
+    sum.goodput_requests_per_s = sum.makespan_s > 0 ? static_cast<double>(good) / sum.makespan_s : 0;
   }
   if (!ttfts.empty()) {
     const double n = static_cast<double>(ttfts.size());

@@ -37,6 +37,7 @@
 #include "experiments/cost_model.hpp"
 #include "experiments/schedule_policy.hpp"
 #include "experiments/workload.hpp"
+#include "experiments/serving_metrics.hpp"
 #include "kernels/attention_params.hpp"
 
 namespace kvlab {
@@ -85,6 +86,8 @@ struct ReplayConfig {
   /// where built, else kvlab's CUDA kernels). `kvlab replay --kernels emulated` passes the CUDA
   /// kernels under the host SIMT emulator, `--kernels kvlab|flashinfer` the one named.
   AttentionFn attention;
+  /// Service-level objectives for goodput (kvlab --goodput); none by default.
+  ServingSlo goodput;
   /// Execute mode with a backend on a device (cuda, emulated): device memory for the queries,
   /// outputs and query offsets the kernels read and write (the backend's own memory resource, from
   /// the factory's DeviceContext). Needed exactly when the backend's device is not the host.
@@ -147,6 +150,13 @@ struct ReplaySummary {
   std::size_t capacity_bytes = 0;
   std::size_t mean_shared_savings_bytes = 0;  ///< time-weighted bytes saved by sharing
   double mean_ttft_s = 0, p99_ttft_s = 0, mean_tpot_s = 0, mean_e2e_s = 0, mean_normalized_latency_s = 0;
+  /// Serving metrics as vLLM's bench serve reports them (experiments/serving_metrics.hpp), over the
+  /// finished requests: TTFT, TPOT (requests of more than one output token), ITL (every gap between
+  /// a request's consecutive tokens, across requests) and end-to-end latency.
+  LatencyStats ttft, tpot, itl, e2el;
+  /// Goodput (ReplayConfig::goodput given): finished requests meeting every objective, per second
+  /// of makespan, and as a share of the finished requests (SLO attainment); -1 without objectives.
+  double goodput_requests_per_s = -1, slo_attainment_frac = -1;
   double kernel_s = 0, prepare_s = 0;  ///< execute mode totals
   double mapping_s = 0;                ///< critical-path mapping time, summed (StepRecord::mapping_s)
   StepTime clock_parts;                ///< the modelled clock's parts, summed over steps

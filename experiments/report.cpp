@@ -21,7 +21,8 @@ void print_summary_table(std::ostream& os, const std::vector<ReplaySummary>& row
   os << std::left << std::setw(20) << "backend" << std::right << std::setw(13) << "token_states" << std::setw(10)
      << "reserved" << std::setw(10) << "internal" << std::setw(10) << "external" << std::setw(8) << "free"
      << std::setw(11) << "mean_batch" << std::setw(10) << "preempt" << std::setw(10) << "rejected" << std::setw(12)
-     << "tokens/s" << "\n";
+     << "tokens/s" << std::setw(12) << "TTFT_ms" << std::setw(12) << "p99TTFT_ms" << std::setw(10) << "TPOT_ms"
+     << std::setw(10) << "ITL_ms" << "\n";
   for (const ReplaySummary& r : rows) {
     const double tps = r.makespan_s > 0 ? static_cast<double>(r.generated_tokens) / r.makespan_s : 0;
     os << std::left << std::setw(20) << r.backend << std::right << std::setw(13) << pct(r.mean_fractions.token_states)
@@ -29,10 +30,13 @@ void print_summary_table(std::ostream& os, const std::vector<ReplaySummary>& row
        << pct(r.mean_fractions.internal_fragmentation) << std::setw(10)
        << pct(r.mean_fractions.external_fragmentation) << std::setw(8) << pct(r.mean_fractions.free) << std::setw(11)
        << std::fixed << std::setprecision(2) << r.mean_batch << std::setw(10) << r.preemptions << std::setw(10)
-       << r.rejected << std::setw(12) << std::setprecision(0) << tps << "\n";
+       << r.rejected << std::setw(12) << std::setprecision(0) << tps << std::setprecision(1) << std::setw(12)
+       << r.ttft.mean_ms << std::setw(12) << r.ttft.p99_ms << std::setw(10) << r.tpot.mean_ms << std::setw(10)
+       << r.itl.mean_ms << "\n";
   }
   const bool measured = !rows.empty() && rows.front().clock == "measured";
-  os << "fractions are time-weighted shares of the KV capacity (vLLM Fig. 2 categories); "
+  os << "fractions are time-weighted shares of the KV capacity (vLLM Fig. 2 categories); latencies are means over "
+        "finished requests in ms (summary.json's serving has median/p90/p99); "
      << (measured ? "times are measured (the attention kernels over the real KV memory).\n"
                   : "times are modelled per operation from the device model (docs/clock.md).\n");
 }
@@ -87,7 +91,10 @@ void write_compare_csv(const std::filesystem::path& file, const std::string& com
   f << "backend,workload,clock,token_states,reserved,internal_fragmentation,external_fragmentation,free,mean_batch,"
        "max_batch,tokens_per_s,requests_per_s,completed,rejected,truncated,preemptions,out_of_memory,"
        "peak_allocated_bytes,capacity_bytes,mean_shared_savings_bytes,mean_ttft_s,p99_ttft_s,mean_tpot_s,"
-       "mean_normalized_latency_s,makespan_s,prefix_hit_tokens,failed,replay_wall_s,simulated_tokens_per_wall_s";
+       "mean_normalized_latency_s,makespan_s,prefix_hit_tokens,failed,replay_wall_s,simulated_tokens_per_wall_s,"
+       "ttft_mean_ms,ttft_median_ms,ttft_p90_ms,ttft_p99_ms,tpot_mean_ms,tpot_median_ms,tpot_p90_ms,tpot_p99_ms,"
+       "itl_mean_ms,itl_median_ms,itl_p90_ms,itl_p99_ms,e2el_mean_ms,e2el_median_ms,e2el_p90_ms,e2el_p99_ms,"
+       "goodput_requests_per_s,slo_attainment_frac";
   // Then one column per backend counter (summary.json's "counters", by name), in the order the rows
   // first name them; empty where a backend has no such counter.
   std::vector<std::string> counters;
@@ -107,6 +114,13 @@ void write_compare_csv(const std::filesystem::path& file, const std::string& com
       << s.mean_ttft_s << ',' << s.p99_ttft_s << ',' << s.mean_tpot_s << ',' << s.mean_normalized_latency_s << ','
       << s.makespan_s << ',' << s.prefix_hit_tokens << ',' << s.failed << ',' << s.wall_s << ','
       << (s.wall_s > 0 ? static_cast<double>(s.generated_tokens + s.prefill_tokens_computed) / s.wall_s : 0);
+    for (const LatencyStats* l : {&s.ttft, &s.tpot, &s.itl, &s.e2el})
+      f << ',' << l->mean_ms << ',' << l->median_ms << ',' << l->p90_ms << ',' << l->p99_ms;
+    // Empty without --goodput.
+    f << ',';
+    if (s.goodput_requests_per_s >= 0) f << s.goodput_requests_per_s;
+    f << ',';
+    if (s.slo_attainment_frac >= 0) f << s.slo_attainment_frac;
     for (const std::string& name : counters) {
       f << ',';
       for (const auto& [n, value] : s.backend_counters)

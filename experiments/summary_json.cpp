@@ -37,6 +37,28 @@ Json fractions(const MemoryFractions& f) {
               {"free", number(f.free)}};
 }
 
+Json latency(const LatencyStats& l) {
+  return Json{{"count", l.count},          {"mean", number(l.mean_ms)}, {"median", number(l.median_ms)},
+              {"std", number(l.std_ms)},   {"p90", number(l.p90_ms)},   {"p99", number(l.p99_ms)}};
+}
+
+/// vLLM bench serve's metrics (experiments/serving_metrics.hpp): latencies in ms, throughputs per
+/// second of makespan, goodput null without --goodput.
+Json serving(const ReplaySummary& s) {
+  const double span = s.makespan_s;
+  const auto per_s = [&](double x) { return number(span > 0 ? x / span : 0); };
+  const auto or_null = [](double x) { return x < 0 ? Json(nullptr) : number(x); };
+  return Json{{"ttft_ms", latency(s.ttft)},
+              {"tpot_ms", latency(s.tpot)},
+              {"itl_ms", latency(s.itl)},
+              {"e2el_ms", latency(s.e2el)},
+              {"request_throughput_per_s", per_s(static_cast<double>(s.completed + s.truncated))},
+              {"output_throughput_tokens_per_s", per_s(static_cast<double>(s.generated_tokens))},
+              {"total_token_throughput_per_s", per_s(static_cast<double>(s.generated_tokens + s.prompt_tokens))},
+              {"goodput_requests_per_s", or_null(s.goodput_requests_per_s)},
+              {"slo_attainment_frac", or_null(s.slo_attainment_frac)}};
+}
+
 /// The identity of the run: what ran, on what, under which clock.
 void add_run(Json& j, const RunInfo& info, const ReplaySummary& s) {
   j["command"] = info.command;
@@ -76,6 +98,7 @@ void add_results(Json& j, const ReplaySummary& s) {
                         {"transfer", number(s.clock_parts.transfer)},   {"copy", number(s.clock_parts.copy)}};
   j["mean_ttft_s"] = number(s.mean_ttft_s), j["mean_tpot_s"] = number(s.mean_tpot_s);
   j["mean_e2e_s"] = number(s.mean_e2e_s);
+  j["serving"] = serving(s);
   j["fractions"] = fractions(s.mean_fractions);
   // The backend's own counters (KvBackend::counters()), by the names it gives them.
   Json counters = Json::object();
@@ -84,7 +107,7 @@ void add_results(Json& j, const ReplaySummary& s) {
 }
 
 /// How many keys each line of the file holds, in order.
-constexpr int kKeysPerLine[] = {1, 1, 1, 1, 1, 1, 1, 1, 5, 3, 2, 1, 1, 1, 2, 1, 6, 4, 1, 1, 3, 1, 1};
+constexpr int kKeysPerLine[] = {1, 1, 1, 1, 1, 1, 1, 1, 5, 3, 2, 1, 1, 1, 2, 1, 6, 4, 1, 1, 3, 1, 1, 1};
 
 /// A value on one line: nested objects as {"key": value, ...}, the rest as nlohmann prints them
 /// (invalid UTF-8 in a string replaced rather than thrown on: the command line is user text).

@@ -35,7 +35,7 @@ marker="kvlab-bundle-hang-$$"
   tail -n +7 "$src/tests/gpu/bundle/steps.txt" | grep -v '^#'
 } > "$work/bundle/steps.txt"
 grep -q '^devices' "$work/bundle/steps.txt" || fail "steps.txt did not keep its steps"
-"$work/bundle/run.sh" --device emulated "$work/out" 400 > "$work/run.txt" 2>&1
+"$work/bundle/run.sh" --device emulated "$work/out" 700 > "$work/run.txt" 2>&1
 rc=$?
 cat "$work/run.txt"
 [ $rc -eq 1 ] || fail "run.sh exited $rc; expected 1 (two steps were not ok)"

@@ -1,0 +1,38 @@
+#pragma once
+// Serving metrics as vLLM's `bench serve` defines them (docs/metrics.md): time to first token
+// (TTFT), time per output token after the first (TPOT), inter-token latency (ITL: the gap between a
+// request's consecutive tokens), end-to-end latency (E2EL), each summarised by its mean, median,
+// standard deviation and percentiles in milliseconds; and goodput: the requests that meet every
+// service-level objective given, per second (DistServe's SLO attainment as a fraction).
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+namespace kvlab {
+
+/// One latency's distribution, in milliseconds. Percentiles interpolate linearly between the two
+/// nearest ranks (numpy.percentile's default, as vLLM computes them); std is the population one.
+struct LatencyStats {
+  std::int64_t count = 0;
+  double mean_ms = 0, median_ms = 0, std_ms = 0, p90_ms = 0, p99_ms = 0;
+};
+
+/// The distribution of `seconds` (any order; empty: all zero).
+[[nodiscard]] LatencyStats latency_stats(std::vector<double> seconds);
+
+/// Service-level objectives for goodput, in milliseconds; +inf: no objective on that latency.
+struct ServingSlo {
+  double ttft_ms = std::numeric_limits<double>::infinity();
+  double tpot_ms = std::numeric_limits<double>::infinity();
+  double e2el_ms = std::numeric_limits<double>::infinity();
+  [[nodiscard]] bool any() const noexcept;
+  /// Whether one request with these latencies (seconds; tpot < 0: it has none) meets every objective.
+  [[nodiscard]] bool met(double ttft_s, double tpot_s, double e2el_s) const noexcept;
+};
+
+/// "ttft:MS,tpot:MS,e2el:MS" (any subset, each once, MS > 0) as vLLM's --goodput takes them.
+/// InvalidArgument naming the bad part otherwise.
+[[nodiscard]] ServingSlo parse_goodput(const std::string& spec);
+
+}  // namespace kvlab
