@@ -281,7 +281,9 @@ TEST_P(FlashInferOnBackends, AgreesWithKvlabsKernel) {
   DeviceArray<float> dq(q), out_fi(std::vector<float>(q.size(), NAN)), out_kv(std::vector<float>(q.size(), NAN));
   for (int layer = 0; layer < 2; ++layer) {
     const KvView view = b->layer_view(layer);
-    if (view.layout == KvLayout::contiguous) ASSERT_NE(view.seq_base_index, nullptr) << GetParam() << " has no common base";
+    if (view.layout == KvLayout::contiguous) {
+      ASSERT_NE(view.seq_base_index, nullptr) << GetParam() << " has no common base";
+    }
     const FlashInferCalls before = flashinfer_calls();
     attention(Device::cuda, batch_attention_params(m, pb, dq.ptr, out_fi.ptr), view, GpuKernel::flashinfer);
     // A backend's contiguous view (1 GiB here) is one FlashInfer's non-paged kernel reads.
