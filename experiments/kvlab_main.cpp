@@ -33,6 +33,7 @@
 #include "alloc/model_geometry.hpp"
 #include "experiments/backend_factory.hpp"
 #include "experiments/calibrate.hpp"
+#include "experiments/provenance.hpp"
 #include "experiments/cost_model.hpp"
 #include "experiments/figures.hpp"
 #include "experiments/atomic_file.hpp"
@@ -210,7 +211,27 @@ int cmd_models() {
 }
 
 /// Options shared by replay and compare: the workload, the model and capacity, the scheduler.
+/// Every option in `vm` and its value as given or defaulted (switches as true/false), for the
+/// provenance every output records.
+std::vector<std::pair<std::string, std::string>> resolved_options(const po::variables_map& vm) {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const auto& [name, v] : vm) {
+    const boost::any& a = v.value();
+    std::string text = "(set)";
+    if (const auto* s = boost::any_cast<std::string>(&a)) text = *s;
+    else if (const auto* b = boost::any_cast<bool>(&a)) text = *b ? "true" : "false";
+    else if (const auto* d = boost::any_cast<double>(&a)) text = fmt::format("{}", *d);
+    else if (const auto* i = boost::any_cast<int>(&a)) text = std::to_string(*i);
+    else if (const auto* l = boost::any_cast<std::int64_t>(&a)) text = std::to_string(*l);
+    else if (const auto* u = boost::any_cast<std::uint64_t>(&a)) text = std::to_string(*u);
+    else if (a.empty()) text = "";
+    out.emplace_back(name, text);
+  }
+  return out;
+}
+
 struct Common {
+  std::vector<std::pair<std::string, std::string>> options;  ///< resolved, for the provenance
   std::string trace, trace_dir, trace_format, prompt_len, output_len, model_name, device_model, out_dir;
   std::string long_policy, preemption, lengths_from, inject_faults, kernels, schedule, device_text, prefill_steps;
   DeviceSpec device;
@@ -299,6 +320,7 @@ struct Common {
   }
 
   void check(const po::variables_map& vm) {
+    options = resolved_options(vm);
     progress = vm.count("no-progress") == 0;
     if (requests < 0) throw UsageError("--requests must not be negative (got " + std::to_string(requests) + ")");
     // A synthetic workload is held whole (about 1.3 KB a request with its records): 10 M is ~13 GB.
@@ -707,7 +729,9 @@ int run_backends(const Common& c, const std::vector<std::string>& names, const s
     rows.push_back(r.summary);
     if (!c.out_dir.empty())
       write_replay_files(c.out_dir,
-                         RunInfo{invocation, model.name, description, r.summary.clock, rc.device.name, c.device.name()}, r);
+                         RunInfo{invocation, model.name, description, r.summary.clock, rc.device.name, c.device.name(),
+                                 current_provenance(c.options)},
+                         r);
   }
   print_summary_table(std::cout, rows);
   if (corrupted) {

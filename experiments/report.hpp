@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "experiments/provenance.hpp"
 #include "experiments/replayer.hpp"
 #include "experiments/shell.hpp"
 
@@ -21,6 +22,7 @@ struct RunInfo {
   std::string clock = "modelled";  ///< "modelled" (memory mode) or "measured" (execute mode)
   std::string device_model;
   std::string device = "host";  ///< where KV lived and kernels ran (--device): host, cuda:N, emulated
+  Provenance provenance;        ///< version, revision, date, host, every option's resolved value
 };
 
 /// Writes DIR/<backend>/{summary.json,steps.csv,requests.csv}; creates directories as needed.

@@ -106,8 +106,16 @@ void add_results(Json& j, const ReplaySummary& s) {
   j["counters"] = counters;
 }
 
+/// How the run was made (experiments/provenance.hpp); options by name, values as given or defaulted.
+Json provenance(const Provenance& p) {
+  Json options = Json::object();
+  for (const auto& [name, value] : p.options) options[name] = value;
+  return Json{{"kvlab_version", p.kvlab_version}, {"git_revision", p.git_revision}, {"date_utc", p.date_utc},
+              {"host", p.host}, {"options", options}};
+}
+
 /// How many keys each line of the file holds, in order.
-constexpr int kKeysPerLine[] = {1, 1, 1, 1, 1, 1, 1, 1, 5, 3, 2, 1, 1, 1, 2, 1, 6, 4, 1, 1, 3, 1, 1, 1};
+constexpr int kKeysPerLine[] = {1, 1, 1, 1, 1, 1, 1, 1, 5, 3, 2, 1, 1, 1, 2, 1, 6, 4, 1, 1, 3, 1, 1, 1, 1};
 
 /// A value on one line: nested objects as {"key": value, ...}, the rest as nlohmann prints them
 /// (invalid UTF-8 in a string replaced rather than thrown on: the command line is user text).
@@ -125,6 +133,7 @@ std::string summary_json(const RunInfo& info, const ReplaySummary& s) {
   Json j = Json::object();
   add_run(j, info, s);
   add_results(j, s);
+  j["provenance"] = provenance(info.provenance);
   KVLAB_ASSERT(std::accumulate(std::begin(kKeysPerLine), std::end(kKeysPerLine), std::size_t{0}) == j.size());
   std::string out = "{\n";
   auto item = j.items().begin();

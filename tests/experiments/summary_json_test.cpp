@@ -1,6 +1,8 @@
 // summary.json: the layout people diff, every key in its place, and the backend's named counters.
 #include <gtest/gtest.h>
 
+#include <regex>
+
 #include <nlohmann/json.hpp>
 
 #include "experiments/backend_factory.hpp"
@@ -44,7 +46,24 @@ TEST(SummaryJson, BackendsWithoutCountersWriteAnEmptyObject) {
   const ReplayResult r = forked_replay("contiguous-oracle");
   EXPECT_TRUE(r.summary.backend_counters.empty());
   const std::string text = summary_json(RunInfo{"kvlab test", "tiny", "synthetic", "modelled", "none"}, r.summary);
-  EXPECT_NE(text.find("\n  \"counters\": {}\n}"), std::string::npos) << text;
+  EXPECT_NE(text.find("\n  \"counters\": {},\n  \"provenance\": "), std::string::npos) << text;
+}
+
+TEST(SummaryJson, RecordsHowTheRunWasMade) {
+  const ReplayResult r = forked_replay("contiguous-oracle");
+  RunInfo info{"kvlab test", "tiny", "synthetic", "modelled", "none"};
+  info.provenance = current_provenance({{"backend", "contiguous-oracle"}, {"rate", "2"}});
+  const auto j = nlohmann::json::parse(summary_json(info, r.summary));
+  const auto& p = j.at("provenance");
+  EXPECT_EQ(p.at("kvlab_version").get<std::string>(), KVLAB_VERSION);
+  EXPECT_EQ(p.at("git_revision").get<std::string>(), git_revision());
+  EXPECT_TRUE(std::string(git_revision()) == "unknown" ||
+              std::regex_match(std::string(git_revision()), std::regex("[0-9a-f]{12}(-dirty)?")))
+      << git_revision();
+  EXPECT_TRUE(std::regex_match(p.at("date_utc").get<std::string>(), std::regex(R"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ)")));
+  EXPECT_FALSE(p.at("host").get<std::string>().empty());
+  EXPECT_EQ(p.at("options").at("rate").get<std::string>(), "2");
+  EXPECT_EQ(p.at("options").size(), 2u);
 }
 
 }  // namespace
