@@ -230,6 +230,14 @@ std::vector<std::pair<std::string, std::string>> resolved_options(const po::vari
   return out;
 }
 
+/// Every registered backend family's form, for --backend's help (from the registry, so a new family
+/// shows up without touching this file).
+std::string backend_usage() {
+  std::string s;
+  for (const BackendFamily& f : backend_families()) s += (s.empty() ? "" : "; ") + f.usage;
+  return s + " (docs/backend-interface.md)";
+}
+
 struct Common {
   std::vector<std::pair<std::string, std::string>> options;  ///< resolved, for the provenance
   std::string trace, trace_dir, trace_format, prompt_len, output_len, model_name, device_model, out_dir;
@@ -762,8 +770,9 @@ int cmd_replay(const std::vector<std::string>& args, const std::string& invocati
   Common c;
   std::string backend;
   po::options_description opts("kvlab replay options");
+  const std::string families = backend_usage();
   opts.add_options()("help,h", "show this help")("backend", po::value(&backend)->default_value("paged-16"),
-                                                 "contiguous-max|pow2|oracle[-buddy], paged-B (B = block size)");
+                                                 families.c_str());
   c.add(opts);
   po::variables_map vm;
   po::store(po::command_line_parser(args).options(opts).positional(kNoPositional).run(), vm);
@@ -1120,7 +1129,16 @@ int run_command(int argc, char** argv) {
       return command.empty() ? 2 : 0;
     }
     const bool no_args = args.empty();
-    if ((command == "version" || command == "--version" || command == "devices" || command == "models") && !no_args)
+    const bool simple = command == "version" || command == "--version" || command == "devices" || command == "models";
+    if (simple && args.size() == 1 && (args.front() == "--help" || args.front() == "-h")) {
+      std::cout << "Usage: kvlab " << command << "\n\n"
+                << (command == "models"    ? "Lists the model presets: layers, heads, head dim, KV dtype and KV bytes per token.\n"
+                    : command == "devices" ? "Says what this machine offers: host threads, whether CUDA is usable, and why not.\n"
+                                           : "Prints kvlab's version and whether it was built with CUDA.\n")
+                << "It takes no options.\n";
+      return 0;
+    }
+    if (simple && !no_args)
       throw UsageError("'" + command + "' takes no arguments (got '" + args.front() + "')");
     if (command == "version" || command == "--version") {
       std::cout << "kvlab " << KVLAB_VERSION << (KVLAB_HAS_CUDA ? " (CUDA)" : " (host only)") << "\n";
