@@ -240,6 +240,7 @@ std::string backend_usage() {
 
 struct Common {
   std::vector<std::pair<std::string, std::string>> options;  ///< resolved, for the provenance
+  bool rate_given = false;  ///< --rate on the command line (not its default)
   std::string trace, trace_dir, trace_format, prompt_len, output_len, model_name, device_model, out_dir;
   std::string long_policy, preemption, lengths_from, inject_faults, kernels, schedule, device_text, prefill_steps;
   DeviceSpec device;
@@ -329,6 +330,7 @@ struct Common {
 
   void check(const po::variables_map& vm) {
     options = resolved_options(vm);
+    rate_given = vm.count("rate") != 0 && !vm["rate"].defaulted();
     progress = vm.count("no-progress") == 0;
     if (requests < 0) throw UsageError("--requests must not be negative (got " + std::to_string(requests) + ")");
     // A synthetic workload is held whole (about 1.3 KB a request with its records): 10 M is ~13 GB.
@@ -477,6 +479,9 @@ struct Common {
       t.seed = seed;
       const fs::path file = resolve_trace(trace, trace_directory());
       Trace tr = read_trace(file, t);
+      if (tr.info.has_timestamps && rate_given)  // it would be ignored: say so instead
+        throw UsageError("--rate: " + file.filename().string() +
+                         " carries its own arrival times; --time-scale changes its load (0.5 = twice the rate)");
       if (!tr.info.has_timestamps && rate > 0) {  // length-only trace: arrivals from a Poisson process
         t.poisson_rate = rate;
         tr = read_trace(file, t);
