@@ -18,6 +18,7 @@ struct FigureContext {
   std::filesystem::path trace_dir;   ///< where the public traces are
   std::string command;               ///< the command that reproduces this figure
   bool progress = true;
+  std::string formats = "png";  ///< the plot's files: png, pdf and/or svg, comma-separated (--format)
   /// Where the measured figures (Figure::on_device) put backends and run kernels: nullptr is the
   /// host; else the GPU or the emulated one (`kvlab figure --device`).
   DeviceContext* device = nullptr;

@@ -986,7 +986,7 @@ std::vector<const Figure*> device_figures(const std::string& name, const DeviceS
 }
 
 int cmd_figure(const std::vector<std::string>& args, const std::string& invocation) {
-  std::string name, out, trace_dir, device_text = "host";
+  std::string name, out, trace_dir, device_text = "host", formats = "png";
   bool full = false;
   po::options_description opts("kvlab figure options");
   opts.add_options()("help,h", "show this help")("name", po::value(&name), "the figure (also positional), or all")(
@@ -997,6 +997,7 @@ int cmd_figure(const std::vector<std::string>& args, const std::string& invocati
       "figures go to OUT/NAME/ (with --device cuda:N the default is results/gpu/cuda-device-N-<GPU name>, with "
       "emulated results/emulated)")(
       "trace-dir", po::value(&trace_dir), "where the public traces are (default: $KVLAB_TRACE_DIR or ../shared/traces)")(
+      "format", po::value(&formats)->default_value("png"), "the plot's files: png, pdf and/or svg, comma-separated")(
       "no-progress", "no progress lines");
   po::positional_options_description pos;
   pos.add("name", 1);
@@ -1010,10 +1011,15 @@ int cmd_figure(const std::vector<std::string>& args, const std::string& invocati
                  "  kvlab figure memory-breakdown            # smoke scale into results/memory-breakdown/\n"
                  "  kvlab figure block-size --full           # paper scale\n"
                  "  kvlab figure all --out /tmp/figs\n"
+                 "  kvlab figure request-rate --format png,pdf   # a PDF beside the PNG for a paper\n"
                  "  kvlab figure kernel-overhead --device cuda    # on GPU 0, into results/gpu/cuda-device-0-<GPU name>/\n";
     return vm.count("help") ? 0 : 2;
   }
   po::notify(vm);
+  for (const std::string& f : split_list(formats))
+    if (f != "png" && f != "pdf" && f != "svg")
+      throw UsageError("--format: '" + f + "' is not png, pdf or svg (comma-separated, e.g. png,pdf)");
+  if (split_list(formats).empty()) throw UsageError("--format: name png, pdf and/or svg");
   const DeviceSpec device = parse_device_spec(device_text);
   const std::vector<const Figure*> todo = device_figures(name, device);
   std::unique_ptr<DeviceContext> device_context;
@@ -1042,6 +1048,7 @@ int cmd_figure(const std::vector<std::string>& args, const std::string& invocati
                                       (device.kind == Device::host ? "" : " --device " + device.name())
                                 : invocation;
     ctx.progress = vm.count("no-progress") == 0;
+    ctx.formats = formats;
     ctx.device = device_context.get();
     const auto t0 = std::chrono::steady_clock::now();
     std::cout << "figure " << f->name << " (" << f->title << ")\n";

@@ -1,13 +1,14 @@
 #!/usr/bin/env python3
 """Plots for kvlab results (matplotlib; scripts/setup.sh installs Debian's python3-matplotlib).
 
-    scripts/plot.py compare DIR        # DIR/compare.csv -> DIR/compare.png
-    scripts/plot.py figure NAME DIR    # DIR/data.csv    -> DIR/NAME.png  (kvlab figure NAME)
+    scripts/plot.py compare DIR                            # DIR/compare.csv -> DIR/compare.png
+    scripts/plot.py figure NAME DIR [--format png,pdf,svg] # DIR/data.csv    -> DIR/NAME.png (and .pdf, .svg)
 
 Each plot states what it shows in its title and axis labels, so it can be read without the code.
 """
 import csv
 import os
+import re
 import sys
 
 import matplotlib
@@ -31,10 +32,11 @@ def read_rows(path):
 
 
 def save(fig, path):
-    """Saves `fig` as the PNG `path` atomically: a temporary name in the same directory, renamed into place."""
+    """Saves `fig` as `path` (PNG, PDF or SVG by its extension) atomically: a temporary name in the same
+    directory, renamed into place."""
     tmp = f"{path}.tmp.{os.getpid()}"
     try:
-        fig.savefig(tmp, dpi=120, format="png")
+        fig.savefig(tmp, dpi=120, format=os.path.splitext(path)[1][1:])
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
@@ -42,10 +44,18 @@ def save(fig, path):
         raise
 
 
+def without_paths(text):
+    """`text` with every file path (/..., ./..., ../...) cut to its name: no machine's directories in a title."""
+    return re.sub(r"""(^|[\s(])(?:\.\.?/|/)(?:[^\s,;()'"/]+/)*([^\s,;()'"/]+)""", r"\1\2", text)
+
+
 def compare(directory):
     rows = read_rows(f"{directory}/compare.csv")
     names = [r["backend"] for r in rows]
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13, 5), gridspec_kw={"width_ratios": [3, 2]})
+    latency = bool(rows) and "ttft_mean_ms" in rows[0]
+    fig, axes = plt.subplots(1, 3 if latency else 2, figsize=(18 if latency else 13, 5),
+                             gridspec_kw={"width_ratios": [3, 2, 2] if latency else [3, 2]})
+    ax1, ax2 = axes[0], axes[1]
     bottom = [0.0] * len(rows)
     for key, label, color in CATEGORIES:
         values = [100.0 * float(r[key]) for r in rows]
@@ -67,7 +77,20 @@ def compare(directory):
     ax2.tick_params(axis="x", rotation=30, labelsize=8)
     for i, v in enumerate(tps):
         ax2.text(i, v, f"{v:.0f}", ha="center", va="bottom", fontsize=8)
-    workload = rows[0].get("workload", "") if rows else ""
+    if latency:  # vLLM bench serve's latencies, mean and p99, on a log scale (they differ by orders)
+        ax3 = axes[2]
+        x = range(len(rows))
+        for k, (col, label, color) in enumerate((("ttft", "TTFT", "#6a1b9a"), ("tpot", "TPOT", "#2e7d32"))):
+            means = [max(float(r[f"{col}_mean_ms"]), 1e-3) for r in rows]
+            p99 = [max(float(r[f"{col}_p99_ms"]), 1e-3) for r in rows]
+            ax3.bar([i + (k - 0.5) * 0.38 for i in x], means, 0.38, color=color, label=f"{label} mean")
+            ax3.scatter([i + (k - 0.5) * 0.38 for i in x], p99, color=color, marker="_", s=200, label=f"{label} p99")
+        ax3.set_xticks(list(x), names, rotation=30, fontsize=8)
+        ax3.set_yscale("log")
+        ax3.set_ylabel(f"latency (ms, {clock} clock)")
+        ax3.set_title("Time to first token and per output token")
+        ax3.legend(fontsize=7)
+    workload = without_paths(rows[0].get("workload", "")) if rows else ""
     fig.suptitle(f"kvlab compare: {workload}", fontsize=10)
     fig.tight_layout()
     save(fig, f"{directory}/compare.png")
@@ -361,20 +384,43 @@ FIGURES = {
 }
 
 
-def figure(name, directory):
+FORMATS = ("png", "pdf", "svg")
+
+
+def smoke_scale(directory):
+    """Whether the figure's README says it ran at smoke scale (kvlab figure without --full)."""
+    try:
+        with open(f"{directory}/README.md") as f:
+            return any(line.startswith("- scale: smoke") for line in f)
+    except OSError:
+        return False
+
+
+def figure(name, directory, formats=("png",)):
     rows = read_rows(f"{directory}/data.csv")
     fig = FIGURES[name](directory, rows)
     fig.tight_layout()
-    save(fig, f"{directory}/{name}.png")
-    print(f"wrote {directory}/{name}.png")
+    if smoke_scale(directory):  # visible on the plot itself, not only in its README
+        fig.text(0.995, 0.005, "SMOKE SCALE (kvlab figure --full for paper scale)", ha="right", va="bottom",
+                 fontsize=9, color="#b71c1c", alpha=0.8)
+    for fmt in formats:
+        save(fig, f"{directory}/{name}.{fmt}")
+        print(f"wrote {directory}/{name}.{fmt}")
 
 
 def main(argv):
     if len(argv) == 3 and argv[1] == "compare":
         compare(argv[2])
         return 0
+    formats = ("png",)
+    if len(argv) == 6 and argv[4] == "--format":
+        formats = tuple(dict.fromkeys(argv[5].split(",")))
+        if not formats or any(f not in FORMATS for f in formats):
+            print(f"plot.py: --format must list png, pdf or svg (got '{argv[5]}')", file=sys.stderr)
+            return 2
+        argv = argv[:4]
     if len(argv) == 4 and argv[1] == "figure" and argv[2] in FIGURES:
-        figure(argv[2], argv[3])
+        figure(argv[2], argv[3], formats)
         return 0
     print(__doc__, file=sys.stderr)
     return 2

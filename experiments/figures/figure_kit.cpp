@@ -95,11 +95,12 @@ void write_readme(const FigureContext& ctx, const ReadmeText& text, const Table&
 
 void plot(const FigureContext& ctx, const std::string& name) {
   std::string error;
-  switch (run_plot_script({"figure", name, ctx.out.string()}, /*quiet=*/false, &error)) {
+  switch (run_plot_script({"figure", name, ctx.out.string(), "--format", ctx.formats}, /*quiet=*/false, &error)) {
     case PlotOutcome::drawn: return;
     case PlotOutcome::failed: {
       std::error_code ec;
-      std::filesystem::remove(ctx.out / (name + ".png"), ec);  // what a failed script left is no plot
+      for (const char* ext : {".png", ".pdf", ".svg"})  // what a failed script left is no plot
+        std::filesystem::remove(ctx.out / (name + ext), ec);
       throw_if_interrupted();  // Ctrl-C while plotting: interrupted, not failed
       KVLAB_THROW(Error, fmt::format("plotting {} failed: scripts/plot.py figure {} {}: {}", name, name,
                                      shell_quote(ctx.out.string()), error));

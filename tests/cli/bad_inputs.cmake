@@ -683,6 +683,8 @@ bad(FI-9 2 "--out names no directory" figure memory-breakdown --out @EMPTY@)
 bad(FI-10 2 "--out .*vidur_ok.csv: is not a directory" figure memory-breakdown --out @D@/vidur_ok.csv)
 bad(FI-11 2 "figure block-size is modelled on the host .its clock is a device model.: --device emulated applies to the measured figures .kernel-overhead, page-size, overlap." figure block-size --device emulated --out @D@/figs)
 bad(FI-12 2 "unknown device 'tpu'" figure kernel-overhead --device tpu --out @D@/figs)
+bad(FI-14 2 "--format: 'jpg' is not png, pdf or svg" figure sharing --format jpg --out @D@/figs)
+bad(FI-15 2 "--format: name png, pdf and/or svg" figure sharing --format , --out @D@/figs)
 bad(FI-13 1 "failed: --device cuda:1023: (no CUDA GPU found|this machine has [0-9]+ CUDA device)" figure kernel-overhead --device cuda:1023 --out @D@/figs)
 
 # kvlab calibrate: checked before any measurement (no progress line precedes the error)

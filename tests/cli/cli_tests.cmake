@@ -100,3 +100,9 @@ add_test(NAME cli.every_help_works COMMAND sh -c
   "for c in replay compare sweep collect figure calibrate models devices version; do \"$0\" $c --help >/dev/null || { echo \"kvlab $c --help failed\"; exit 1; }; done; \"$0\" sweep --help | grep -q 'experiments/sweeps/block-size.sweep' && test -f \"$1/experiments/sweeps/block-size.sweep\" && \"$0\" sweep \"$1/experiments/sweeps/block-size.sweep\" --dry-run >/dev/null"
   $<TARGET_FILE:kvlab> ${PROJECT_SOURCE_DIR})
 set_tests_properties(cli.every_help_works PROPERTIES LABELS cli)
+# kvlab figure --format: each format named is written (issue 30: PNG only before), and the smoke
+# scale is marked on the plot (checked in the SVG's text).
+add_test(NAME figures.formats COMMAND sh -c
+  "rm -rf \"$1\" && \"$0\" figure sharing --format png,pdf,svg --no-progress --out \"$1\" >/dev/null && test -s \"$1/sharing/sharing.png\" && test -s \"$1/sharing/sharing.pdf\" && grep -q 'SMOKE SCALE' \"$1/sharing/sharing.svg\""
+  $<TARGET_FILE:kvlab> ${CMAKE_CURRENT_BINARY_DIR}/figure-formats)
+set_tests_properties(figures.formats PROPERTIES LABELS figures)
