@@ -217,7 +217,10 @@ void kernel_overhead(const FigureContext& ctx) {
                        sc.batch, sc.prefill_q),
            clock_text(ctx, sc.reps),
            "Paper (GPU): the paged attention kernel is 20-26 % slower than FasterTransformer's contiguous one "
-           "(vLLM) and paged prefill up to 37-42 % slower (vAttention). " +
+           "(vLLM) and paged prefill up to 37-42 % slower (vAttention). Layouts differ as well as views: the "
+           "contiguous backend stores a layer's K and V rows of a token side by side (one stream, the common base "
+           "FlashInfer's kernels need), while paged and vmm keep K and V in separate planes (two streams), so on "
+           "the host part of any difference is the layout's, not the view's. " +
                std::string(device_of(ctx) == Device::host
                                ? "On the host the paged view costs one block-table lookup per block; at block size 1 "
                                  "that is one per token, which is where it shows. The vmm backend hands out the "
