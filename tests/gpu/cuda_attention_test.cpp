@@ -13,6 +13,7 @@
 #include "alloc/cuda_memory_resource.hpp"
 #include "alloc/cuda_runtime.hpp"
 #include "kernels/cuda/cuda_attention.hpp"
+#include "tests/gpu/device_array.hpp"
 #include "tests/support/kv_fixture.hpp"
 
 namespace kvlab {
@@ -23,22 +24,7 @@ namespace {
     if (!cuda_status().available) GTEST_SKIP() << "no usable GPU: " << cuda_status().message; \
   } while (0)
 
-/// Device copies of a host vector, freed at scope exit.
-template <class T>
-struct DeviceArray {
-  T* ptr = nullptr;
-  std::size_t n = 0;
-  explicit DeviceArray(const std::vector<T>& host) : n(host.size()) {
-    EXPECT_EQ(cudaMalloc(reinterpret_cast<void**>(&ptr), std::max<std::size_t>(n, 1) * sizeof(T)), cudaSuccess);
-    EXPECT_EQ(cudaMemcpy(ptr, host.data(), n * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
-  }
-  ~DeviceArray() { cudaFree(ptr); }
-  std::vector<T> to_host() const {
-    std::vector<T> h(n);
-    EXPECT_EQ(cudaMemcpy(h.data(), ptr, n * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
-    return h;
-  }
-};
+using testing::DeviceArray;
 
 struct GpuCase {
   DType dtype;

@@ -17,6 +17,7 @@
 #include "kernels/attention.hpp"
 #include "kernels/batch_attention_params.hpp"
 #include "kernels/cuda/cuda_attention.hpp"
+#include "tests/gpu/device_array.hpp"
 #include "tests/support/kv_fixture.hpp"
 
 namespace kvlab {
@@ -28,23 +29,7 @@ namespace {
     if (!cuda_status().available) GTEST_SKIP() << "no usable GPU: " << cuda_status().message;          \
   } while (0)
 
-template <class T>
-struct DeviceArray {
-  T* ptr = nullptr;
-  std::size_t n = 0;
-  explicit DeviceArray(const std::vector<T>& host) : n(host.size()) {
-    EXPECT_EQ(cudaMalloc(reinterpret_cast<void**>(&ptr), std::max<std::size_t>(n, 1) * sizeof(T)), cudaSuccess);
-    EXPECT_EQ(cudaMemcpy(ptr, host.data(), n * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
-  }
-  ~DeviceArray() { cudaFree(ptr); }
-  DeviceArray(const DeviceArray&) = delete;
-  DeviceArray& operator=(const DeviceArray&) = delete;
-  std::vector<T> to_host() const {
-    std::vector<T> h(n);
-    EXPECT_EQ(cudaMemcpy(h.data(), ptr, n * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
-    return h;
-  }
-};
+using testing::DeviceArray;
 
 /// FlashInfer rounds the queries and the softmax weights to the KV dtype for its tensor cores and
 /// writes its output in that dtype; the reference sees the same rounded queries, so what is left
