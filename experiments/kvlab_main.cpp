@@ -985,6 +985,14 @@ std::vector<const Figure*> device_figures(const std::string& name, const DeviceS
   return todo;
 }
 
+/// --format: png, pdf and/or svg, comma-separated (exit 2 otherwise).
+void check_plot_formats(const std::string& formats) {
+  for (const std::string& f : split_list(formats))
+    if (f != "png" && f != "pdf" && f != "svg")
+      throw UsageError("--format: '" + f + "' is not png, pdf or svg (comma-separated, e.g. png,pdf)");
+  if (split_list(formats).empty()) throw UsageError("--format: name png, pdf and/or svg");
+}
+
 int cmd_figure(const std::vector<std::string>& args, const std::string& invocation) {
   std::string name, out, trace_dir, device_text = "host", formats = "png";
   bool full = false;
@@ -1016,10 +1024,7 @@ int cmd_figure(const std::vector<std::string>& args, const std::string& invocati
     return vm.count("help") ? 0 : 2;
   }
   po::notify(vm);
-  for (const std::string& f : split_list(formats))
-    if (f != "png" && f != "pdf" && f != "svg")
-      throw UsageError("--format: '" + f + "' is not png, pdf or svg (comma-separated, e.g. png,pdf)");
-  if (split_list(formats).empty()) throw UsageError("--format: name png, pdf and/or svg");
+  check_plot_formats(formats);
   const DeviceSpec device = parse_device_spec(device_text);
   const std::vector<const Figure*> todo = device_figures(name, device);
   std::unique_ptr<DeviceContext> device_context;
