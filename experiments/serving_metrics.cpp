@@ -8,15 +8,12 @@
 
 namespace kvlab {
 
-namespace {
-/// numpy.percentile's linear method on sorted data.
-double percentile(const std::vector<double>& sorted, double q) {
-  const double pos = q / 100 * static_cast<double>(sorted.size() - 1);
+double quantile(const std::vector<double>& sorted, double q) {
+  const double pos = q * static_cast<double>(sorted.size() - 1);
   const auto lo = static_cast<std::size_t>(std::floor(pos));
   const std::size_t hi = std::min(lo + 1, sorted.size() - 1);
   return sorted[lo] + (sorted[hi] - sorted[lo]) * (pos - static_cast<double>(lo));
 }
-}  // namespace
 
 LatencyStats latency_stats(std::vector<double> seconds) {
   LatencyStats s;
@@ -31,9 +28,9 @@ LatencyStats latency_stats(std::vector<double> seconds) {
   s.count = static_cast<std::int64_t>(seconds.size());
   s.mean_ms = 1e3 * mean;
   s.std_ms = 1e3 * std::sqrt(var / n);
-  s.median_ms = 1e3 * percentile(seconds, 50);
-  s.p90_ms = 1e3 * percentile(seconds, 90);
-  s.p99_ms = 1e3 * percentile(seconds, 99);
+  s.median_ms = 1e3 * quantile(seconds, 0.5);
+  s.p90_ms = 1e3 * quantile(seconds, 0.9);
+  s.p99_ms = 1e3 * quantile(seconds, 0.99);
   return s;
 }
 

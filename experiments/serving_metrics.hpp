@@ -18,6 +18,10 @@ struct LatencyStats {
   double mean_ms = 0, median_ms = 0, std_ms = 0, p90_ms = 0, p99_ms = 0;
 };
 
+/// The q-quantile (0..1) of non-empty `sorted`, linear between the two nearest ranks
+/// (numpy.percentile's default method).
+[[nodiscard]] double quantile(const std::vector<double>& sorted, double q);
+
 /// The distribution of `seconds` (any order; empty: all zero).
 [[nodiscard]] LatencyStats latency_stats(std::vector<double> seconds);
 

@@ -12,6 +12,7 @@
 #include "alloc/memory_resource.hpp"
 #include "experiments/figures/figure_kit.hpp"
 #include "experiments/figures/figure_list.hpp"
+#include "experiments/serving_metrics.hpp"
 #include "experiments/run_control.hpp"
 #include "kernels/attention.hpp"
 #include "kernels/batch_attention_params.hpp"
@@ -25,14 +26,6 @@ namespace {
 struct Timing {
   double median = 0, min = 0, q1 = 0, q3 = 0, max = 0;
 };
-
-/// The quantile q of sorted `v`, linearly interpolated.
-double quantile(const std::vector<double>& v, double q) {
-  const double pos = q * static_cast<double>(v.size() - 1);
-  const auto lo = static_cast<std::size_t>(pos);
-  const std::size_t hi = std::min(lo + 1, v.size() - 1);
-  return v[lo] + (v[hi] - v[lo]) * (pos - static_cast<double>(lo));
-}
 
 /// The device the figure runs on (`kvlab figure --device`): the host when ctx.device is nullptr.
 Device device_of(const FigureContext& ctx) { return ctx.device != nullptr ? ctx.device->device() : Device::host; }
