@@ -30,8 +30,7 @@ double saturation_rate(const FigureContext& ctx, const std::function<std::vector
                        const std::vector<double>& rates) {
   std::vector<double> lat;
   for (double r : rates) lat.push_back(run(ctx, "paged-16", opt13b_12gb(), make(r), a100_40gb()).summary.mean_normalized_latency_s);
-  const double s = crossing_rate(rates, lat, kSaturationLatencyFactor * lat.front());
-  return std::isfinite(s) ? std::round(s * 1000) / 1000 : s;
+  return crossing_rate(rates, lat, kSaturationLatencyFactor * lat.front());
 }
 
 struct Point {

@@ -275,7 +275,7 @@ double crossing_rate(const std::vector<double>& rates, const std::vector<double>
   for (std::size_t i = 1; i < rates.size() && i < latency.size(); ++i)
     if (latency[i] > threshold) {
       const double f = (threshold - latency[i - 1]) / (latency[i] - latency[i - 1]);
-      return rates[i - 1] + f * (rates[i] - rates[i - 1]);
+      return std::round((rates[i - 1] + f * (rates[i] - rates[i - 1])) * 1000) / 1000;
     }
   return std::numeric_limits<double>::infinity();
 }

@@ -97,8 +97,9 @@ inline constexpr double kVllmAlpacaMeanPrompt = 19.31, kVllmAlpacaMeanOutput = 5
 /// `from` to `to` in `n` >= 2 geometric steps.
 [[nodiscard]] std::vector<double> geometric_rates(double from, double to, int n);
 /// The rate at which `latency` (by ascending `rates`) first passes `threshold`, interpolated
-/// linearly between the last point at or below it and the first above; NaN when the first point is
-/// above already, +inf when none is.
+/// linearly between the last point at or below it and the first above and rounded to 3 decimals
+/// (as the figures print it, so what a README derives from it follows from the file); NaN when
+/// the first point is above already, +inf when none is.
 [[nodiscard]] double crossing_rate(const std::vector<double>& rates, const std::vector<double>& latency, double threshold);
 /// The normalized latency at which a rate counts as sustained: this many times the latency at the
 /// lowest rate swept (the unloaded latency); past it, queueing dominates (request-rate, block-size).

@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
-#include <limits>
 #include <string>
 #include <vector>
 
@@ -61,9 +60,7 @@ void request_rate(const FigureContext& ctx) {
     for (std::size_t s = 0; s < first.backends.size(); ++s) {
       std::vector<double> lat;
       for (const auto& r : runs) lat.push_back(r.results[s].mean_normalized_latency_s);
-      // Rounded as data.csv prints it, so the ratios the README states follow from the file.
-      const double r = crossing_rate(w.rates, lat, threshold);
-      sustained.push_back(std::isfinite(r) ? std::round(r * 1000) / 1000 : r);
+      sustained.push_back(crossing_rate(w.rates, lat, threshold));
     }
     for (std::size_t s = 0; s < first.backends.size(); ++s)
       for (std::size_t i = 0; i < w.rates.size(); ++i) {
