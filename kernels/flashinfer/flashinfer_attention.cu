@@ -3,13 +3,13 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstring>
 #include <initializer_list>
 #include <flashinfer/attention/scheduler.cuh>
 #include <flashinfer/exception.h>
 #include <mutex>
 #include <optional>
 #include <tuple>
+#include <type_traits>
 #include <utility>
 #include <string>
 #include <vector>
@@ -292,27 +292,23 @@ std::pair<T*, float*> apply_plan(State& st, P& params) {
                                    " query rows; kvlab instantiates 16, 64 and 128");
 }
 
-template <class T>
-void run_kernel(State& st, fi::Params<T>& params, cudaStream_t stream) {
+/// Launches the kernel `params` is for (paged: fi::Params, ragged: fi::RaggedParams) at the CTA
+/// tile the plan chose.
+template <class T, class P>
+void run_kernel(State& st, P& params, cudaStream_t stream) {
   const auto [tmp_v, tmp_s] = apply_plan<T>(st, params);
+  const auto launch = [&](auto tile) {
+    constexpr std::uint32_t kTile = decltype(tile)::value;
+    if constexpr (std::is_same_v<P, fi::Params<T>>)
+      return KVLAB_FLASHINFER_PREFILL(T, kTile)(params, tmp_v, tmp_s, false, stream);
+    else
+      return KVLAB_FLASHINFER_RAGGED(T, kTile)(params, tmp_v, tmp_s, false, stream);
+  };
   cudaError_t status = cudaErrorInvalidValue;
   switch (st.plan.cta_tile_q) {
-    case 16: status = KVLAB_FLASHINFER_PREFILL(T, 16)(params, tmp_v, tmp_s, false, stream); break;
-    case 64: status = KVLAB_FLASHINFER_PREFILL(T, 64)(params, tmp_v, tmp_s, false, stream); break;
-    case 128: status = KVLAB_FLASHINFER_PREFILL(T, 128)(params, tmp_v, tmp_s, false, stream); break;
-    default: unsupported_tile(st.plan.cta_tile_q);
-  }
-  KVLAB_CUDA_TRY(status);
-}
-
-template <class T>
-void run_kernel(State& st, fi::RaggedParams<T>& params, cudaStream_t stream) {
-  const auto [tmp_v, tmp_s] = apply_plan<T>(st, params);
-  cudaError_t status = cudaErrorInvalidValue;
-  switch (st.plan.cta_tile_q) {
-    case 16: status = KVLAB_FLASHINFER_RAGGED(T, 16)(params, tmp_v, tmp_s, false, stream); break;
-    case 64: status = KVLAB_FLASHINFER_RAGGED(T, 64)(params, tmp_v, tmp_s, false, stream); break;
-    case 128: status = KVLAB_FLASHINFER_RAGGED(T, 128)(params, tmp_v, tmp_s, false, stream); break;
+    case 16: status = launch(std::integral_constant<std::uint32_t, 16>{}); break;
+    case 64: status = launch(std::integral_constant<std::uint32_t, 64>{}); break;
+    case 128: status = launch(std::integral_constant<std::uint32_t, 128>{}); break;
     default: unsupported_tile(st.plan.cta_tile_q);
   }
   KVLAB_CUDA_TRY(status);
