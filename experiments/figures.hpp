@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "experiments/provenance.hpp"
+
 namespace kvlab {
 
 class DeviceContext;
@@ -22,6 +24,7 @@ struct FigureContext {
   /// Where the measured figures (Figure::on_device) put backends and run kernels: nullptr is the
   /// host; else the GPU or the emulated one (`kvlab figure --device`).
   DeviceContext* device = nullptr;
+  Provenance provenance = {};  ///< how the figure was made: written to its run.json
 };
 
 struct Figure {

@@ -1055,6 +1055,7 @@ int cmd_figure(const std::vector<std::string>& args, const std::string& invocati
     ctx.progress = vm.count("no-progress") == 0;
     ctx.formats = formats;
     ctx.device = device_context.get();
+    ctx.provenance = current_provenance(resolved_options(vm));
     const auto t0 = std::chrono::steady_clock::now();
     std::cout << "figure " << f->name << " (" << f->title << ")\n";
     fs::remove(ctx.out / "device_fault.txt");  // a clean re-run leaves no old fault behind

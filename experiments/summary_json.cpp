@@ -146,6 +146,11 @@ std::string summary_json(const RunInfo& info, const ReplaySummary& s) {
   return out + "}\n";
 }
 
+std::string run_json(const std::string& command, const Provenance& p) {
+  const Json j{{"command", command}, {"provenance", provenance(p)}};
+  return j.dump(2, ' ', false, Json::error_handler_t::replace) + "\n";
+}
+
 void write_summary_json(const std::filesystem::path& file, const RunInfo& info, const ReplaySummary& s) {
   write_file_atomically(file, summary_json(info, s));
 }

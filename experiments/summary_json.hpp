@@ -12,6 +12,10 @@ namespace kvlab {
 /// significant digits (what the file has always carried) and printed in its shortest form.
 [[nodiscard]] std::string summary_json(const RunInfo& info, const ReplaySummary& s);
 
+/// The text of run.json, written beside a figure's or a run's CSV files: the command that
+/// reproduces them and its provenance (version, revision, date, host, every resolved option).
+[[nodiscard]] std::string run_json(const std::string& command, const Provenance& p);
+
 /// Writes summary_json(info, s) to `file`.
 void write_summary_json(const std::filesystem::path& file, const RunInfo& info, const ReplaySummary& s);
 

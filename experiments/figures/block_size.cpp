@@ -47,7 +47,7 @@ std::string load_text(const Workload& w) {
 }
 
 /// Where one workload's minimum lies, from the data, against the paper's best range.
-std::string verdict(const Workload& w, const std::vector<Point>& pts) {
+std::string verdict(const Workload& w, const std::vector<Point>& pts, Facts& f) {
   const Point& best = *std::min_element(pts.begin(), pts.end(), [](const Point& a, const Point& b) {
     return a.latency() < b.latency();  // the smallest block wins a tie
   });
@@ -61,11 +61,16 @@ std::string verdict(const Workload& w, const std::vector<Point>& pts) {
   return fmt::format(
       "- {} (offered load {} of paged-16's sustained rate, {} req/s; mean TTFT {} s at block 16): lowest latency at "
       "block {} ({:.4f} s/token), {} the paper's best range {}-{}; within {:.0f} % of it: "
-      "blocks {}. Block {} is {:+.1f} % and block {} {:+.1f} % from the lowest; block-tail waste (internal + "
+      "blocks {}. Block {} is {} % and block {} {} % from the lowest; block-tail waste (internal + "
       "reserved) {} % at block {}, {} % at block {}. Small-block side of the trade-off: {}; large-block side: {}.",
       w.label, load_text(w), fixed(w.saturation, 3), fixed(pts[4].s.mean_ttft_s, 1), best.block, best.latency(), inside ? "inside" : "outside", w.paper_best_lo, w.paper_best_hi,
-      100 * kNearBest, near, first.block, 100 * relative_error(first.latency(), best.latency()), last.block,
-      100 * relative_error(last.latency(), best.latency()), pct(first.waste()), first.block, pct(last.waste()),
+      100 * kNearBest, near, first.block,
+      with_sign(f.quote(fmt::format("{}: block {} latency vs the lowest (%)", w.label, first.block),
+                        100 * relative_error(first.latency(), best.latency()), 1, "this run (latency_vs_best)")),
+      last.block,
+      with_sign(f.quote(fmt::format("{}: block {} latency vs the lowest (%)", w.label, last.block),
+                        100 * relative_error(last.latency(), best.latency()), 1, "this run (latency_vs_best)")),
+      pct(first.waste()), first.block, pct(last.waste()),
       last.block, small_side ? "present (small blocks are slower)" : "absent in this clock (small blocks are not slower)",
       large_side ? "present (large blocks are slower)" : "absent (large blocks are not slower)");
 }
@@ -101,11 +106,12 @@ void block_size(const FigureContext& ctx) {
            "token_states_pct", "reserved_pct", "internal_frag_pct", "block_tail_waste_pct", "mean_batch",
            "preemptions"}};
   std::string verdicts;
+  Facts facts;
   for (const Workload& w : workloads) {
     std::vector<Point> pts;
     for (int b : kSizes) pts.push_back({b, run(ctx, fmt::format("paged-{}", b), opt13b_12gb(), w.requests, a100_40gb()).summary});
     add_rows(t, w, pts);
-    verdicts += verdict(w, pts) + "\n";
+    verdicts += verdict(w, pts, facts) + "\n";
   }
   publish(ctx,
           {"block-size", "vLLM (SOSP'23) Figure 18b: latency and fragmentation against block size",
@@ -125,7 +131,7 @@ void block_size(const FigureContext& ctx) {
                "Whether small blocks cost latency here depends only on whether the clock charges anything per "
                "block (see the clock sources); the host-measured kernel side is in `kernel-overhead`.",
                100 * kNearBest, verdicts),
-           clock_sources(a100_40gb().device)},
+           clock_sources(a100_40gb().device), facts},
           t);
 }
 }  // namespace

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <limits>
@@ -15,15 +16,15 @@
 #include "experiments/progress.hpp"
 #include "experiments/report.hpp"
 #include "experiments/shell.hpp"
+#include "experiments/summary_json.hpp"
 #include "experiments/trace_reader.hpp"
 
 namespace kvlab::fig {
 
 namespace fs = std::filesystem;
 
-void Table::write_csv(const fs::path& file, const std::string& command) const {
+void Table::write_csv(const fs::path& file) const {
   std::ostringstream f;
-  f << "# " << command << "\n";
   for (std::size_t i = 0; i < columns.size(); ++i) f << (i ? "," : "") << columns[i];
   f << "\n";
   for (const auto& r : rows) {
@@ -60,6 +61,29 @@ std::string relative_error_pct(double ours, double paper) {
   return std::isfinite(e) ? fmt::format("{:+.1f}", 100.0 * e) : "n/a";
 }
 
+std::string Facts::quote(const std::string& quantity, double value, int digits, const std::string& source) {
+  std::string printed = fixed(value, digits);
+  const std::vector<std::string> row{quantity, printed, "", "", source};
+  if (std::find(facts_.rows.begin(), facts_.rows.end(), row) == facts_.rows.end()) facts_.add(row);  // quoted twice
+  return printed;
+}
+
+std::string Facts::claim(const std::string& quantity, double value, double paper, int digits,
+                         const std::string& source) {
+  std::string printed = fixed(value, digits);
+  facts_.add({quantity, printed, fixed(paper, digits), relative_error_pct(value, paper), source});
+  return printed;
+}
+
+std::string with_sign(const std::string& printed) { return printed.starts_with('-') ? printed : "+" + printed; }
+
+Table Facts::claims() const {
+  Table t({"claim", "paper", "ours", "relative_error_pct", "source"});
+  for (const auto& r : facts_.rows)
+    if (!r[2].empty()) t.add({r[0], r[2], r[1], r[3], r[4]});
+  return t;
+}
+
 namespace {
 std::string machine() {
   std::ifstream cpu("/proc/cpuinfo");
@@ -87,8 +111,12 @@ void write_readme(const FigureContext& ctx, const ReadmeText& text, const Table&
   f
     << "- setup: " << text.setup << "\n\n"
     << table.markdown() << "\n"
-    << text.notes << "\n\n"
-    << "Files: `data.csv` (the numbers above, first line the command), `" << text.name << ".png` (the plot, drawn by "
+    << text.notes << "\n\n";
+  if (const Table claims = text.facts.claims(); !claims.rows.empty())
+    f << "Claims against the paper, ours from the data above (facts.csv):\n\n" << claims.markdown() << "\n";
+  f << "Files: `data.csv` (the table above), "
+    << (text.facts.empty() ? "" : "`facts.csv` (every other number quoted above, with its source), ")
+    << "`run.json` (the command and provenance), `" << text.name << ".png` (the plot, drawn by "
     << "`scripts/plot.py figure " << text.name << " DIR`).\n";
   write_file_atomically(ctx.out / "README.md", f.view());
 }
@@ -117,7 +145,13 @@ void plot(const FigureContext& ctx, const std::string& name) {
 }
 
 void publish(const FigureContext& ctx, const ReadmeText& text, const Table& table) {
-  table.write_csv(ctx.out / "data.csv", ctx.command);
+  table.write_csv(ctx.out / "data.csv");
+  std::error_code ec;
+  if (text.facts.empty())
+    fs::remove(ctx.out / "facts.csv", ec);  // an earlier run's facts are not this run's
+  else
+    text.facts.table().write_csv(ctx.out / "facts.csv");
+  write_file_atomically(ctx.out / "run.json", run_json(ctx.command, ctx.provenance));
   write_readme(ctx, text, table);
   plot(ctx, text.name);
 }

@@ -22,8 +22,8 @@ struct Table {
   std::vector<std::vector<std::string>> rows;
 
   void add(std::vector<std::string> row) { rows.push_back(std::move(row)); }
-  /// CSV whose first line is "# COMMAND".
-  void write_csv(const std::filesystem::path& file, const std::string& command) const;
+  /// Plain CSV, one header row (the command and provenance are in run.json beside it).
+  void write_csv(const std::filesystem::path& file) const;
   [[nodiscard]] std::string markdown() const;
 };
 
@@ -37,6 +37,32 @@ struct Table {
 /// relative_error as a signed percentage with one decimal ("+4.0", "-12.3"); "n/a" when undefined.
 [[nodiscard]] std::string relative_error_pct(double ours, double paper);
 
+/// The numbers a README quotes outside its table, each with where it comes from, written as
+/// facts.csv beside data.csv: so that every number a README states is in one of its data files
+/// (scripts/check_readme_numbers.py fails otherwise). A figure formats each such number through
+/// quote() or claim() rather than typing it into the prose.
+class Facts {
+ public:
+  /// Records `value` (named `quantity`, from `source`: "this run", a paper's section, the setup)
+  /// and returns it as the README prints it, with `digits` decimals.
+  std::string quote(const std::string& quantity, double value, int digits, const std::string& source);
+  /// Records our `value` against the paper's (`paper` from `source`), with the relative error;
+  /// returns ours as printed. Claims also appear as a table of their own in the README.
+  std::string claim(const std::string& quantity, double value, double paper, int digits, const std::string& source);
+
+  [[nodiscard]] bool empty() const { return facts_.rows.empty(); }
+  /// facts.csv: quantity,value,paper_value,relative_error_pct,source.
+  [[nodiscard]] const Table& table() const { return facts_; }
+  /// The claims alone, for the README: quantity, paper, ours, relative error, source.
+  [[nodiscard]] Table claims() const;
+
+ private:
+  Table facts_{{"quantity", "value", "paper_value", "relative_error_pct", "source"}};
+};
+
+/// "+12.3" for "12.3": a printed change with its sign ("-4.0" stays).
+[[nodiscard]] std::string with_sign(const std::string& printed);
+
 /// What the README says about one figure, besides its table.
 struct ReadmeText {
   std::string name;   ///< the figure's name (its directory and PNG)
@@ -47,6 +73,8 @@ struct ReadmeText {
   /// Which sources set each constant of the clock (clock_sources()); empty: no such line (a
   /// measured figure).
   std::string clock_sources = {};
+  /// The numbers `notes` quotes that the table does not hold (facts.csv).
+  Facts facts = {};
 };
 
 /// Writes ctx.out/README.md: the command, scale, machine, clock, setup, the table and the notes.

@@ -1,4 +1,6 @@
 // vLLM (SOSP'23) Fig. 2: where the KV cache memory goes under Orca's reservations and under paging.
+#include <fmt/format.h>
+
 #include <string>
 #include <utility>
 #include <vector>
@@ -19,8 +21,24 @@ void memory_breakdown(const FigureContext& ctx) {
       {"ShareGPT (vLLM's lengths)", sharegpt_vllm_lengths(2.0, ctx.full ? 3000 : 400)}};
   Table t{{"workload", "system", "backend", "token_states_pct", "reserved_pct", "internal_frag_pct", "external_frag_pct",
            "free_pct", "token_states_pct_of_used", "paper_token_states_pct_of_used", "relative_error_pct"}};
+  Facts facts;
+  const std::string fig2 = "vLLM (SOSP'23) Fig. 2";
+  const std::string prompt = facts.quote("paper's ShareGPT mean input tokens (rounded)", kVllmShareGptMeanPrompt, 0,
+                                         "vLLM (SOSP'23) Fig. 11");
+  const std::string output = facts.quote("paper's ShareGPT mean output tokens (rounded)", kVllmShareGptMeanOutput, 0,
+                                         "vLLM (SOSP'23) Fig. 11");
+  // The paper's external fragmentation for Orca (Pow2) and Orca (Oracle), as shares of used memory.
+  const std::pair<std::string, double> paper_external[] = {{"Orca (Pow2)", 41.6}, {"Orca (Oracle)", 36.6}};
   for (const auto& [workload, w] : workloads) {
     const OrcaVsVllm r = orca_vs_vllm(ctx, w);
+    for (std::size_t i = 0; i < r.results.size(); ++i)
+      for (const auto& [system, paper_pct] : paper_external)
+        if (r.labels[i] == system) {
+          const MemoryFractions& f = r.results[i].mean_fractions;
+          const double used = 1.0 - f.free;
+          facts.claim(workload + ": " + system + " external fragmentation, % of used", used > 0 ? 100 * f.external_fragmentation / used : 0,
+                      paper_pct, 1, fig2);
+        }
     for (std::size_t i = 0; i < r.results.size(); ++i) {
       const MemoryFractions& f = r.results[i].mean_fractions;
       const double used = 1.0 - f.free;
@@ -32,22 +50,23 @@ void memory_breakdown(const FigureContext& ctx) {
   }
   publish(ctx,
           {"memory-breakdown", "vLLM (SOSP'23) Figure 2: where the KV cache memory goes",
-           std::string(kOrcaSetup) + "; and the same with lognormal lengths of the paper's ShareGPT means (161 / 338 "
-                                     "tokens)",
+           std::string(kOrcaSetup) + "; and the same with lognormal lengths of the paper's ShareGPT means (" + prompt +
+               " / " + output + " tokens)",
            modelled_a100(),
-           "Shares are averaged over the replay weighted by step time (docs/metrics.md). The paper's bars divide the "
+           fmt::format("Shares are averaged over the replay weighted by step time (docs/metrics.md). The paper's bars divide the "
            "*used* KV memory into four categories, which `token_states_pct_of_used` matches; the first five "
            "columns divide the whole capacity, free memory included. Differences to expect: the paper's ShareGPT "
-           "sample (OPT tokenizer, mean 161 prompt / 338 output tokens) is shorter than the Llama-2-tokenized "
+           "sample (OPT tokenizer, mean {} prompt / {} output tokens) is shorter than the Llama-2-tokenized "
            "ShareGPT file read here, so sequences fill more of a max-length reservation (the reservation schemes' "
            "`relative_error_pct` is large on the shared trace for that reason: the paper's shorter requests waste "
            "more of each reservation). The second workload draws lengths with the means of the paper's sample "
-           "(161 / 338 tokens, lognormal, the rule of batch-size's README), which is the paper's denominator. "
+           "({} / {} tokens, lognormal, the rule of batch-size's README), which is the paper's denominator. "
            "Orca's reservations sit in a binary buddy allocator, as the paper's Orca did (sec. 6.1); its rounding of "
            "each reservation to a power of two of tokens is counted as external fragmentation, the category the "
-           "paper's bars put it in (Orca Pow2 and Oracle: 41.6 % and 36.6 % external there), and Orca (Pow2) "
-           "over-reserves the output only, to a power of two. `relative_error_pct` = (ours - paper) / paper.",
-           clock_sources(a100_40gb().device)},
+           "paper's bars put it in (Orca Pow2 and Oracle: {} % and {} % external there; ours below the table), and "
+           "Orca (Pow2) over-reserves the output only, to a power of two. `relative_error_pct` = (ours - paper) / "
+           "paper.", prompt, output, prompt, output, fixed(paper_external[0].second, 1), fixed(paper_external[1].second, 1)),
+           clock_sources(a100_40gb().device), facts},
           t);
 }
 }  // namespace

@@ -90,7 +90,7 @@ std::vector<std::string> measured_pages(const FigureContext& ctx) {
 /// The measured rows (synchronous and background mapping at each measured page size) and, per page
 /// size, one line comparing them, computed from those rows.
 std::string measured_half(const FigureContext& ctx, const BackendOptions& o, const std::vector<Request>& workload,
-                          const ReplayConfig& c, Table& t, Table& series) {
+                          const ReplayConfig& c, Table& t, Table& series, Facts& f) {
   std::string measured;  // background against synchronous, per page size, from the rows above
   for (const std::string& page : measured_pages(ctx)) {
     StepSummary sync;
@@ -103,11 +103,14 @@ std::string measured_half(const FigureContext& ctx, const BackendOptions& o, con
       if (mode == "synchronous") {
         sync = r;
       } else {
-        measured += fmt::format("\n- measured, {} pages: background mapping's mean decode step {:.3f} ms is {:.3f}x the "
+        measured += fmt::format("\n- measured, {} pages: background mapping's mean decode step {:.3f} ms is {}x the "
                                 "synchronous {:.3f} ms (p99 {:.3f} vs {:.3f} ms, max {:.3f} vs {:.3f} ms); critical-path "
                                 "mapping {:.4f} vs {:.4f} ms a step; at the {} steps that map, synchronous steps are "
                                 "{:+.1f} % over the others, background ones {:+.1f} %",
-                                page, r.mean, sync.mean > 0 ? r.mean / sync.mean : 0.0, sync.mean, r.p99, sync.p99,
+                                page, r.mean,
+                                f.quote(fmt::format("measured, {} pages: mean decode step, background / synchronous", page),
+                                        sync.mean > 0 ? r.mean / sync.mean : 0.0, 3, "this run (mean_step_ms)"),
+                                sync.mean, r.p99, sync.p99,
                                 r.max, sync.max, r.mapping, sync.mapping, sync.mapping_steps, 100 * sync.spike(),
                                 100 * r.spike());
       }
@@ -131,8 +134,10 @@ std::vector<Request> crossing_workload(const FigureContext& ctx) {
 /// The crossing workload on the modelled clock of `gpu`, accounting only (no KV bytes, so the
 /// paper's page sizes fit: 64 KiB, vAttention's driver patch, and 2 MiB, the stock driver); one
 /// line per page size and mode on the spike at the steps that map, beside the paper's.
+constexpr const char* kVattentionFig11 = "vAttention (ASPLOS'25) Fig. 11 (Yi-6B class model)";
+
 std::string modelled_half(const FigureContext& ctx, const DeviceModel& gpu, const BackendOptions& o, Table& t,
-                          Table& series) {
+                          Table& series, Facts& f) {
   ReplayConfig modelled;
   modelled.device = gpu;
   BackendOptions accounting = o;
@@ -149,15 +154,21 @@ std::string modelled_half(const FigureContext& ctx, const DeviceModel& gpu, cons
       const ReplayResult result = run(ctx, name, accounting, workload, modelled);
       if (mode == "synchronous") mapping_at = mapping_steps_of(result);
       const StepSummary r = tabulate(result, "modelled (" + gpu.name + ")", page, mode, mapping_at, t, series);
+      std::string paper = "paper: no spikes with background mapping";
+      if (mode == "synchronous") {
+        f.claim(fmt::format("modelled {}, {} pages: spike at the steps that map (%)", gpu.name, page), 100 * r.spike(),
+                64.0, 1, kVattentionFig11 + std::string(", 41 ms over 25 ms"));
+        paper = fmt::format("paper: {} ms over {} ms, +{} % (the claims below the table)",
+                            f.quote("paper: decode step when pages map (ms)", 41, 0, kVattentionFig11),
+                            f.quote("paper: decode step otherwise (ms)", 25, 0, kVattentionFig11),
+                            f.quote("paper: spike at the steps that map (%)", 64, 0, kVattentionFig11));
+      }
       spikes += fmt::format(
           "{}- modelled {}, {} pages, {} mapping: at the {} decode steps that map, {:.3f} ms against {:.3f} ms at the "
-          "other {} ({:+.1f} %; {} steps that also prefill left out); {}\n",
+          "other {} ({} %; {} steps that also prefill left out); {}\n",
           spikes.empty() ? "\n\n" : "", gpu.name, page, mode, r.mapping_steps, r.at_mapping, r.elsewhere,
-          r.other_steps, 100 * r.spike(), r.mixed,
-          mode == "synchronous"
-              ? fmt::format("paper: 41 ms over 25 ms, +64 % (relative error of the spike {} %)",
-                            relative_error_pct(100 * r.spike(), 64.0))
-              : std::string("paper: no spikes with background mapping"));
+          f.quote(fmt::format("modelled, {} pages, {} mapping: other decode steps", page, mode), r.other_steps, 0, "this run"),
+          with_sign(fixed(100 * r.spike(), 1)), r.mixed, paper);
     }
   }
   return spikes;
@@ -191,10 +202,18 @@ void overlap(const FigureContext& ctx) {
            "spike_pct", "mixed_steps"}};
   Table series{{"clock", "page", "mapping", "step", "step_ms", "mapping_ms", "mapping_step"}};
   // (4 KiB pages would need more than Linux's default 65,530 mappings per process at this size.)
-  const std::string measured = measured_half(ctx, o, workload, c, t, series);
+  Facts facts;
+  const std::string measured = measured_half(ctx, o, workload, c, t, series, facts);
   const DeviceModel gpu = device_model_preset("h100-sxm");
-  const std::string spikes = modelled_half(ctx, gpu, o, t, series);
-  series.write_csv(ctx.out / "steps.csv", ctx.command);
+  const std::string spikes = modelled_half(ctx, gpu, o, t, series, facts);
+  const std::string sequences = facts.quote("modelled workload: sequences", ctx.full ? 64 : 32, 0, "setup");
+  const std::string prompt = facts.quote("modelled workload: prompt tokens", 100, 0, "setup (crossing_workload)");
+  const std::string output = facts.quote("modelled workload: output tokens", 2500, 0, "setup (crossing_workload)");
+  const std::string per_page = facts.quote("Llama-3-8B tokens per 2 MiB per-layer page", 1024, 0,
+                                           "2 MiB / (8 KV heads x 128 dims x 2 bytes)");
+  const std::string h200_map = facts.quote("H200 cuMemMap + cuMemSetAccess per 2 MiB page (us, about)", 27, 0,
+                                           "../shared/gpu-runs/2026-11-27-h200 (measured)");
+  series.write_csv(ctx.out / "steps.csv");
   publish(ctx,
           {"overlap", "vAttention (ASPLOS'25) Figure 11: decode step latency, synchronous vs background mapping",
            fmt::format("Llama-3-8B (one layer run, time scaled to 32), {} requests decoding together from "
@@ -206,8 +225,10 @@ void overlap(const FigureContext& ctx) {
                " (execute mode: step = attention kernel time + critical-path mapping time)" +
                (emulated ? ", which proves the code path and says nothing about a GPU" : "") +
                ", and modelled on " + gpu.name + " (docs/clock.md; sources: " + describe_sources(gpu) + ")",
-           "Paper (GPU, Yi-6B class model): 25 ms decode steps spike to 41 ms when sequences cross page "
-           "boundaries and pages are mapped synchronously; background mapping removes the spikes. " +
+           "Paper (GPU, Yi-6B class model): " + facts.quote("paper: decode step otherwise (ms)", 25, 0, kVattentionFig11) +
+               " ms decode steps spike to " + facts.quote("paper: decode step when pages map (ms)", 41, 0, kVattentionFig11) +
+               " ms when sequences cross page boundaries and pages are mapped synchronously; background mapping "
+               "removes the spikes. " +
                std::string(ctx.device != nullptr && ctx.device->device() == Device::cuda
                                ? "The measured rows here ran on the GPU, where the background thread maps the next "
                                  "step's pages once this step's kernels are queued, while the GPU computes; what it "
@@ -221,13 +242,14 @@ void overlap(const FigureContext& ctx) {
                "where the synchronous replay of the same page size mapped pages (`mapping_steps`, "
                "`mean_step_at_mapping_steps_ms`) with the mean of the other decode steps; steps that also prefill "
                "(`mixed_steps`) are left out of every column, since their time is the prompt's. The modelled rows "
-               "replay their own workload, " + std::to_string(ctx.full ? 64 : 32) +
-               " sequences of 100 + 2500 tokens decoding together, so every sequence "
-               "crosses pages at both page sizes (a 2 MiB per-layer page holds 1024 tokens) and all cross in the "
+               "replay their own workload, " + sequences + " sequences of " + prompt + " + " + output +
+               " tokens decoding together, so every sequence "
+               "crosses pages at both page sizes (a 2 MiB per-layer page holds " + per_page + " tokens) and all cross in the "
                "same steps; the per-page map cost of the modelled clock is the host's memfd+mmap measurement "
                "standing in for cuMemMap (an assumption until kvlab calibrate --device cuda runs on a GPU; the "
-               "H200's measured cuMemMap + cuMemSetAccess is about 27 us per 2 MiB page, ../shared/gpu-runs), so "
-               "the spike's height is not the paper's." + measured + spikes},
+               "H200's measured cuMemMap + cuMemSetAccess is about " + h200_map + " us per 2 MiB page, ../shared/gpu-runs), so "
+               "the spike's height is not the paper's." + measured + spikes,
+           "", facts},
           t);
 }
 }  // namespace

@@ -4,6 +4,7 @@
 
 #include "experiments/figures/figure_kit.hpp"
 #include "experiments/figures/figure_list.hpp"
+#include "experiments/schedule_policy.hpp"
 #include "experiments/trace_reader.hpp"
 
 namespace kvlab::fig {
@@ -77,24 +78,37 @@ Point measure(const FigureContext& ctx, const Source& src, const std::vector<Req
 /// The hash cache with a host-memory tier of 512 GiB (accounting only: no host bytes are allocated).
 const char* const kHostBackend = "paged-16-hash-host512";
 
-const char* const kNotes =
-    "hit_rate_of_prompt_tokens_pct = prefix_hit_tokens / prompt_tokens: prompt tokens served from the cache over "
-    "every served request's prompt tokens, counted once (requests rejected as too long for the capacity are not "
-    "served, so at 8 GiB the Mooncake traces serve fewer prompt tokens than at 64 GiB). hit_rate_of_looked_up_tokens_pct divides the same hits by the "
-    "prompt tokens looked up (looked_up_tokens), which leaves out the later chunks of a chunked prefill, so it is "
-    "higher; it is not a share of the prompts. Both leave out admissions of requests preempted before "
-    "(recompute), as vLLM v1 leaves its preempted_* counters out of its hit rate: readmission_hit_tokens is what "
-    "those found, mostly their own prompt and generated tokens from before the preemption. Every full block is cached as soon as it is full, prefill chunks and decode alike (vLLM v1, "
-    "SGLang); generated tokens have ids where the trace implies them (a Mooncake conversation's next turn holds "
-    "the previous prompt and answer) and fresh unique ids otherwise, so only the request itself can re-hit "
-    "them. schedule: fcfs admits in arrival order; lpm is SGLang's longest prefix match (the waiting requests "
-    "with the most cached prompt tokens first, among the first 128; one that waited 5 s goes first). "
-    "paged-16-hash-host512 adds a 512 GiB host tier to the hash cache: evicted cached blocks move there and "
-    "come back on a hit, each transfer charged at the device model's host link bandwidth (25 GB/s for the "
-    "A100). inserted_blocks are entries made, evicted_blocks entries dropped altogether; summary.json's "
-    "counters have the host tier's own (prefix_host_*). "
-    "The anchors are what the trace owners report: Mooncake's cache ratios assume a large distributed cache "
-    "over the whole trace; LLMServingSim's 7.59 % is for the same ShareGPT file at 16-token blocks.";
+/// How to read the table; every number in it recorded in `f` with its source.
+std::string notes(Facts& f, int small, int home) {
+  const SchedulePolicyOptions lpm;
+  const DeviceModel clock = ReplayConfig{}.device;  // the one measure() replays on
+  return fmt::format(
+      "hit_rate_of_prompt_tokens_pct = prefix_hit_tokens / prompt_tokens: prompt tokens served from the cache over "
+      "every served request's prompt tokens, counted once (requests rejected as too long for the capacity are not "
+      "served, so at {} GiB the Mooncake traces serve fewer prompt tokens than at {} GiB). "
+      "hit_rate_of_looked_up_tokens_pct divides the same hits by the "
+      "prompt tokens looked up (looked_up_tokens), which leaves out the later chunks of a chunked prefill, so it is "
+      "higher; it is not a share of the prompts. Both leave out admissions of requests preempted before "
+      "(recompute), as vLLM v1 leaves its preempted_* counters out of its hit rate: readmission_hit_tokens is what "
+      "those found, mostly their own prompt and generated tokens from before the preemption. Every full block is "
+      "cached as soon as it is full, prefill chunks and decode alike (vLLM v1, "
+      "SGLang); generated tokens have ids where the trace implies them (a Mooncake conversation's next turn holds "
+      "the previous prompt and answer) and fresh unique ids otherwise, so only the request itself can re-hit "
+      "them. schedule: fcfs admits in arrival order; lpm is SGLang's longest prefix match (the waiting requests "
+      "with the most cached prompt tokens first, among the first {}; one that waited {} s goes first). "
+      "paged-16-hash-host512 adds a {} GiB host tier to the hash cache: evicted cached blocks move there and "
+      "come back on a hit, each transfer charged at the device model's host link bandwidth ({} GB/s for the "
+      "A100). inserted_blocks are entries made, evicted_blocks entries dropped altogether; summary.json's "
+      "counters have the host tier's own (prefix_host_*). "
+      "The anchors are what the trace owners report: Mooncake's cache ratios assume a large distributed cache "
+      "over the whole trace; LLMServingSim's {} % is for the same ShareGPT file at 16-token blocks.",
+      f.quote("smallest KV capacity (GiB)", small, 0, "setup"), f.quote("batch sweep's KV capacity (GiB)", home, 0, "setup"),
+      f.quote("lpm: waiting requests reordered", static_cast<double>(lpm.window), 0, "SchedulePolicyOptions (SGLang's 128)"),
+      f.quote("lpm: fairness bound (s)", lpm.max_wait_s, 0, "SchedulePolicyOptions"),
+      f.quote("host tier (GiB)", 512, 0, "setup (paged-16-hash-host512)"),
+      f.quote("host link bandwidth (GB/s)", clock.host_bandwidth / 1e9, 0, "device model " + clock.name),
+      f.quote("LLMServingSim ShareGPT hit rate (%)", 7.59, 2, "LLMServingSim, the anchor column"));
+}
 
 /// What the table says, trace by trace, in numbers taken from it.
 std::string findings(const std::vector<Point>& pts, int home, int top, int small, int large) {
@@ -154,6 +168,8 @@ void prefix_cache(const FigureContext& ctx) {
     for (int gib : capacities)  // a host tier under the device cache
       pts.push_back(measure(ctx, src, w, o, kHostBackend, gib, batches.back(), t));
   }
+  Facts facts;
+  const std::string reading = notes(facts, capacities.front(), home);
   publish(ctx,
           {"prefix-cache",
            "SGLang (Fig. 8 style): prefix-cache hit rate against batch size, KV capacity and cache policy, and "
@@ -165,8 +181,9 @@ void prefix_cache(const FigureContext& ctx) {
                        "tokens per step{}",
                        home, batches.back(), ctx.full ? "" : "; first 300 requests of each trace"),
            "modelled: declared A100-80GB roofline; prefill skipped for hit tokens; no GPU was used",
-           kNotes + findings(pts, home, batches.back(), capacities.front(), capacities.back()) +
-               " docs/prefix-caching.md explains the numbers."},
+           reading + findings(pts, home, batches.back(), capacities.front(), capacities.back()) +
+               " docs/prefix-caching.md explains the numbers.",
+           "", facts},
           t);
 }
 }  // namespace

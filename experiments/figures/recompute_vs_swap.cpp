@@ -54,7 +54,7 @@ const std::vector<std::string> kColumns = {"part",  "block_size", "method", "tim
                                            "prefill_tokens_computed"};
 
 /// Part (a): one row per method and block size; returns the README's reading of it.
-std::string microbenchmark(Table& t) {
+std::string microbenchmark(Table& t, Facts& f) {
   const ModelGeometry model = opt13b_12gb().model;
   const DeviceModel device = a100_40gb().device;
   std::string recompute_wins, swap_wins;
@@ -71,11 +71,11 @@ std::string microbenchmark(Table& t) {
   }
   return fmt::format("(a) Microbenchmark, the KV of {} tokens of OPT-13B: recompute is cheaper than swap in+out at "
                      "block sizes [{}], swap in+out is cheaper at [{}].",
-                     kMicroTokens, recompute_wins, swap_wins);
+                     f.quote("microbenchmark tokens", kMicroTokens, 0, "setup"), recompute_wins, swap_wins);
 }
 
 /// Part (b): one row per preemption mode and block size; returns the README's reading of it.
-std::string end_to_end(const FigureContext& ctx, Table& t) {
+std::string end_to_end(const FigureContext& ctx, Table& t, Facts& f) {
   const auto w = sharegpt_vllm_filtered(ctx, 2.0, ctx.full ? 2000 : 300);
   std::string swap_wins, recompute_wins;
   for (int b : kSizes) {
@@ -91,17 +91,22 @@ std::string end_to_end(const FigureContext& ctx, Table& t) {
              std::to_string(s.prefill_tokens_computed)});
     }
     std::string& wins = latency[1] < latency[0] ? swap_wins : recompute_wins;
-    wins += fmt::format("{}{} ({:+.1f} %)", wins.empty() ? "" : ", ", b, 100 * relative_error(latency[1], latency[0]));
+    wins += fmt::format("{}{} ({} %)", wins.empty() ? "" : ", ", b,
+                        with_sign(f.quote(fmt::format("block {}: swap's latency relative to recompute's (%)", b),
+                                          100 * relative_error(latency[1], latency[0]), 1,
+                                          "this run (mean_normalized_latency_s_per_token)")));
   }
   return fmt::format("(b) End to end, ShareGPT at 2 req/s ({} requests): swap has the lower mean normalized latency "
                      "at block sizes [{}], recompute at [{}] (in brackets: swap's latency relative to recompute's).",
-                     w.size(), swap_wins.empty() ? "none" : swap_wins, recompute_wins.empty() ? "none" : recompute_wins);
+                     f.quote("end-to-end requests", static_cast<double>(w.size()), 0, "this run's workload"),
+                     swap_wins.empty() ? "none" : swap_wins, recompute_wins.empty() ? "none" : recompute_wins);
 }
 
 void recompute_vs_swap(const FigureContext& ctx) {
   Table t{kColumns};
-  const std::string a = microbenchmark(t);
-  const std::string b = end_to_end(ctx, t);
+  Facts f;
+  const std::string a = microbenchmark(t, f);
+  const std::string b = end_to_end(ctx, t, f);
   publish(ctx,
           {"recompute-vs-swap", "vLLM (SOSP'23) Figure 19: recomputation vs swapping across block sizes",
            fmt::format("OPT-13B, 12 GB of KV. (a) The modelled time to swap the KV of {} tokens out to host memory "
@@ -121,7 +126,7 @@ void recompute_vs_swap(const FigureContext& ctx) {
                        "many copies it multiplies. In part (b) a swap costs what the replayer's "
                        "clock charges for the copies, and a recompute the prefill of `prefill_tokens_computed`.",
                        a, b),
-           clock_sources(a100_40gb().device)},
+           clock_sources(a100_40gb().device), f},
           t);
 }
 }  // namespace

@@ -34,10 +34,11 @@ std::vector<RateWorkload> workloads(const FigureContext& ctx) {
   };
 }
 
-/// vLLM's sustained rate over another system's, as a text ("1.89x"), or why there is none.
-std::string ratio_text(double vllm, double other) {
+/// vLLM's sustained rate over another system's, as a text ("1.89x"), or why there is none; the
+/// ratio recorded in `f` as `quantity`.
+std::string ratio_text(double vllm, double other, Facts& f, const std::string& quantity) {
   if (std::isnan(vllm) || std::isnan(other) || std::isinf(vllm) || std::isinf(other)) return "n/a (a rate outside the sweep)";
-  return fixed(vllm / other, 2) + "x";
+  return f.quote(quantity, vllm / other, 2, "this run (sustained_rate)") + "x";
 }
 
 std::string rate_text(double r) {
@@ -51,6 +52,8 @@ void request_rate(const FigureContext& ctx) {
            "mean_tpot_s", "completed", "rejected", "preemptions", "mean_batch", "threshold_s_per_token",
            "sustained_rate"}};
   std::string findings;
+  Facts f;
+  const std::string sec62 = "vLLM (SOSP'23) sec. 6.2, ShareGPT, OPT-13B/66B/175B";
   for (const RateWorkload& w : workloads(ctx)) {
     std::vector<OrcaVsVllm> runs;
     for (double rate : w.rates) runs.push_back(orca_vs_vllm(ctx, w.make(rate)));
@@ -72,14 +75,21 @@ void request_rate(const FigureContext& ctx) {
                fixed(r.mean_batch), fixed(threshold, 4), rate_text(sustained[s])});
       }
     const auto [prompt, output] = mean_lengths(w.make(w.rates.front()));
-    findings += fmt::format("\n\n{} (mean prompt {:.1f}, output {:.1f} tokens): at {} s/token ({}x vLLM's at {} req/s) "
+    findings += fmt::format("\n\n{} (mean prompt {}, output {} tokens): at {} s/token ({}x vLLM's at {} req/s) "
                             "the sustained rates (req/s) are ",
-                            w.label, prompt, output, fixed(threshold, 4), fixed(kSaturationLatencyFactor, 0), fixed(w.rates.front(), 3));
+                            w.label, f.quote(w.label + ": mean prompt tokens", prompt, 1, "this run's workload"),
+                            f.quote(w.label + ": mean output tokens", output, 1, "this run's workload"),
+                            fixed(threshold, 4),
+                            f.quote("sustained: latency factor over the unloaded", kSaturationLatencyFactor, 0,
+                                    "setup (kSaturationLatencyFactor)"),
+                            fixed(w.rates.front(), 3));
     for (std::size_t s = 0; s < first.backends.size(); ++s)
       findings += fmt::format("{}{} {}", s ? ", " : "", first.labels[s], rate_text(sustained[s]));
     const double v = sustained.back();
     findings += fmt::format("; vLLM sustains {} Orca (Oracle)'s rate, {} Orca (Pow2)'s and {} Orca (Max)'s.",
-                            ratio_text(v, sustained[2]), ratio_text(v, sustained[1]), ratio_text(v, sustained[0]));
+                            ratio_text(v, sustained[2], f, w.label + ": vLLM / Orca (Oracle) sustained rate"),
+                            ratio_text(v, sustained[1], f, w.label + ": vLLM / Orca (Pow2) sustained rate"),
+                            ratio_text(v, sustained[0], f, w.label + ": vLLM / Orca (Max) sustained rate"));
     if (w.paper_lengths) {
       // Inside or outside, from the ratios as printed.
       const auto within = [](double vllm, double other, double lo, double hi) {
@@ -87,9 +97,17 @@ void request_rate(const FigureContext& ctx) {
         const double r = std::round(vllm / other * 100) / 100;
         return std::string(r >= lo && r <= hi ? "inside" : r < lo ? "below" : "above");
       };
+      if (std::isfinite(v) && std::isfinite(sustained[2]) && std::isfinite(sustained[0])) {
+        f.claim(w.label + ": vLLM / Orca (Oracle) sustained rate, against the range's low end", v / sustained[2], 1.7, 2,
+                sec62 + ": 1.7x-2.7x");
+        f.claim(w.label + ": vLLM / Orca (Max) sustained rate, against the range's low end", v / sustained[0], 2.7, 2,
+                sec62 + ": 2.7x-8x");
+      }
       findings += fmt::format(
-          " The paper (sec. 6.2, ShareGPT, over its OPT-13B/66B/175B settings): 1.7x-2.7x Orca (Oracle)'s rate and "
-          "2.7x-8x Orca (Max)'s at similar latency; ours is {} the first range and {} the second.",
+          " The paper (sec. 6.2, ShareGPT, over its OPT-13B/66B/175B settings): {}x-{}x Orca (Oracle)'s rate and "
+          "{}x-{}x Orca (Max)'s at similar latency; ours is {} the first range and {} the second.",
+          f.quote("paper: vLLM / Orca (Oracle), low", 1.7, 1, sec62), f.quote("paper: vLLM / Orca (Oracle), high", 2.7, 1, sec62),
+          f.quote("paper: vLLM / Orca (Max), low", 2.7, 1, sec62), f.quote("paper: vLLM / Orca (Max), high", 8, 0, sec62),
           within(v, sustained[2], 1.7, 2.7), within(v, sustained[0], 2.7, 8.0));
     }
   }
@@ -106,10 +124,11 @@ void request_rate(const FigureContext& ctx) {
       "pool. The shared trace's requests are longer than the paper's (its means above; batch-size explains the "
       "effect on memory), so every system saturates at a lower rate there and the gap between them is set by how "
       "much KV each layout wastes at that length.{}",
-      fixed(kSaturationLatencyFactor, 0), ctx.full ? 2000 : 300, findings);
+      f.quote("sustained: latency factor over the unloaded", kSaturationLatencyFactor, 0, "setup (kSaturationLatencyFactor)"),
+      f.quote("requests per rate", ctx.full ? 2000 : 300, 0, "setup"), findings);
   publish(ctx, {"request-rate", "vLLM (SOSP'23) Figure 12: normalized latency against request rate",
                 std::string(kOrcaSetup) + "; request rates swept per workload (the rows)", modelled_a100(), notes,
-                clock_sources(a100_40gb().device)},
+                clock_sources(a100_40gb().device), f},
           t);
 }
 }  // namespace

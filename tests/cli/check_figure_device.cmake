@@ -33,7 +33,7 @@ foreach(name kernel-overhead page-size overlap)
 endforeach()
 # kernel-overhead: kvlab's kernels (FlashInfer's run on a GPU only), decode and prefill, each through contiguous, paged-1/16/256 and vmm-2m.
 file(STRINGS ${OUT}/kernel-overhead/data.csv lines)
-list(POP_FRONT lines command header)
+list(POP_FRONT lines header)
 list(LENGTH lines rows)
 if(NOT rows EQUAL 10)
   message(FATAL_ERROR "kernel-overhead on the emulated device: ${rows} rows, not 10:\n${lines}")
@@ -45,7 +45,7 @@ endforeach()
 require_rows(kernel-overhead "${lines}" ${wanted})
 # page-size: the driver's 2 MiB granularity and its multiples only, each mapped and unmapped.
 file(STRINGS ${OUT}/page-size/data.csv lines)
-list(POP_FRONT lines command header)
+list(POP_FRONT lines header)
 require_rows(page-size "${lines}" "2m,per-layer,[0-9.]+,[0-9.]+," "4m,per-layer,[0-9.]+,[0-9.]+,"
              "8m,per-layer,[0-9.]+,[0-9.]+," "16m,per-layer,[0-9.]+,[0-9.]+,")
 # overlap: the measured half through the CUDA code path, synchronous and background mapping.

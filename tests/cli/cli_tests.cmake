@@ -35,10 +35,24 @@ set_tests_properties(cli.trace_errors_name_file_line_field PROPERTIES LABELS cli
 add_test(NAME figures.device_emulated
          COMMAND ${CMAKE_COMMAND} -DBINARY=$<TARGET_FILE:kvlab> -DOUT=${CMAKE_CURRENT_BINARY_DIR}/figure-device-emulated
                  -P ${CMAKE_CURRENT_SOURCE_DIR}/cli/check_figure_device.cmake)
-set_tests_properties(figures.device_emulated PROPERTIES LABELS figures TIMEOUT 900)
+set_tests_properties(figures.device_emulated PROPERTIES LABELS figures TIMEOUT 900 FIXTURES_SETUP figures_device)
 # Every paper figure at smoke scale, so none rots (CI runs this with the rest of ctest).
 add_test(NAME figures.smoke COMMAND $<TARGET_FILE:kvlab> figure all --no-progress --out ${CMAKE_CURRENT_BINARY_DIR}/figures)
-set_tests_properties(figures.smoke PROPERTIES LABELS figures TIMEOUT 600)
+set_tests_properties(figures.smoke PROPERTIES LABELS figures TIMEOUT 600 FIXTURES_SETUP figures_smoke)
+# Every number a figure README states after its setup line is in one of its data files (issue 28):
+# the figures just made (host and emulated device), the committed results, and the checker itself.
+add_test(NAME figures.readme_numbers
+         COMMAND python3 ${PROJECT_SOURCE_DIR}/scripts/check_readme_numbers.py ${CMAKE_CURRENT_BINARY_DIR}/figures)
+set_tests_properties(figures.readme_numbers PROPERTIES LABELS figures FIXTURES_REQUIRED figures_smoke)
+add_test(NAME figures.readme_numbers_device
+         COMMAND python3 ${PROJECT_SOURCE_DIR}/scripts/check_readme_numbers.py ${CMAKE_CURRENT_BINARY_DIR}/figure-device-emulated)
+set_tests_properties(figures.readme_numbers_device PROPERTIES LABELS figures FIXTURES_REQUIRED figures_device)
+add_test(NAME results.readme_numbers
+         COMMAND python3 ${PROJECT_SOURCE_DIR}/scripts/check_readme_numbers.py ${PROJECT_SOURCE_DIR}/results)
+set_tests_properties(results.readme_numbers PROPERTIES LABELS figures)
+add_test(NAME scripts.check_readme_numbers_self_test
+         COMMAND python3 ${PROJECT_SOURCE_DIR}/scripts/check_readme_numbers.py --self-test)
+set_tests_properties(scripts.check_readme_numbers_self_test PROPERTIES LABELS scripts)
 # The figures that compare against a paper's numbers, one at a time: columns, rows, the clock sources
 # line, and that what the README says (relative errors, where the minimum lies) agrees with data.csv.
 foreach(name batch-size block-size recompute-vs-swap)
