@@ -37,6 +37,7 @@
 #include "experiments/cost_model.hpp"
 #include "experiments/figures.hpp"
 #include "experiments/atomic_file.hpp"
+#include "experiments/summary_json.hpp"
 #include "experiments/progress.hpp"
 #include "experiments/replayer.hpp"
 #include "experiments/run_control.hpp"
@@ -588,13 +589,14 @@ struct Common {
 
 /// compare.csv, the chart, and last the completion marker naming every file of the run.
 void finish_output_dir(const fs::path& dir, const std::string& invocation, const std::string& description,
-                       const std::vector<ReplaySummary>& rows, bool chart) {
+                       const std::vector<ReplaySummary>& rows, bool chart, const Provenance& provenance) {
   throw_if_interrupted();
-  write_compare_csv(dir / "compare.csv", invocation, description, rows);
+  write_file_atomically(dir / "run.json", run_json(invocation, provenance));
+  write_compare_csv(dir / "compare.csv", description, rows);
   std::cout << "files written under " << dir.string() << "/\n";
   // The chart is of this compare.csv or there is none: an older run's never stands beside new data.
   if (!chart) fs::remove(dir / "compare.png");
-  std::vector<std::string> files = {"compare.csv"};
+  std::vector<std::string> files = {"run.json", "compare.csv"};
   for (const ReplaySummary& s : rows)
     for (const char* f : {"steps.csv", "requests.csv", "summary.json"}) files.push_back(s.backend + "/" + f);
   if (chart) {
@@ -751,7 +753,7 @@ int run_backends(const Common& c, const std::vector<std::string>& names, const s
     std::cerr << "kvlab: KV integrity check failed: some KV did not read back as written\n";
     return 1;
   }
-  if (!c.out_dir.empty()) finish_output_dir(c.out_dir, invocation, description, rows, chart);
+  if (!c.out_dir.empty()) finish_output_dir(c.out_dir, invocation, description, rows, chart, current_provenance(c.options));
   if (!faults.empty()) {
     std::cerr << "kvlab: " << faults.size() << " of " << names.size()
               << " backend(s) left the device unclean (recorded as device_fault in their summary.json); first: "

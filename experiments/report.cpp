@@ -52,9 +52,8 @@ void write_replay_files(const std::filesystem::path& dir, const RunInfo& info, c
   };
   {
     auto f = text();
-    f << "# " << info.command << "\n";
-    f << "time_s,duration_s,running,waiting,token_states,reserved,internal_fragmentation,external_fragmentation,"
-         "free,allocated_bytes,kernel_s,prepare_s,mapping_s,linear_s,attention_s,cpu_s,transfer_s,copy_s\n";
+    f << "time_s,duration_s,running,waiting,token_states_frac,reserved_frac,internal_fragmentation_frac,"
+         "external_fragmentation_frac,free_frac,allocated_bytes,kernel_s,prepare_s,mapping_s,linear_s,attention_s,cpu_s,transfer_s,copy_s\n";
     for (const StepRecord& r : result.steps)
       f << r.time_s << ',' << r.duration_s << ',' << r.running << ',' << r.waiting << ',' << r.fractions.token_states
         << ',' << r.fractions.reserved << ',' << r.fractions.internal_fragmentation << ','
@@ -65,7 +64,6 @@ void write_replay_files(const std::filesystem::path& dir, const RunInfo& info, c
   }
   {
     auto f = text();
-    f << "# " << info.command << "\n";
     f << "id,arrival_s,first_scheduled_s,first_token_s,finish_s,prompt_tokens,output_tokens,generated_tokens,"
          "preemptions,status,reason\n";
     for (const RequestRecord& r : result.requests) {
@@ -83,17 +81,18 @@ void write_replay_files(const std::filesystem::path& dir, const RunInfo& info, c
   write_summary_json(out / "summary.json", info, s);
 }
 
-void write_compare_csv(const std::filesystem::path& file, const std::string& command, const std::string& workload,
+void write_compare_csv(const std::filesystem::path& file, const std::string& workload,
                        const std::vector<ReplaySummary>& rows) {
   std::filesystem::create_directories(file.parent_path());
   std::ostringstream f;
-  f << std::setprecision(9) << "# " << command << "\n";
-  f << "backend,workload,clock,token_states,reserved,internal_fragmentation,external_fragmentation,free,mean_batch,"
-       "max_batch,tokens_per_s,requests_per_s,completed,rejected,truncated,preemptions,out_of_memory,"
-       "peak_allocated_bytes,capacity_bytes,mean_shared_savings_bytes,mean_ttft_s,p99_ttft_s,mean_tpot_s,"
-       "mean_normalized_latency_s,makespan_s,prefix_hit_tokens,failed,replay_wall_s,simulated_tokens_per_wall_s,"
-       "ttft_mean_ms,ttft_median_ms,ttft_p90_ms,ttft_p99_ms,tpot_mean_ms,tpot_median_ms,tpot_p90_ms,tpot_p99_ms,"
-       "itl_mean_ms,itl_median_ms,itl_p90_ms,itl_p99_ms,e2el_mean_ms,e2el_median_ms,e2el_p90_ms,e2el_p99_ms,"
+  f << std::setprecision(9);
+  f << "backend,workload,clock,token_states_frac,reserved_frac,internal_fragmentation_frac,"
+       "external_fragmentation_frac,free_frac,mean_batch,max_batch,throughput_tokens_per_s,"
+       "throughput_requests_per_s,completed,rejected,truncated,preemptions,out_of_memory,"
+       "peak_allocated_bytes,capacity_bytes,mean_shared_savings_bytes,mean_normalized_latency_s,makespan_s,prefix_hit_tokens,failed,replay_wall_s,replay_tokens_per_s,"
+       "ttft_mean_ms,ttft_median_ms,ttft_std_ms,ttft_p90_ms,ttft_p99_ms,tpot_mean_ms,tpot_median_ms,tpot_std_ms,"
+       "tpot_p90_ms,tpot_p99_ms,itl_mean_ms,itl_median_ms,itl_std_ms,itl_p90_ms,itl_p99_ms,e2el_mean_ms,"
+       "e2el_median_ms,e2el_std_ms,e2el_p90_ms,e2el_p99_ms,"
        "goodput_requests_per_s,slo_attainment_frac";
   // Then one column per backend counter (summary.json's "counters", by name), in the order the rows
   // first name them; empty where a backend has no such counter.
@@ -111,11 +110,11 @@ void write_compare_csv(const std::filesystem::path& file, const std::string& com
       << s.max_batch << ',' << s.generated_tokens / span << ',' << (s.completed + s.truncated) / span << ','
       << s.completed << ',' << s.rejected << ',' << s.truncated << ',' << s.preemptions << ',' << s.out_of_memory
       << ',' << s.peak_allocated_bytes << ',' << s.capacity_bytes << ',' << s.mean_shared_savings_bytes << ','
-      << s.mean_ttft_s << ',' << s.p99_ttft_s << ',' << s.mean_tpot_s << ',' << s.mean_normalized_latency_s << ','
+      << s.mean_normalized_latency_s << ','
       << s.makespan_s << ',' << s.prefix_hit_tokens << ',' << s.failed << ',' << s.wall_s << ','
       << (s.wall_s > 0 ? static_cast<double>(s.generated_tokens + s.prefill_tokens_computed) / s.wall_s : 0);
     for (const LatencyStats* l : {&s.ttft, &s.tpot, &s.itl, &s.e2el})
-      f << ',' << l->mean_ms << ',' << l->median_ms << ',' << l->p90_ms << ',' << l->p99_ms;
+      f << ',' << l->mean_ms << ',' << l->median_ms << ',' << l->std_ms << ',' << l->p90_ms << ',' << l->p99_ms;
     // Empty without --goodput.
     f << ',';
     if (s.goodput_requests_per_s >= 0) f << s.goodput_requests_per_s;

@@ -1,6 +1,7 @@
 #pragma once
 // Replay output: the side-by-side table on stdout and the files in --out DIR
-// (summary.json, steps.csv, requests.csv), each carrying the command that reproduces it.
+// (run.json with the command and provenance, compare.csv, and per backend summary.json, steps.csv,
+// requests.csv: plain CSV, columns in docs/schema.md).
 #include <filesystem>
 #include <ostream>
 #include <string>
@@ -31,8 +32,9 @@ void write_replay_files(const std::filesystem::path& dir, const RunInfo& info, c
 /// A CSV field, quoted (inner quotes doubled) when it holds a comma, quote or newline.
 [[nodiscard]] std::string csv_field(const std::string& s);
 
-/// One row per backend (the summary and the five fractions), headed by the reproducing command.
-void write_compare_csv(const std::filesystem::path& file, const std::string& command, const std::string& workload,
+/// One row per backend (the summary and the five fractions), plain CSV (the reproducing command is
+/// in run.json beside it).
+void write_compare_csv(const std::filesystem::path& file, const std::string& workload,
                        const std::vector<ReplaySummary>& rows);
 
 /// Draws DIR/compare.png from DIR/compare.csv with scripts/plot.py, using the first python3 that

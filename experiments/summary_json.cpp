@@ -30,33 +30,35 @@ Json number(double v) {
 }
 
 Json fractions(const MemoryFractions& f) {
-  return Json{{"token_states", number(f.token_states)},
-              {"reserved", number(f.reserved)},
-              {"internal_fragmentation", number(f.internal_fragmentation)},
-              {"external_fragmentation", number(f.external_fragmentation)},
-              {"free", number(f.free)}};
+  return Json{{"token_states_frac", number(f.token_states)},
+              {"reserved_frac", number(f.reserved)},
+              {"internal_fragmentation_frac", number(f.internal_fragmentation)},
+              {"external_fragmentation_frac", number(f.external_fragmentation)},
+              {"free_frac", number(f.free)}};
 }
 
-Json latency(const LatencyStats& l) {
-  return Json{{"count", l.count},          {"mean", number(l.mean_ms)}, {"median", number(l.median_ms)},
-              {"std", number(l.std_ms)},   {"p90", number(l.p90_ms)},   {"p99", number(l.p99_ms)}};
+/// `name`_samples, `name`_mean_ms, _median_ms, _std_ms, _p90_ms, _p99_ms: compare.csv's names.
+void add_latency(Json& j, const std::string& name, const LatencyStats& l) {
+  j[name + "_samples"] = l.count;
+  j[name + "_mean_ms"] = number(l.mean_ms), j[name + "_median_ms"] = number(l.median_ms);
+  j[name + "_std_ms"] = number(l.std_ms), j[name + "_p90_ms"] = number(l.p90_ms), j[name + "_p99_ms"] = number(l.p99_ms);
 }
 
-/// vLLM bench serve's metrics (experiments/serving_metrics.hpp): latencies in ms, throughputs per
-/// second of makespan, goodput null without --goodput.
+/// vLLM bench serve's metrics (experiments/serving_metrics.hpp): latencies in ms, throughput per
+/// second of makespan (request and output-token throughput are the top level's throughput_*),
+/// goodput null without --goodput. Names as compare.csv's columns.
 Json serving(const ReplaySummary& s) {
   const double span = s.makespan_s;
-  const auto per_s = [&](double x) { return number(span > 0 ? x / span : 0); };
   const auto or_null = [](double x) { return x < 0 ? Json(nullptr) : number(x); };
-  return Json{{"ttft_ms", latency(s.ttft)},
-              {"tpot_ms", latency(s.tpot)},
-              {"itl_ms", latency(s.itl)},
-              {"e2el_ms", latency(s.e2el)},
-              {"request_throughput_per_s", per_s(static_cast<double>(s.completed + s.truncated))},
-              {"output_throughput_tokens_per_s", per_s(static_cast<double>(s.generated_tokens))},
-              {"total_token_throughput_per_s", per_s(static_cast<double>(s.generated_tokens + s.prompt_tokens))},
-              {"goodput_requests_per_s", or_null(s.goodput_requests_per_s)},
-              {"slo_attainment_frac", or_null(s.slo_attainment_frac)}};
+  Json j = Json::object();
+  add_latency(j, "ttft", s.ttft);
+  add_latency(j, "tpot", s.tpot);
+  add_latency(j, "itl", s.itl);
+  add_latency(j, "e2el", s.e2el);
+  j["throughput_total_tokens_per_s"] = number(span > 0 ? static_cast<double>(s.generated_tokens + s.prompt_tokens) / span : 0);
+  j["goodput_requests_per_s"] = or_null(s.goodput_requests_per_s);
+  j["slo_attainment_frac"] = or_null(s.slo_attainment_frac);
+  return j;
 }
 
 /// The identity of the run: what ran, on what, under which clock.
@@ -93,11 +95,11 @@ void add_results(Json& j, const ReplaySummary& s) {
   // null when the device was left clean; else what it still held or refused (the run exited 1).
   j["device_fault"] = s.device_fault.empty() ? Json(nullptr) : Json(s.device_fault);
   // The modelled clock's parts, summed over steps (docs/clock.md): which operation the time went to.
-  j["clock_parts_s"] = {{"linear", number(s.clock_parts.linear)},       {"attention", number(s.clock_parts.attention)},
-                        {"cpu", number(s.clock_parts.cpu)},             {"mapping", number(s.clock_parts.mapping)},
-                        {"transfer", number(s.clock_parts.transfer)},   {"copy", number(s.clock_parts.copy)}};
-  j["mean_ttft_s"] = number(s.mean_ttft_s), j["mean_tpot_s"] = number(s.mean_tpot_s);
-  j["mean_e2e_s"] = number(s.mean_e2e_s);
+  j["clock_parts"] = {{"linear_s", number(s.clock_parts.linear)},     {"attention_s", number(s.clock_parts.attention)},
+                      {"cpu_s", number(s.clock_parts.cpu)},           {"mapping_s", number(s.clock_parts.mapping)},
+                      {"transfer_s", number(s.clock_parts.transfer)}, {"copy_s", number(s.clock_parts.copy)}};
+  // The paper's latency metric (vLLM Fig. 12); the others are serving's, in ms.
+  j["mean_normalized_latency_s"] = number(s.mean_normalized_latency_s);
   j["serving"] = serving(s);
   j["fractions"] = fractions(s.mean_fractions);
   // The backend's own counters (KvBackend::counters()), by the names it gives them.
@@ -115,7 +117,7 @@ Json provenance(const Provenance& p) {
 }
 
 /// How many keys each line of the file holds, in order.
-constexpr int kKeysPerLine[] = {1, 1, 1, 1, 1, 1, 1, 1, 5, 3, 2, 1, 1, 1, 2, 1, 6, 4, 1, 1, 3, 1, 1, 1, 1};
+constexpr int kKeysPerLine[] = {1, 1, 1, 1, 1, 1, 1, 1, 5, 3, 2, 1, 1, 1, 2, 1, 6, 4, 1, 1, 1, 1, 1, 1, 1};
 
 /// A value on one line: nested objects as {"key": value, ...}, the rest as nlohmann prints them
 /// (invalid UTF-8 in a string replaced rather than thrown on: the command line is user text).

@@ -410,9 +410,15 @@ PointTable read_point_table(const fs::path& dir) {
   PointTable t;
   std::ifstream in(dir / "compare.csv");
   std::string head, line;
-  std::getline(in, t.command);
-  if (t.command.starts_with("# ")) t.command.erase(0, 2);
   std::getline(in, head);
+  if (head.starts_with("# ")) {  // written before run.json existed: the command was compare.csv's first line
+    t.command = head.substr(2);
+    std::getline(in, head);
+  } else {
+    std::ifstream run(dir / "run.json");
+    const auto j = nlohmann::json::parse(run, nullptr, /*allow_exceptions=*/false);
+    if (j.is_object() && j.contains("command") && j["command"].is_string()) t.command = j["command"].get<std::string>();
+  }
   t.columns = raw_csv_fields(head);
   while (std::getline(in, line))
     if (!line.empty()) t.rows.push_back(raw_csv_fields(line));

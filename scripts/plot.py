@@ -58,7 +58,7 @@ def compare(directory):
     ax1, ax2 = axes[0], axes[1]
     bottom = [0.0] * len(rows)
     for key, label, color in CATEGORIES:
-        values = [100.0 * float(r[key]) for r in rows]
+        values = [100.0 * float(r[f"{key}_frac"]) for r in rows]
         ax1.bar(names, values, bottom=bottom, label=label, color=color, edgecolor="white", linewidth=0.5)
         for i, v in enumerate(values):
             if key == "token_states":
@@ -69,7 +69,7 @@ def compare(directory):
     ax1.set_title("Where the KV cache memory goes (vLLM Fig. 2 categories)")
     ax1.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=3)
     ax1.tick_params(axis="x", rotation=30, labelsize=8)
-    tps = [float(r["tokens_per_s"]) for r in rows]
+    tps = [float(r["throughput_tokens_per_s"]) for r in rows]
     ax2.bar(names, tps, color="#1565c0")
     clock = rows[0].get("clock", "modelled") if rows else "modelled"
     ax2.set_ylabel(f"generated tokens per second ({clock} clock)")
@@ -103,12 +103,12 @@ def fig_memory_breakdown(d, rows):
     fig, ax = plt.subplots(figsize=(max(11, 1.5 * len(rows)), 5.5))
     bottom = [0.0] * len(rows)
     keys = [("token_states_pct", CATEGORIES[0]), ("reserved_pct", CATEGORIES[1]),
-            ("internal_frag_pct", CATEGORIES[2]), ("external_frag_pct", CATEGORIES[3]), ("free_pct", CATEGORIES[4])]
+            ("internal_fragmentation_pct", CATEGORIES[2]), ("external_fragmentation_pct", CATEGORIES[3]), ("free_pct", CATEGORIES[4])]
     for key, (_, label, color) in keys:
         values = [float(r[key]) for r in rows]
         ax.bar(names, values, bottom=bottom, label=label, color=color, edgecolor="white", linewidth=0.5)
         bottom = [b + v for b, v in zip(bottom, values)]
-    paper = [float(r["paper_token_states_pct_of_used"]) * (100 - float(r["free_pct"])) / 100 for r in rows]
+    paper = [float(r["paper_token_states_of_used_pct"]) * (100 - float(r["free_pct"])) / 100 for r in rows]
     ax.tick_params(axis="x", labelsize=7)
     ax.scatter(names, paper, marker="_", s=900, color="black", zorder=3,
                label="paper's token-state share of used memory, scaled to ours")
@@ -129,8 +129,8 @@ def fig_batch_size(d, rows):
     for ax, wl in zip(axes[0], workloads):
         sub = [r for r in rows if r.get("workload", "ShareGPT @ 2 req/s") == wl]
         x = range(len(sub))
-        ours = [float(r["mean_batched_requests"]) for r in sub]
-        paper = [float(r["paper_mean_batched_requests"]) for r in sub]
+        ours = [float(r["mean_batch"]) for r in sub]
+        paper = [float(r["paper_mean_batch"]) for r in sub]
         ax.bar([i - 0.2 for i in x], ours, 0.4, label="kvlab (modelled)", color="#1565c0")
         ax.bar([i + 0.2 for i in x], paper, 0.4, label=f"vLLM paper Fig. 13 ({sub[0].get('paper_panel', wl)})",
                color="#90a4ae")
@@ -150,11 +150,11 @@ def fig_request_rate(d, rows):
     fig, axes = plt.subplots(1, len(workloads), figsize=(5.5 * len(workloads), 4.6), squeeze=False)
     for ax, wl in zip(axes[0], workloads):
         sub = [r for r in rows if r["workload"] == wl]
-        threshold = float(sub[0]["threshold_s_per_token"])
+        threshold = float(sub[0]["threshold_normalized_latency_s"])
         for system in dict.fromkeys(r["system"] for r in sub):
             pts = [r for r in sub if r["system"] == system]
-            ax.plot([float(r["request_rate"]) for r in pts], [float(r["mean_normalized_latency_s"]) for r in pts],
-                    marker="o", markersize=3, label=f"{system}: sustains {pts[0]['sustained_rate']}")
+            ax.plot([float(r["request_rate_per_s"]) for r in pts], [float(r["mean_normalized_latency_s"]) for r in pts],
+                    marker="o", markersize=3, label=f"{system}: sustains {pts[0]['sustained_rate_per_s']}")
         ax.axhline(threshold, color="black", linestyle=":", linewidth=1)
         ax.set_xscale("log")
         ax.set_ylim(0, threshold * 6)
@@ -175,8 +175,8 @@ def fig_block_size(d, rows):
         sub = [r for r in rows if r["workload"] == wl]
         bs = [int(r["block_size"]) for r in sub]
         # Relative to the workload's lowest, so both workloads' trade-offs share one scale.
-        relative = "latency_vs_best" in sub[0]
-        lat = [float(r["latency_vs_best"]) if relative else 1e3 * float(r["mean_normalized_latency_s_per_token"])
+        relative = "latency_vs_best_ratio" in sub[0]
+        lat = [float(r["latency_vs_best_ratio"]) if relative else 1e3 * float(r["mean_normalized_latency_s"])
                for r in sub]
         line = a1.plot(bs, lat, marker="o", label=wl)[0]
         best = min(range(len(lat)), key=lambda i: lat[i])
@@ -184,12 +184,12 @@ def fig_block_size(d, rows):
         for key, (lo, hi) in PAPER_BEST_BLOCKS.items():
             if wl.startswith(key):
                 a1.axvspan(lo, hi, color=line.get_color(), alpha=0.12, label=f"paper's best for {key}: {lo}-{hi}")
-        a2.plot(bs, [float(r["internal_frag_pct"]) + float(r["reserved_pct"]) for r in sub], marker="o", label=wl)
+        a2.plot(bs, [float(r["internal_fragmentation_pct"]) + float(r["reserved_pct"]) for r in sub], marker="o", label=wl)
     for a in (a1, a2):
         a.set_xscale("log", base=2)
         a.set_xlabel("block size (tokens)")
         a.legend(fontsize=8)
-    a1.set_ylabel("mean normalized latency / the workload's lowest (modelled)" if rows and "latency_vs_best" in rows[0]
+    a1.set_ylabel("mean normalized latency / the workload's lowest (modelled)" if rows and "latency_vs_best_ratio" in rows[0]
                   else "mean normalized latency (ms / output token, modelled)")
     a1.set_title("Latency vs block size (vLLM Fig. 18b); star: our lowest", fontsize=10)
     a2.set_ylabel("unused slots in held blocks (% of capacity)")
@@ -211,7 +211,7 @@ def fig_recompute_vs_swap(d, rows):
     e2e = [r for r in rows if r["part"] == "end-to-end"]
     for method in ("recompute", "swap"):
         sub = [r for r in e2e if r["method"] == method]
-        a2.plot([int(r["block_size"]) for r in sub], [float(r["mean_normalized_latency_s_per_token"]) for r in sub],
+        a2.plot([int(r["block_size"]) for r in sub], [float(r["mean_normalized_latency_s"]) for r in sub],
                 marker="o", color=styles[method if method == "recompute" else "swap in+out"][0], label=method)
     a2.set_ylabel("mean normalized latency (s / output token, modelled)")
     a2.set_title("(b) End to end, ShareGPT at 2 req/s (vLLM Fig. 19b)", fontsize=10)
@@ -234,19 +234,21 @@ def fig_kernel_overhead(d, rows):
         ax.set_visible(False)
     for ax, (kernel, phase) in zip(axes.flat, panels):
         sub = [r for r in rows if r["phase"] == phase and r["kernels"] == kernel]
-        contexts = list(dict.fromkeys(r["context"] for r in sub))
+        contexts = list(dict.fromkeys(r["context_tokens"] for r in sub))
         backends = list(dict.fromkeys(r["backend"] for r in sub))
         width = 0.8 / len(backends)
         for j, b in enumerate(backends):
-            cells = [next(r for r in sub if r["backend"] == b and r["context"] == c) for c in contexts]
-            vals = [float(r["relative_to_contiguous"]) for r in cells]
+            cells = [next(r for r in sub if r["backend"] == b and r["context_tokens"] == c) for c in contexts]
+            vals = [float(r["latency_vs_contiguous_ratio"]) for r in cells]
             # Error bars: the backend's interquartile range over its runs, relative to the contiguous
             # median of the same context (older data without quartiles: no bars).
             yerr = None
             if all("q1_ms" in r for r in cells):
-                base = [float(r["latency_ms"]) / float(r["relative_to_contiguous"]) for r in cells]
-                yerr = [[v - float(r["q1_ms"]) / m for v, r, m in zip(vals, cells, base)],
-                        [float(r["q3_ms"]) / m - v for v, r, m in zip(vals, cells, base)]]
+                base = [float(r["latency_ms"]) / float(r["latency_vs_contiguous_ratio"]) for r in cells]
+                # (clamped at 0: the ratio is printed to 3 decimals, so a quartile equal to the median
+                # can come out a hair on the wrong side of it)
+                yerr = [[max(0.0, v - float(r["q1_ms"]) / m) for v, r, m in zip(vals, cells, base)],
+                        [max(0.0, float(r["q3_ms"]) / m - v) for v, r, m in zip(vals, cells, base)]]
             ax.bar([i + j * width for i in range(len(contexts))], vals, width, label=b, yerr=yerr, capsize=2)
         ax.axhline(1.0, color="black", linewidth=0.8)
         ax.set_xticks([i + 0.4 - width / 2 for i in range(len(contexts))], [f"context {c}" for c in contexts])
@@ -295,7 +297,7 @@ def fig_prefix_cache(d, rows):
             if backend != "paged-16":
                 a2.plot(gib, [float(r["hit_rate_of_prompt_tokens_pct"]) for r in cap], marker="o", linestyle=style,
                         color=line.get_color(), label=f"{trace}, {backend[len('paged-16-'):]}")
-            a3.plot(gib, [float(r["tokens_per_s"]) for r in cap], marker="o", linestyle=style,
+            a3.plot(gib, [float(r["throughput_tokens_per_s"]) for r in cap], marker="o", linestyle=style,
                     color=line.get_color(), label=f"{trace}, {backend}")
         cap = sorted((r for r in lpm if r["trace"] == trace), key=lambda r: int(r["capacity_gib"]))
         if cap:
@@ -325,10 +327,10 @@ def fig_page_size(d, rows):
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(12, 4.5))
     per = [r for r in rows if r["layout"] == "per-layer"]
     pages = [r["page"] for r in per]
-    if all(r["map_touch_us_per_page"] != "n/a" for r in per):  # n/a on a GPU: the CPU cannot write there
-        a1.plot(pages, [float(r["map_touch_us_per_page"]) for r in per], marker="o", label="map + first write")
-    a1.plot(pages, [float(r["map_us_per_page"]) for r in per], marker="o", label="map only")
-    a1.plot(pages, [float(r["unmap_us_per_page"]) for r in per], marker="o", label="unmap")
+    if all(r["map_touch_per_page_us"] != "n/a" for r in per):  # n/a on a GPU: the CPU cannot write there
+        a1.plot(pages, [float(r["map_touch_per_page_us"]) for r in per], marker="o", label="map + first write")
+    a1.plot(pages, [float(r["map_per_page_us"]) for r in per], marker="o", label="map only")
+    a1.plot(pages, [float(r["unmap_per_page_us"]) for r in per], marker="o", label="unmap")
     a1.set_yscale("log")
     on_host = pages and pages[0] == "4k"
     a1.set_ylabel("microseconds per page (measured)")
@@ -338,7 +340,7 @@ def fig_page_size(d, rows):
     x = range(len(pages))
     for j, (layout, color) in enumerate((("per-layer", "#e64a19"), ("megacache", "#2e7d32"))):
         sub = [r for r in rows if r["layout"] == layout]
-        a2.bar([i + 0.4 * j - 0.2 for i in x], [float(r["internal_frag_pct"]) + float(r["reserved_pct"]) for r in sub],
+        a2.bar([i + 0.4 * j - 0.2 for i in x], [float(r["internal_fragmentation_pct"]) + float(r["reserved_pct"]) for r in sub],
                0.4, label=f"{layout} tensors", color=color)
     a2.set_xticks(list(x), pages)
     a2.set_xlabel("page size")

@@ -152,7 +152,7 @@ std::string notes(const std::vector<Workload>& ws, const std::vector<OrcaVsVllm>
       "clock sources line) and prices decode attention as Vidur's measured A100 attention profile does ({} % "
       "of the datasheet bandwidth plus {} us per layer); together they set how long a request stays in the "
       "batch once memory does not. Memory against time, for paging: {}\n\n"
-      "What the paper column is: `paper_mean_batched_requests` is the bar of the paper's Fig. 13 panel named in "
+      "What the paper column is: `paper_mean_batch` is the bar of the paper's Fig. 13 panel named in "
       "`paper_panel` (OPT-13B on one A100-40GB, {} GB of KV). Both ShareGPT rows are compared with the paper's "
       "ShareGPT panel, the Alpaca rows with its Alpaca panel; `relative_error_pct` = (ours - paper) / paper. None "
       "of our workloads is the paper's trace. The paper sampled ShareGPT conversations with the OPT tokenizer "
@@ -187,8 +187,8 @@ std::string notes(const std::vector<Workload>& ws, const std::vector<OrcaVsVllm>
 
 void batch_size(const FigureContext& ctx) {
   const std::vector<Workload> ws = workloads(ctx);
-  Table t{{"workload", "paper_panel", "system", "backend", "mean_batched_requests", "paper_mean_batched_requests",
-           "relative_error_pct", "max_batch", "preemptions", "mean_batched_requests_1tib_kv"}};
+  Table t{{"workload", "paper_panel", "system", "backend", "mean_batch", "paper_mean_batch",
+           "relative_error_pct", "max_batch", "preemptions", "mean_batch_1tib_kv"}};
   std::vector<OrcaVsVllm> rs;
   const std::vector<ReplaySummary> unbounded = unbounded_paging(ctx, ws);
   for (std::size_t k = 0; k < ws.size(); ++k) {

@@ -42,8 +42,9 @@ struct Point {
   }
 };
 
-std::string load_text(const Workload& w) {
-  return std::isfinite(w.saturation) && w.saturation > 0 ? fixed(w.rate / w.saturation, 2) + "x" : "n/a";
+/// The offered rate over the sustained one, as data.csv holds it ("2.09"; "n/a" without a sustained rate).
+std::string load_ratio(const Workload& w) {
+  return std::isfinite(w.saturation) && w.saturation > 0 ? fixed(w.rate / w.saturation, 2) : "n/a";
 }
 
 /// Where one workload's minimum lies, from the data, against the paper's best range.
@@ -63,7 +64,7 @@ std::string verdict(const Workload& w, const std::vector<Point>& pts, Facts& f) 
       "block {} ({:.4f} s/token), {} the paper's best range {}-{}; within {:.0f} % of it: "
       "blocks {}. Block {} is {} % and block {} {} % from the lowest; block-tail waste (internal + "
       "reserved) {} % at block {}, {} % at block {}. Small-block side of the trade-off: {}; large-block side: {}.",
-      w.label, load_text(w), fixed(w.saturation, 3), fixed(pts[4].s.mean_ttft_s, 1), best.block, best.latency(), inside ? "inside" : "outside", w.paper_best_lo, w.paper_best_hi,
+      w.label, load_ratio(w) == "n/a" ? "n/a" : load_ratio(w) + "x", fixed(w.saturation, 3), fixed(pts[4].s.mean_ttft_s, 1), best.block, best.latency(), inside ? "inside" : "outside", w.paper_best_lo, w.paper_best_hi,
       100 * kNearBest, near, first.block,
       with_sign(f.quote(fmt::format("{}: block {} latency vs the lowest (%)", w.label, first.block),
                         100 * relative_error(first.latency(), best.latency()), 1, "this run (latency_vs_best)")),
@@ -80,7 +81,7 @@ void add_rows(Table& t, const Workload& w, const std::vector<Point>& pts) {
   for (const Point& p : pts) best = std::min(best, p.latency());
   for (const Point& p : pts) {
     const ReplaySummary& s = p.s;
-    t.add({w.label, fixed(w.rate, 3), fixed(w.saturation, 3), load_text(w), std::to_string(p.block),
+    t.add({w.label, fixed(w.rate, 3), fixed(w.saturation, 3), load_ratio(w), std::to_string(p.block),
            fixed(s.mean_normalized_latency_s, 4),
            fixed(best > 0 ? p.latency() / best : 0, 3), fixed(s.mean_ttft_s, 3), pct(s.mean_fractions.token_states),
            pct(s.mean_fractions.reserved), pct(s.mean_fractions.internal_fragmentation), pct(p.waste()),
@@ -102,8 +103,8 @@ void block_size(const FigureContext& ctx) {
       {"ShareGPT @ 2 req/s", sharegpt_at(2.0), 16, 128, 2.0, sharegpt_sat},
       {fmt::format("ShareGPT @ {} req/s", fixed(below, 3)), sharegpt_at(below), 16, 128, below, sharegpt_sat},
       {"Alpaca-like @ 30 req/s", alpaca_at(30.0), 16, 32, 30.0, alpaca_sat}};
-  Table t{{"workload", "request_rate", "saturation_rate", "load_vs_saturation", "block_size", "mean_normalized_latency_s_per_token", "latency_vs_best", "mean_ttft_s",
-           "token_states_pct", "reserved_pct", "internal_frag_pct", "block_tail_waste_pct", "mean_batch",
+  Table t{{"workload", "request_rate_per_s", "saturation_rate_per_s", "load_vs_saturation_ratio", "block_size", "mean_normalized_latency_s", "latency_vs_best_ratio", "ttft_mean_s",
+           "token_states_pct", "reserved_pct", "internal_fragmentation_pct", "block_tail_waste_pct", "mean_batch",
            "preemptions"}};
   std::string verdicts;
   Facts facts;
@@ -118,14 +119,14 @@ void block_size(const FigureContext& ctx) {
            "OPT-13B, 12 GB of KV, vLLM v0 scheduling (prompt steps and decode steps apart, its CPU time per step), paged backend at block sizes 1..256; ShareGPT lengths (filtered as "
            "vLLM's benchmarks sample ShareGPT, prompts of at most 1024 tokens and prompt + output within OPT's 2048, "
            "before arrivals are drawn) at 2 req/s (the paper's load) and at half paged-16's sustained rate, and "
-           "Alpaca-like lengths (lognormal, means ~19 / ~58 tokens) at 30 req/s; `saturation_rate` is paged-16's "
+           "Alpaca-like lengths (lognormal, means ~19 / ~58 tokens) at 30 req/s; `saturation_rate_per_s` is paged-16's "
            "sustained rate on the same lengths (request-rate's rule: where its normalized latency passes 4x its "
-           "latency at the lowest rate of a sweep), `load_vs_saturation` the offered rate over it",
+           "latency at the lowest rate of a sweep), `load_vs_saturation_ratio` the offered rate over it",
            modelled_a100(),
            fmt::format(
                "Paper: block sizes 16 to 128 are best on ShareGPT, 16 to 32 on Alpaca; smaller blocks lose on GPU "
                "kernel efficiency (more block-table lookups, less parallelism per block), larger ones on internal "
-               "fragmentation. Ours, read from the table above (`latency_vs_best` = latency / "
+               "fragmentation. Ours, read from the table above (`latency_vs_best_ratio` = latency / "
                "the workload's lowest; a block size counts as near the best within {:.0f} %, a rule fixed before "
                "looking at the data):\n\n{}\n"
                "Whether small blocks cost latency here depends only on whether the clock charges anything per "

@@ -179,8 +179,8 @@ void kernel_overhead(const FigureContext& ctx) {
   m.name = "llama-3-8b (1 layer)";
   m.num_layers = 1;
   const Scale sc = scale_of(ctx);
-  Table t{{"kernels", "kernel", "phase", "context", "backend", "latency_ms", "min_ms", "q1_ms", "q3_ms", "max_ms", "runs",
-           "relative_to_contiguous"}};
+  Table t{{"kernels", "kernel", "phase", "context_tokens", "backend", "latency_ms", "min_ms", "q1_ms", "q3_ms", "max_ms", "runs",
+           "latency_vs_contiguous_ratio"}};
   // On a GPU kvlab's kernel and FlashInfer's (where built: its ragged kernel over the contiguous
   // and vmm views, then its paged kernel over every view) on the same views; elsewhere kvlab's only.
   std::vector<GpuKernel> kernels{GpuKernel::kvlab};

@@ -19,8 +19,8 @@ void memory_breakdown(const FigureContext& ctx) {
   const std::vector<std::pair<std::string, std::vector<Request>>> workloads = {
       {"ShareGPT (shared trace)", orca_sharegpt(ctx)},
       {"ShareGPT (vLLM's lengths)", sharegpt_vllm_lengths(2.0, ctx.full ? 3000 : 400)}};
-  Table t{{"workload", "system", "backend", "token_states_pct", "reserved_pct", "internal_frag_pct", "external_frag_pct",
-           "free_pct", "token_states_pct_of_used", "paper_token_states_pct_of_used", "relative_error_pct"}};
+  Table t{{"workload", "system", "backend", "token_states_pct", "reserved_pct", "internal_fragmentation_pct", "external_fragmentation_pct",
+           "free_pct", "token_states_of_used_pct", "paper_token_states_of_used_pct", "relative_error_pct"}};
   Facts facts;
   const std::string fig2 = "vLLM (SOSP'23) Fig. 2";
   const std::string prompt = facts.quote("paper's ShareGPT mean input tokens (rounded)", kVllmShareGptMeanPrompt, 0,
@@ -54,7 +54,7 @@ void memory_breakdown(const FigureContext& ctx) {
                " / " + output + " tokens)",
            modelled_a100(),
            fmt::format("Shares are averaged over the replay weighted by step time (docs/metrics.md). The paper's bars divide the "
-           "*used* KV memory into four categories, which `token_states_pct_of_used` matches; the first five "
+           "*used* KV memory into four categories, which `token_states_of_used_pct` matches; the first five "
            "columns divide the whole capacity, free memory included. Differences to expect: the paper's ShareGPT "
            "sample (OPT tokenizer, mean {} prompt / {} output tokens) is shorter than the Llama-2-tokenized "
            "ShareGPT file read here, so sequences fill more of a max-length reservation (the reservation schemes' "

@@ -125,8 +125,8 @@ std::string mapping_clock(const FigureContext& ctx) {
 
 void page_size(const FigureContext& ctx) {
   const auto pages = page_sizes(ctx);
-  Table t{{"page", "layout", "map_us_per_page", "unmap_us_per_page", "map_bandwidth_GBps", "map_touch_us_per_page",
-           "map_touch_bandwidth_GBps", "token_states_pct", "internal_frag_pct", "reserved_pct", "mean_batch"}};
+  Table t{{"page", "layout", "map_per_page_us", "unmap_per_page_us", "map_bandwidth_gb_per_s", "map_touch_per_page_us",
+           "map_touch_bandwidth_gb_per_s", "token_states_pct", "internal_fragmentation_pct", "reserved_pct", "mean_batch"}};
   const auto w = sharegpt(ctx, 4.0, ctx.full ? 2000 : 300);
   BackendOptions o;
   o.model = model_preset("llama-3-8b");

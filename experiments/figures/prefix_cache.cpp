@@ -150,8 +150,8 @@ void prefix_cache(const FigureContext& ctx) {
   o.max_seq_len = 200'000;  // Mooncake prompts reach 191k tokens
   Table t{{"trace", "backend", "schedule", "capacity_gib", "max_batch", "prompt_tokens", "prefix_hit_tokens",
            "hit_rate_of_prompt_tokens_pct", "looked_up_tokens", "hit_rate_of_looked_up_tokens_pct",
-           "readmission_hit_tokens", "preemptions", "inserted_blocks", "evicted_blocks", "mean_batch", "tokens_per_s",
-           "mean_ttft_s", "anchor_pct", "anchor"}};
+           "readmission_hit_tokens", "preemptions", "inserted_blocks", "evicted_blocks", "mean_batch", "throughput_tokens_per_s",
+           "ttft_mean_s", "anchor_pct", "anchor"}};
   std::vector<Point> pts;
   for (const Source& src : sources()) {
     TraceOptions topt;

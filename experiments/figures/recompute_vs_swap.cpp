@@ -50,7 +50,7 @@ PreemptionCost preemption_cost(const ModelGeometry& model, const DeviceModel& de
 // ---------------------------------------------------------------------------------------------
 
 const std::vector<std::string> kColumns = {"part",  "block_size", "method", "time_ms", "block_copies_per_direction",
-                                           "mean_normalized_latency_s_per_token", "preemptions", "swaps",
+                                           "mean_normalized_latency_s", "preemptions", "swaps",
                                            "prefill_tokens_computed"};
 
 /// Part (a): one row per method and block size; returns the README's reading of it.

@@ -48,9 +48,9 @@ std::string rate_text(double r) {
 }
 
 void request_rate(const FigureContext& ctx) {
-  Table t{{"workload", "system", "backend", "arena", "request_rate", "mean_normalized_latency_s", "mean_ttft_s",
-           "mean_tpot_s", "completed", "rejected", "preemptions", "mean_batch", "threshold_s_per_token",
-           "sustained_rate"}};
+  Table t{{"workload", "system", "backend", "arena", "request_rate_per_s", "mean_normalized_latency_s", "ttft_mean_s",
+           "tpot_mean_s", "completed", "rejected", "preemptions", "mean_batch", "threshold_normalized_latency_s",
+           "sustained_rate_per_s"}};
   std::string findings;
   Facts f;
   const std::string sec62 = "vLLM (SOSP'23) sec. 6.2, ShareGPT, OPT-13B/66B/175B";
@@ -115,7 +115,7 @@ void request_rate(const FigureContext& ctx) {
       "Normalized latency = a request's end-to-end latency over its output tokens, averaged over the completed "
       "requests (the paper's Fig. 12 metric). A system's sustained rate is where its curve first passes a fixed "
       "normalized latency: {}x vLLM's at the lowest rate swept (the unloaded latency), interpolated linearly "
-      "between the two rates around the crossing; `sustained_rate` repeats it on every row of the system. "
+      "between the two rates around the crossing; `sustained_rate_per_s` repeats it on every row of the system. "
       "Workloads: the paper's ShareGPT means as lognormal lengths (vLLM's lengths: the rows the paper's stated "
       "ranges apply to), the shared ShareGPT trace after vLLM's benchmark filter, and Alpaca-like lengths; every "
       "rate redraws Poisson arrivals for the same {} requests, so the heaviest rates end when the last request "

@@ -22,8 +22,16 @@ foreach(name contiguous-max contiguous-oracle paged-b16)
 endforeach()
 file(STRINGS ${OUT}/compare.csv lines)
 list(LENGTH lines n)
-if(NOT n EQUAL 5)  # command comment, header, three backends
+if(NOT n EQUAL 4)  # header, three backends: plain CSV
   message(FATAL_ERROR "compare.csv has ${n} lines")
+endif()
+# The command and its provenance are in run.json beside it.
+file(READ ${OUT}/run.json run)
+string(JSON command GET "${run}" command)
+string(JSON requests GET "${run}" provenance options requests)
+if(NOT command MATCHES "^kvlab compare --backends" OR NOT requests STREQUAL "60")
+  message(FATAL_ERROR "run.json does not record the command and its options:
+${run}")
 endif()
 if(out MATCHES "chart: ")
   if(NOT EXISTS ${OUT}/compare.png)
@@ -33,9 +41,9 @@ endif()
 message(STATUS "${out}")
 # The backend counters (summary.json's "counters", by name) are columns of compare.csv, empty for a
 # backend without that counter.
-list(GET lines 1 header)
-list(GET lines 2 contiguous_row)
-list(GET lines 4 paged_row)
+list(GET lines 0 header)
+list(GET lines 1 contiguous_row)
+list(GET lines 3 paged_row)
 if(NOT header MATCHES ",cow_copies,free_blocks,cached_free_blocks,prefix_lookups,prefix_hit_blocks,prefix_inserted_blocks,prefix_evictions$")
   message(FATAL_ERROR "compare.csv lacks the paged counters: ${header}")
 endif()

@@ -54,7 +54,7 @@ endforeach()
 # fourth (the second backend's) and the last.
 set(total 0)
 foreach(f paged-b16/steps.csv paged-b16/requests.csv paged-b16/summary.json vmm-64k/steps.csv vmm-64k/requests.csv
-          vmm-64k/summary.json compare.csv)
+          vmm-64k/summary.json run.json compare.csv)
   file(SIZE ${D}/${f} bytes)
   math(EXPR total "${total} + ${bytes}")
   if(f STREQUAL "paged-b16/steps.csv")

@@ -54,7 +54,7 @@ endfunction()
 
 if(NAME STREQUAL "batch-size")
   expect("header: ${header}" header STREQUAL
-         "workload,paper_panel,system,backend,mean_batched_requests,paper_mean_batched_requests,relative_error_pct,max_batch,preemptions,mean_batched_requests_1tib_kv")
+         "workload,paper_panel,system,backend,mean_batch,paper_mean_batch,relative_error_pct,max_batch,preemptions,mean_batch_1tib_kv")
   expect("${rows} rows, want 3 workloads x 4 systems" rows EQUAL 12)
   set(sharegpt 7.00 9.81 13.62 30.42)
   set(alpaca 7.00 43.24 72.75 132.44)
@@ -110,7 +110,7 @@ if(NAME STREQUAL "batch-size")
   endforeach()
   expect("${quoted} paging rows with a 1 TiB batch, want 3" quoted EQUAL 3)
 elseif(NAME STREQUAL "block-size")
-  expect("header: ${header}" header MATCHES "^workload,request_rate,saturation_rate,load_vs_saturation,block_size,mean_normalized_latency_s_per_token,latency_vs_best,.*,block_tail_waste_pct,")
+  expect("header: ${header}" header MATCHES "^workload,request_rate_per_s,saturation_rate_per_s,load_vs_saturation_ratio,block_size,mean_normalized_latency_s,latency_vs_best_ratio,.*,block_tail_waste_pct,")
   expect("${rows} rows, want 3 workloads x 9 block sizes" rows EQUAL 27)
   # The README names, per workload, a block size whose latency_vs_best is 1.000 in the data (two
   # blocks can tie at three decimals; the README names the exact lowest), and the load against
@@ -144,13 +144,13 @@ elseif(NAME STREQUAL "block-size")
     endforeach()
     expect("${label}: README names block ${best} as the lowest, but its latency_vs_best is '${best_vs}'" best_vs STREQUAL "1.000")
     expect("${label}: README's load ${load}x / ${sat} req/s, data ${data_load} / ${data_sat}"
-           data_load STREQUAL "${load}x" AND data_sat STREQUAL sat)
+           data_load STREQUAL load AND data_sat STREQUAL sat)
     string(FIND "${readme}" "the paper's best range ${range};" at)
     expect("${label}: README lacks the paper's best range ${range}" at GREATER -1)
   endforeach()
 elseif(NAME STREQUAL "recompute-vs-swap")
   expect("header: ${header}" header STREQUAL
-         "part,block_size,method,time_ms,block_copies_per_direction,mean_normalized_latency_s_per_token,preemptions,swaps,prefill_tokens_computed")
+         "part,block_size,method,time_ms,block_copies_per_direction,mean_normalized_latency_s,preemptions,swaps,prefill_tokens_computed")
   expect("${rows} rows, want 9 x 4 microbenchmark + 9 x 2 end-to-end" rows EQUAL 54)
   set(swaps_seen 0)
   foreach(line IN LISTS lines)

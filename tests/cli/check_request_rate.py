@@ -19,9 +19,9 @@ def fail(msg):
 
 
 def sustained(rows):
-    rates = [float(r["request_rate"]) for r in rows]
+    rates = [float(r["request_rate_per_s"]) for r in rows]
     lat = [float(r["mean_normalized_latency_s"]) for r in rows]
-    thr = float(rows[0]["threshold_s_per_token"])
+    thr = float(rows[0]["threshold_normalized_latency_s"])
     if lat[0] > thr:
         return math.nan
     for i in range(1, len(rates)):
@@ -44,10 +44,10 @@ def main(kvlab, out):
         rates = {}
         for s in systems:
             sub = [r for r in rows if r["workload"] == wl and r["system"] == s]
-            if len(sub) < 5 or len({r["sustained_rate"] for r in sub}) != 1:
+            if len(sub) < 5 or len({r["sustained_rate_per_s"] for r in sub}) != 1:
                 fail(f"{wl} / {s}: {len(sub)} rows or differing sustained_rate")
             want = sustained(sub)
-            got = sub[0]["sustained_rate"]
+            got = sub[0]["sustained_rate_per_s"]
             if math.isfinite(want):
                 if abs(float(got) - want) > max(0.002, 0.005 * want):  # from latencies rounded to 4 digits
                     fail(f"{wl} / {s}: sustained_rate {got}, recomputed {want:.4f}")

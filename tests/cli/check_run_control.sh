@@ -63,7 +63,7 @@ wait $first
 rc=$?
 [ $rc -eq 0 ] || fail "the first run failed ($rc): $(cat "$T/first.err")"
 [ -f "$D/complete.json" ] || fail "the first run left no completion marker"
-grep -q -- "--requests 60" "$D/compare.csv" || fail "compare.csv is not the first run's"
+grep -q -- "--requests 60" "$D/run.json" || fail "run.json is not the first run's"
 grep -q '"path": "paged-b16/steps.csv"' "$D/complete.json" || fail "the marker does not name the files"
 no_leftovers "$D"
 echo "1. lock: ok"
@@ -149,7 +149,7 @@ rc=$?
 for p in 0001 0002 0003 0004; do
   [ -f "$S/point-$p/complete.json" ] || fail "point-$p has no completion marker after the resume"
 done
-grep -q -- "--requests 28" "$S/point-0003/compare.csv" || fail "point-0003 holds another command's results"
+grep -q -- "--requests 28" "$S/point-0003/run.json" || fail "point-0003 holds another command's results"
 [ "$(wc -l <"$S/collected.csv")" -eq 5 ] || fail "collected.csv: $(cat "$S/collected.csv")"
 no_leftovers "$S"
 echo "4. sweep children: ok"

@@ -50,6 +50,12 @@ set_tests_properties(figures.readme_numbers_device PROPERTIES LABELS figures FIX
 add_test(NAME results.readme_numbers
          COMMAND python3 ${PROJECT_SOURCE_DIR}/scripts/check_readme_numbers.py ${PROJECT_SOURCE_DIR}/results)
 set_tests_properties(results.readme_numbers PROPERTIES LABELS figures)
+# docs/schema.md lists every column of every output (compare over every backend family, every
+# figure), and nothing that is not written (issue 30).
+add_test(NAME cli.schema
+         COMMAND python3 ${CMAKE_CURRENT_SOURCE_DIR}/cli/check_schema.py $<TARGET_FILE:kvlab>
+                 ${CMAKE_CURRENT_BINARY_DIR}/cli-schema ${PROJECT_SOURCE_DIR}/docs/schema.md ${CMAKE_CURRENT_BINARY_DIR}/figures)
+set_tests_properties(cli.schema PROPERTIES LABELS cli FIXTURES_REQUIRED figures_smoke)
 add_test(NAME scripts.check_readme_numbers_self_test
          COMMAND python3 ${PROJECT_SOURCE_DIR}/scripts/check_readme_numbers.py --self-test)
 set_tests_properties(scripts.check_readme_numbers_self_test PROPERTIES LABELS scripts)
