@@ -214,20 +214,21 @@ int cmd_models() {
 /// Options shared by replay and compare: the workload, the model and capacity, the scheduler.
 /// Every option in `vm` and its value as given or defaulted (switches as true/false), for the
 /// provenance every output records.
+/// An option's value as the provenance records it (switches as true/false, a flag without a value
+/// as "").
+std::string option_text(const boost::any& a) {
+  if (const auto* s = boost::any_cast<std::string>(&a)) return *s;
+  if (const auto* b = boost::any_cast<bool>(&a)) return *b ? "true" : "false";
+  if (const auto* d = boost::any_cast<double>(&a)) return fmt::format("{}", *d);
+  if (const auto* i = boost::any_cast<int>(&a)) return std::to_string(*i);
+  if (const auto* l = boost::any_cast<std::int64_t>(&a)) return std::to_string(*l);
+  if (const auto* u = boost::any_cast<std::uint64_t>(&a)) return std::to_string(*u);
+  return a.empty() ? "" : "(set)";
+}
+
 std::vector<std::pair<std::string, std::string>> resolved_options(const po::variables_map& vm) {
   std::vector<std::pair<std::string, std::string>> out;
-  for (const auto& [name, v] : vm) {
-    const boost::any& a = v.value();
-    std::string text = "(set)";
-    if (const auto* s = boost::any_cast<std::string>(&a)) text = *s;
-    else if (const auto* b = boost::any_cast<bool>(&a)) text = *b ? "true" : "false";
-    else if (const auto* d = boost::any_cast<double>(&a)) text = fmt::format("{}", *d);
-    else if (const auto* i = boost::any_cast<int>(&a)) text = std::to_string(*i);
-    else if (const auto* l = boost::any_cast<std::int64_t>(&a)) text = std::to_string(*l);
-    else if (const auto* u = boost::any_cast<std::uint64_t>(&a)) text = std::to_string(*u);
-    else if (a.empty()) text = "";
-    out.emplace_back(name, text);
-  }
+  for (const auto& [name, v] : vm) out.emplace_back(name, option_text(v.value()));
   return out;
 }
 
@@ -324,7 +325,10 @@ struct Common {
         "teardown (--device emulated): every cuMemUnmap fails once a backend finished, as the H200's deallocations "
         "did; its results must stand, recorded with the fault");
     po::options_description out("Output");
-    out.add_options()("out", po::value(&out_dir), "write summary.json, steps.csv and requests.csv per backend here")(
+    out.add_options()("out", po::value(&out_dir), "write run.json, compare.csv and per backend summary.json, "
+                      "steps.csv and requests.csv here (columns: docs/schema.md)")(
+        "config", po::value<std::string>(), "FILE: a run.json or summary.json; rerun with every option it recorded "
+                                            "(defaults included), options given beside it win")(
         "no-progress", "no progress line on stderr");
     o.add(w).add(m).add(out);
   }
@@ -771,9 +775,55 @@ const char* kReplayExamples =
     "  kvlab replay --backend paged-16 --model llama-3-8b --capacity-gib 1 --execute --execute-layers 2\n"
     "  kvlab replay --backend vmm-2m --device emulated --execute --verify-kv --execute-layers 1 --model yi-6b \\\n"
     "      --capacity-gib 0.25 --max-seq-len 256 --requests 8 --prompt-len uniform:8:40 --output-len uniform:2:10\n"
-    "      # the CUDA code path without a GPU (docs/devices.md)\n";
+    "      # the CUDA code path without a GPU (docs/devices.md)\n"
+    "  kvlab replay --config results/my-run/run.json --out /tmp/rerun  # rerun a recorded run elsewhere\n";
 
-int cmd_replay(const std::vector<std::string>& args, const std::string& invocation) {
+/// `args` with the options a run.json (`--config FILE`) recorded, for each option of `opts` the
+/// command line does not give: so `kvlab replay --config DIR/run.json` reruns that run with every
+/// value it had, defaults included (a changed default cannot change the rerun), and any option
+/// given beside --config wins. Without --config, `args` unchanged.
+std::vector<std::string> with_config(const po::options_description& opts, const std::vector<std::string>& args,
+                                     const std::string& command) {
+  po::variables_map given;
+  po::store(po::command_line_parser(args).options(opts).positional(kNoPositional).run(), given);
+  if (given.count("config") == 0 || given.count("help")) return args;
+  const std::string file = given["config"].as<std::string>();
+  std::vector<std::pair<std::string, std::string>> recorded;
+  try {
+    recorded = recorded_options(file);
+  } catch (const InvalidArgument& e) {
+    throw UsageError("--config " + user_message(e));
+  }
+  std::vector<std::string> out = args;
+  for (const auto& [name, value] : recorded) {
+    if (name == "config" || name == "help" || (given.count(name) && !given[name].defaulted())) continue;
+    // A compare's file for one replay: its --backends give way to the --backend named beside it.
+    if (command == "replay" && name == "backends") {
+      if (given.count("backend") && !given["backend"].defaulted()) continue;
+      throw UsageError(fmt::format("--config {}: it records a compare of --backends {}; name the one to replay "
+                                   "with --backend",
+                                   file, value));
+    }
+    const po::option_description* o = opts.find_nothrow(name, /*approx=*/false);
+    if (o == nullptr)
+      throw UsageError(fmt::format("--config {}: it records --{}, which kvlab {} does not take (a run of another "
+                                   "command: rerun it with that command)",
+                                   file, name, command));
+    // A recorded value equal to today's default is left to the default (an option given counts as
+    // given: some are refused without others); one that differs is passed, so a changed default
+    // does not change the rerun.
+    if (boost::any d; o->semantic()->apply_default(d) && option_text(d) == value) continue;
+    if (o->semantic()->max_tokens() == 0) {  // a switch: present, or "true" for a bool_switch
+      if (value.empty() || value == "true") out.push_back("--" + name);
+    } else {
+      out.push_back("--" + name);
+      out.push_back(value);
+    }
+  }
+  return out;
+}
+
+int cmd_replay(const std::vector<std::string>& given_args, const std::string& invocation) {
   Common c;
   std::string backend;
   po::options_description opts("kvlab replay options");
@@ -781,6 +831,7 @@ int cmd_replay(const std::vector<std::string>& args, const std::string& invocati
   opts.add_options()("help,h", "show this help")("backend", po::value(&backend)->default_value("paged-16"),
                                                  families.c_str());
   c.add(opts);
+  const std::vector<std::string> args = with_config(opts, given_args, "replay");
   po::variables_map vm;
   po::store(po::command_line_parser(args).options(opts).positional(kNoPositional).run(), vm);
   if (vm.count("help")) {
@@ -796,7 +847,7 @@ int cmd_replay(const std::vector<std::string>& args, const std::string& invocati
   return run_backends(c, {backend}, invocation, false);
 }
 
-int cmd_compare(const std::vector<std::string>& args, const std::string& invocation) {
+int cmd_compare(const std::vector<std::string>& given_args, const std::string& invocation) {
   Common c;
   std::string backends;
   po::options_description opts("kvlab compare options");
@@ -804,6 +855,7 @@ int cmd_compare(const std::vector<std::string>& args, const std::string& invocat
       "backends", po::value(&backends)->default_value(default_compare_backends()),
       "comma-separated backends, replayed side by side on the same workload");
   c.add(opts);
+  const std::vector<std::string> args = with_config(opts, given_args, "compare");
   po::variables_map vm;
   po::store(po::command_line_parser(args).options(opts).positional(kNoPositional).run(), vm);
   if (vm.count("help")) {

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <numeric>
 #include <vector>
@@ -151,6 +152,24 @@ std::string summary_json(const RunInfo& info, const ReplaySummary& s) {
 std::string run_json(const std::string& command, const Provenance& p) {
   const Json j{{"command", command}, {"provenance", provenance(p)}};
   return j.dump(2, ' ', false, Json::error_handler_t::replace) + "\n";
+}
+
+std::vector<std::pair<std::string, std::string>> recorded_options(const std::filesystem::path& file) {
+  std::ifstream in(file);
+  if (!in) throw InvalidArgument(fmt::format("{}: cannot be read", file.string()));
+  const Json j = Json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) throw InvalidArgument(fmt::format("{}: not JSON", file.string()));
+  if (!j.is_object() || !j.contains("provenance") || !j["provenance"].is_object() ||
+      !j["provenance"].contains("options") || !j["provenance"]["options"].is_object())
+    throw InvalidArgument(
+                fmt::format("{}: no provenance.options (a run.json or summary.json of kvlab replay/compare)", file.string()));
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const auto& [name, value] : j["provenance"]["options"].items()) {
+    if (!value.is_string())
+      throw InvalidArgument(fmt::format("{}: provenance.options.{} is not a string", file.string(), name));
+    out.emplace_back(name, value.get<std::string>());
+  }
+  return out;
 }
 
 void write_summary_json(const std::filesystem::path& file, const RunInfo& info, const ReplaySummary& s) {

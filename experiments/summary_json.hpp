@@ -3,6 +3,8 @@
 // out a few related keys per line (the layout scripts/plot.py readers and people diff).
 #include <filesystem>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "experiments/report.hpp"
 
@@ -15,6 +17,10 @@ namespace kvlab {
 /// The text of run.json, written beside a figure's or a run's CSV files: the command that
 /// reproduces them and its provenance (version, revision, date, host, every resolved option).
 [[nodiscard]] std::string run_json(const std::string& command, const Provenance& p);
+
+/// The options a run.json or summary.json recorded (its provenance's `options`, by name, in the
+/// file's order). Throws InvalidArgument naming the file when it cannot be read or holds none.
+[[nodiscard]] std::vector<std::pair<std::string, std::string>> recorded_options(const std::filesystem::path& file);
 
 /// Writes summary_json(info, s) to `file`.
 void write_summary_json(const std::filesystem::path& file, const RunInfo& info, const ReplaySummary& s);

@@ -56,6 +56,11 @@ add_test(NAME cli.schema
          COMMAND python3 ${CMAKE_CURRENT_SOURCE_DIR}/cli/check_schema.py $<TARGET_FILE:kvlab>
                  ${CMAKE_CURRENT_BINARY_DIR}/cli-schema ${PROJECT_SOURCE_DIR}/docs/schema.md ${CMAKE_CURRENT_BINARY_DIR}/figures)
 set_tests_properties(cli.schema PROPERTIES LABELS cli FIXTURES_REQUIRED figures_smoke)
+# replay/compare --config run.json rerun a recorded run with the same options and results (issue 30).
+add_test(NAME cli.config_rerun
+         COMMAND python3 ${CMAKE_CURRENT_SOURCE_DIR}/cli/check_config_rerun.py $<TARGET_FILE:kvlab>
+                 ${CMAKE_CURRENT_BINARY_DIR}/cli-config-rerun)
+set_tests_properties(cli.config_rerun PROPERTIES LABELS cli)
 add_test(NAME scripts.check_readme_numbers_self_test
          COMMAND python3 ${PROJECT_SOURCE_DIR}/scripts/check_readme_numbers.py --self-test)
 set_tests_properties(scripts.check_readme_numbers_self_test PROPERTIES LABELS scripts)
