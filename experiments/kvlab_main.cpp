@@ -770,8 +770,10 @@ int run_backends(const Common& c, const std::vector<std::string>& names, const s
 const char* kReplayExamples =
     "\nExamples:\n"
     "  kvlab replay --backend paged-16                      # synthetic workload, OPT-13B, 12 GiB of KV\n"
-    "  kvlab replay --backend contiguous-pow2 --trace AzureLLMInferenceTrace_conv.csv --limit 2000\n"
-    "  kvlab replay --backend paged-16 --trace sharegpt_8k_filtered_stats_llama2_tokenizer.csv --rate 2\n"
+    "  kvlab replay --backend contiguous-pow2 --trace AzureLLMInferenceTrace_conv.csv --model llama-3-8b \\\n"
+    "      --capacity-gib 8 --limit 2000        # a trace needs a model whose context holds its requests\n"
+    "  kvlab replay --backend paged-16 --trace sharegpt_8k_filtered_stats_llama2_tokenizer.csv --rate 2 \\\n"
+    "      --model llama-3-8b --capacity-gib 8\n"
     "  kvlab replay --backend paged-16 --model llama-3-8b --capacity-gib 1 --execute --execute-layers 2\n"
     "  kvlab replay --backend vmm-2m --device emulated --execute --verify-kv --execute-layers 1 --model yi-6b \\\n"
     "      --capacity-gib 0.25 --max-seq-len 256 --requests 8 --prompt-len uniform:8:40 --output-len uniform:2:10\n"
@@ -866,7 +868,8 @@ int cmd_compare(const std::vector<std::string>& given_args, const std::string& i
                  "throughput.\n\n"
               << opts
               << "\nExamples:\n"
-                 "  kvlab compare --trace AzureLLMInferenceTrace_conv.csv --out results/compare-azure-conv\n"
+                 "  kvlab compare --trace AzureLLMInferenceTrace_conv.csv --model llama-3-8b --capacity-gib 8 \\\n"
+                 "      --time-scale 0.5 --out results/compare-azure-conv   # the main job (scripts/run.sh)\n"
                  "  kvlab compare --backends contiguous-max,paged-16 --requests 500 --rate 4\n"
                  "  kvlab compare --model llama-3-8b --capacity-gib 8 --samples 4 --out /tmp/sampling\n";
     return 0;

@@ -9,17 +9,22 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs="$(nproc)"
+SECONDS=0
+# Each stage's start, with the seconds since the script began (where the suite's time goes).
+stage() { echo "== [${SECONDS} s] $*" >&2; }
+stage "setup: packages and the release build"
 KVLAB_PRESET=release scripts/setup.sh
-echo "== release: all tests" >&2
+stage "release: all tests"
 ctest --preset release -j "$jobs" --timeout 900
-[ "${KVLAB_QUICK:-0}" = 1 ] && exit 0
+[ "${KVLAB_QUICK:-0}" = 1 ] && { stage "release tests passed (KVLAB_QUICK=1: the sanitizer stages skipped)"; exit 0; }
 
-echo "== asan: all tests under AddressSanitizer + UndefinedBehaviorSanitizer" >&2
+stage "asan: build"
 cmake --preset asan >/dev/null
 cmake --build --preset asan -j "$jobs"
-ctest --preset asan -j "$jobs" --timeout 900 -LE gpu
+stage "asan: all tests under AddressSanitizer + UndefinedBehaviorSanitizer"
+ctest --preset asan -j "$jobs" --timeout 900 -LE "gpu|examples"
 
-echo "== tsan: threaded code under ThreadSanitizer" >&2
+stage "tsan: threaded code under ThreadSanitizer"
 cmake --preset tsan >/dev/null
 cmake --build --preset tsan -j "$jobs" --target kvlab_kernels_tests kvlab_vmm_tests kvlab_alloc_tests kvlab_support_tests kvlab_experiments_tests
 export TSAN_OPTIONS="halt_on_error=1:allocator_may_return_null=1"  # some tests ask for impossible sizes
@@ -29,6 +34,6 @@ build/tsan/tests/kvlab_alloc_tests --gtest_filter='LimitingAdaptor*:*Thread*:*Co
 build/tsan/tests/kvlab_support_tests --gtest_filter='*Thread*:*Concurren*'
 build/tsan/tests/kvlab_vmm_tests --gtest_filter='*Overlap*:*Background*:*Thread*'
 build/tsan/tests/kvlab_experiments_tests --gtest_filter='*VmmOverlap*:CudaPath*:OverlapOrder*'
-echo "== fuzz: libFuzzer targets (trace readers, backend operations, sweep files), 20 s each" >&2
+stage "fuzz: libFuzzer targets (trace readers, backend operations, sweep files), 20 s each"
 scripts/fuzz.sh "${KVLAB_FUZZ_SECONDS:-20}"
-echo "== all test stages passed" >&2
+stage "all test stages passed"

@@ -61,6 +61,13 @@ add_test(NAME cli.config_rerun
          COMMAND python3 ${CMAKE_CURRENT_SOURCE_DIR}/cli/check_config_rerun.py $<TARGET_FILE:kvlab>
                  ${CMAKE_CURRENT_BINARY_DIR}/cli-config-rerun)
 set_tests_properties(cli.config_rerun PROPERTIES LABELS cli)
+# Every example in README.md and in each command's --help runs (small versions): no error, at most
+# 5 % of requests rejected, --verify-kv verifies tokens (issue 30). Release build only (label
+# examples; scripts/test.sh leaves it out of the sanitizer runs, whose CLI coverage is the rest).
+add_test(NAME cli.examples
+         COMMAND python3 ${CMAKE_CURRENT_SOURCE_DIR}/cli/check_examples.py $<TARGET_FILE:kvlab> ${PROJECT_SOURCE_DIR}
+                 ${CMAKE_CURRENT_BINARY_DIR}/cli-examples)
+set_tests_properties(cli.examples PROPERTIES LABELS "cli;examples" TIMEOUT 900)
 add_test(NAME scripts.check_readme_numbers_self_test
          COMMAND python3 ${PROJECT_SOURCE_DIR}/scripts/check_readme_numbers.py --self-test)
 set_tests_properties(scripts.check_readme_numbers_self_test PROPERTIES LABELS scripts)
