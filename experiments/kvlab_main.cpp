@@ -249,7 +249,7 @@ struct Common {
   double lpm_max_wait = 5.0;
   std::string goodput_text;
   ServingSlo goodput;
-  double capacity_gib = 0, rate = 0, burstiness = 1, time_scale = 1;
+  double capacity_gib = 0, rate = 0, burstiness = 1, time_scale = 1, max_memory_gib = 0;
   std::int64_t requests = 0, max_seq_len = 0, max_batched = 0, limit = 0, shared_prefix = 0;
   int max_running = 0, samples = 1, execute_layers = 0, prefix_groups = 0, turns = 1;
   double beam_reselect = 0;
@@ -327,6 +327,9 @@ struct Common {
     po::options_description out("Output");
     out.add_options()("out", po::value(&out_dir), "write run.json, compare.csv and per backend summary.json, "
                       "steps.csv and requests.csv here (columns: docs/schema.md)")(
+        "max-memory-gib", po::value(&max_memory_gib)->default_value(0.0),
+        "refuse a run that would keep more than this in memory (per-request and per-step records, every token's "
+        "inter-token gap; estimated from the workload before it starts); 0: half of this machine's memory")(
         "config", po::value<std::string>(), "FILE: a run.json or summary.json; rerun with every option it recorded "
                                             "(defaults included), options given beside it win")(
         "no-progress", "no progress line on stderr");
@@ -342,6 +345,8 @@ struct Common {
     if (requests > 10'000'000)
       throw UsageError("--requests must be at most 10000000 (got " + std::to_string(requests) + ")");
     if (!(capacity_gib > 0) || !std::isfinite(capacity_gib)) throw UsageError("--capacity-gib must be a positive number");
+    if (!(max_memory_gib >= 0) || !std::isfinite(max_memory_gib))
+      throw UsageError("--max-memory-gib must be a number >= 0 (0: half of this machine's memory)");
     if (max_running < 1) throw UsageError("--max-running must be at least 1");
     if (max_batched < 1) throw UsageError("--max-batched-tokens must be at least 1");
     if (max_seq_len < 0) throw UsageError("--max-seq-len must not be negative");
@@ -699,6 +704,21 @@ void warn_about_rejections(std::ostream& err, const ReplayResult& r) {
 }
 
 /// Replays one workload through each named backend; prints the table; writes files.
+/// Refuses (exit 2, before anything is written) a run whose records would pass the memory limit.
+void check_kept_memory(const std::vector<Request>& workload, const ReplayConfig& rc, double max_memory_gib) {
+  const KeptMemoryEstimate kept = estimate_kept_memory(workload, rc);
+  const double machine = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE));
+  const double limit = max_memory_gib > 0 ? max_memory_gib * 0x1p30 : machine / 2;
+  if (static_cast<double>(kept.bytes) <= limit) return;
+  throw UsageError(fmt::format(
+      "--max-memory-gib: this run would keep up to {:.2f} GiB in memory ({} requests, {} generated tokens' "
+      "inter-token gaps{}), over the limit of {:.2f} GiB{}; shorten the workload (--limit, --requests, "
+      "--output-len){} or raise --max-memory-gib",
+      static_cast<double>(kept.bytes) / 0x1p30, kept.requests, kept.generated_tokens,
+      kept.steps > 0 ? fmt::format(", up to {} steps for steps.csv", kept.steps) : std::string(), limit / 0x1p30,
+      max_memory_gib > 0 ? "" : " (half of this machine's memory)", kept.steps > 0 ? ", drop --out" : ""));
+}
+
 int run_backends(const Common& c, const std::vector<std::string>& names, const std::string& invocation,
                  bool chart) {
   if (names.empty()) throw UsageError("no backend named");
@@ -722,15 +742,16 @@ int run_backends(const Common& c, const std::vector<std::string>& names, const s
                                    n));
   }
   auto [workload, description] = c.workload();
+  ReplayConfig rc = c.replay_config();
+  rc.at_step_boundary = throw_if_interrupted;  // SIGINT/SIGTERM stop the replay between steps
+  rc.keep_steps = !c.out_dir.empty();          // memory mode keeps only what it writes (steps.csv)
+  check_kept_memory(workload, rc, c.max_memory_gib);  // before --out is touched
   std::optional<OutputLock> lock;  // one run per --out at a time (experiments/run_control.hpp)
   if (!c.out_dir.empty()) {
     prepare_output_dir(c.out_dir, "--out");  // fail now, not after the replays
     lock.emplace(c.out_dir, invocation);
     remove_completion_marker(c.out_dir);  // an interrupted re-run must not look complete
   }
-  ReplayConfig rc = c.replay_config();
-  rc.at_step_boundary = throw_if_interrupted;  // SIGINT/SIGTERM stop the replay between steps
-  rc.keep_steps = !c.out_dir.empty();          // memory mode keeps only what it writes (steps.csv)
   if (c.device.kind != Device::host) rc.device_memory = &device->memory();  // the kernels' q, out, offsets
   std::cout << "workload: " << description << "\n"
             << "model: " << model.name << " (" << model.kv_bytes_per_token() << " KV bytes/token), capacity "

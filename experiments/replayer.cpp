@@ -989,6 +989,25 @@ void Replay::summarize() {
 
 }  // namespace
 
+KeptMemoryEstimate estimate_kept_memory(const std::vector<Request>& workload, const ReplayConfig& config) {
+  // Per request: its RequestRecord (reason included), the scheduler's entry and its share of the
+  // summary's per-request vectors: 512 bytes covers them with room. Per generated token: the
+  // float gap, and the double copy latency_stats sorts at the end.
+  constexpr std::size_t kPerRequest = 512, kPerToken = sizeof(float) + sizeof(double);
+  KeptMemoryEstimate e;
+  const std::int64_t chunk = std::max<std::int64_t>(config.max_batched_tokens, 1);
+  const std::int64_t samples = std::max(config.samples_per_request, 1);
+  for (const Request& r : workload) {
+    ++e.requests;
+    e.generated_tokens += r.output_tokens * samples;
+    if (config.keep_steps) e.steps += r.output_tokens + (r.prompt_tokens + chunk - 1) / chunk;
+  }
+  e.bytes = static_cast<std::size_t>(e.requests) * kPerRequest +
+            static_cast<std::size_t>(e.generated_tokens) * kPerToken +
+            static_cast<std::size_t>(e.steps) * sizeof(StepRecord);
+  return e;
+}
+
 ReplayResult replay(KvBackend& backend, const std::vector<Request>& workload, const ReplayConfig& config,
                     const ProgressCallback& progress) {
   return Replay(backend, workload, config, progress).run();

@@ -185,6 +185,18 @@ struct ReplayResult {
   std::vector<RequestRecord> requests;
 };
 
+/// What a replay of a workload keeps in memory until it ends, bounded from above before it starts
+/// (the rule of --max-memory-gib): a record per request, the inter-token gap of every generated
+/// token (for the ITL statistics), and with keep_steps a record per step, counting one step per
+/// generated token and per prefill chunk as if no two sequences ever shared a step.
+struct KeptMemoryEstimate {
+  std::int64_t requests = 0;
+  std::int64_t generated_tokens = 0;  ///< output tokens over all samples
+  std::int64_t steps = 0;             ///< an upper bound (0 without keep_steps)
+  std::size_t bytes = 0;
+};
+[[nodiscard]] KeptMemoryEstimate estimate_kept_memory(const std::vector<Request>& workload, const ReplayConfig& config);
+
 /// Called now and then with (requests finished or rejected, total).
 using ProgressCallback = std::function<void(std::int64_t, std::int64_t)>;
 

@@ -55,6 +55,32 @@ TEST(Replayer, OneRequestByHand) {
   EXPECT_EQ(b.num_sequences(), 0u);
 }
 
+// The --max-memory-gib estimate bounds what a replay keeps: at least as many steps as the replay
+// records (here one sequence at a time, the worst case, and a batch), every generated token once,
+// and no steps at all when none are kept.
+TEST(Replayer, KeptMemoryEstimateBoundsTheRecords) {
+  const std::vector<Request> one_at_a_time = {{0, 0.0, 20, 5}, {1, 100.0, 7, 9}, {2, 200.0, 33, 1}};
+  const std::vector<Request> together = {{0, 0.0, 20, 5}, {1, 0.0, 7, 9}, {2, 0.0, 33, 1}};
+  for (const auto* w : {&one_at_a_time, &together}) {
+    ContiguousBackend b = contiguous(ReservationPolicy::oracle, 1000, 64);
+    ReplayConfig cfg;
+    cfg.max_batched_tokens = 16;
+    cfg.chunked_prefill = true;
+    const ReplayResult r = replay(b, *w, cfg);
+    const KeptMemoryEstimate e = estimate_kept_memory(*w, cfg);
+    EXPECT_EQ(e.requests, 3);
+    EXPECT_EQ(e.generated_tokens, 5 + 9 + 1);
+    EXPECT_GE(e.steps, static_cast<std::int64_t>(r.steps.size()));
+    EXPECT_GE(e.bytes, r.steps.size() * sizeof(StepRecord) + r.requests.size() * sizeof(RequestRecord));
+  }
+  ReplayConfig no_steps;
+  no_steps.keep_steps = false;
+  EXPECT_EQ(estimate_kept_memory(one_at_a_time, no_steps).steps, 0);
+  ReplayConfig sampled;
+  sampled.samples_per_request = 4;
+  EXPECT_EQ(estimate_kept_memory(one_at_a_time, sampled).generated_tokens, 4 * (5 + 9 + 1));
+}
+
 TEST(Replayer, SeparatePrefillStepsNeverMixPromptsAndDecodes) {
   // Request 1 arrives while request 0 decodes. Mixed: its prompt joins request 0's decode step.
   // Separate (vLLM v0): that step runs only the prompt; request 0 sits it out, still in the batch.
