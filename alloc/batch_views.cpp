@@ -30,7 +30,8 @@ PreparedBatch BatchViews::finish(Device device, MemoryResource* mr) {
   if (layout_ == KvLayout::contiguous) find_common_bases();
   if (device == Device::host || mr == nullptr) return {batch_, lens_.data(), lens_.data()};
   // Device kernels read the arrays from device memory: one upload per prepared batch.
-  const auto first = layout_ == KvLayout::contiguous ? std::as_bytes(std::span(bases_)) : std::as_bytes(std::span(tables_));
+  const auto first =
+      layout_ == KvLayout::contiguous ? std::as_bytes(std::span(bases_)) : std::as_bytes(std::span(tables_));
   const auto index = std::as_bytes(std::span(base_index_));
   device_arrays_ = staging_.upload(*mr, {first, index, std::as_bytes(std::span(lens_))});
   base_index_offset_ = first.size();
@@ -43,7 +44,8 @@ void BatchViews::find_common_bases() {
   common_bases_.clear();
   if (batch_ == 0) return;
   const auto elem = static_cast<std::ptrdiff_t>(size_of(model_.kv_dtype));
-  const std::int64_t token_stride = token_stride_ != 0 ? token_stride_ : std::int64_t{model_.num_kv_heads} * model_.head_dim;
+  const std::int64_t token_stride =
+      token_stride_ != 0 ? token_stride_ : std::int64_t{model_.num_kv_heads} * model_.head_dim;
   std::int64_t granule = token_stride;
   const auto layers = static_cast<std::size_t>(model_.num_layers);
   const auto b = static_cast<std::size_t>(batch_);
@@ -64,7 +66,8 @@ void BatchViews::find_common_bases() {
   base_index_.resize(layers * b);
   for (std::size_t layer = 0; layer < layers; ++layer)
     for (std::size_t s = 0; s < b; ++s) {
-      const std::int64_t index = (static_cast<std::byte*>(bases_[2 * layer * b + s]) - common_bases_[2 * layer]) / elem / granule;
+      const std::int64_t index =
+          (static_cast<std::byte*>(bases_[2 * layer * b + s]) - common_bases_[2 * layer]) / elem / granule;
       if (index > std::numeric_limits<std::int32_t>::max() / 2) {  // the kernels add a sequence's pages to it
         base_index_.clear();
         return;
@@ -80,7 +83,8 @@ KvView BatchViews::view(int layer) const {
   v.dtype = model_.kv_dtype;
   v.num_kv_heads = model_.num_kv_heads;
   v.head_dim = model_.head_dim;
-  v.token_stride = token_stride_ != 0 ? token_stride_ : static_cast<std::int64_t>(model_.num_kv_heads) * model_.head_dim;
+  v.token_stride =
+      token_stride_ != 0 ? token_stride_ : static_cast<std::int64_t>(model_.num_kv_heads) * model_.head_dim;
   v.head_stride = model_.head_dim;
   if (layout_ == KvLayout::contiguous) {
     void* const* bases = device_arrays_ ? reinterpret_cast<void* const*>(device_arrays_) : bases_.data();
@@ -90,8 +94,9 @@ KvView BatchViews::view(int layer) const {
       v.k_base = common_bases_[2 * static_cast<std::size_t>(layer)];
       v.v_base = common_bases_[2 * static_cast<std::size_t>(layer) + 1];
       v.base_granule = base_granule_;
-      const std::int32_t* index = device_arrays_ ? reinterpret_cast<const std::int32_t*>(device_arrays_ + base_index_offset_)
-                                                 : base_index_.data();
+      const std::int32_t* index = device_arrays_
+                                      ? reinterpret_cast<const std::int32_t*>(device_arrays_ + base_index_offset_)
+                                      : base_index_.data();
       v.seq_base_index = index + static_cast<std::size_t>(layer) * batch_;
       v.host_seq_base_index = base_index_.data() + static_cast<std::size_t>(layer) * batch_;
     }

@@ -64,10 +64,10 @@ class BatchViews {
   PagedPools pools_;
   const std::byte* device_arrays_ = nullptr;  // the uploaded copy, or null: the host vectors
   // Contiguous layout, the common-base form (KvView::k_base ...), when every layer has one:
-  std::vector<std::byte*> common_bases_;     // [layer][K|V]
-  std::vector<std::int32_t> base_index_;     // [layer][batch], in granules
-  std::int64_t base_granule_ = 0;            // elements; 0: no common base
-  std::size_t base_index_offset_ = 0;        // where base_index_ starts in device_arrays_
+  std::vector<std::byte*> common_bases_;  // [layer][K|V]
+  std::vector<std::int32_t> base_index_;  // [layer][batch], in granules
+  std::int64_t base_granule_ = 0;         // elements; 0: no common base
+  std::size_t base_index_offset_ = 0;     // where base_index_ starts in device_arrays_
   void find_common_bases();
   DeviceStaging staging_;
 };

@@ -57,9 +57,9 @@ class BuddyArena final : public ReservationArena {
   std::size_t unit_;
   std::size_t capacity_units_ = 0;
   std::size_t free_units_ = 0;
-  std::map<std::size_t, int> roots_;            // start unit -> order
-  std::vector<std::set<std::size_t>> free_;     // per order: start units of free blocks
-  std::unordered_map<std::size_t, int> used_;   // start unit -> order
+  std::map<std::size_t, int> roots_;           // start unit -> order
+  std::vector<std::set<std::size_t>> free_;    // per order: start units of free blocks
+  std::unordered_map<std::size_t, int> used_;  // start unit -> order
 };
 
 }  // namespace kvlab

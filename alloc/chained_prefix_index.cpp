@@ -61,8 +61,7 @@ ChainedPrefixIndex::EntryId ChainedPrefixIndex::new_entry() {
 }
 
 std::int64_t ChainedPrefixIndex::insert(std::span<const std::int32_t> tokens, std::span<const std::int64_t> extra,
-                                        EntryId parent, std::int64_t from, std::int64_t to,
-                                        const UnitsOfBlock& units) {
+                                        EntryId parent, std::int64_t from, std::int64_t to, const UnitsOfBlock& units) {
   const auto bt = static_cast<std::size_t>(block_tokens_);
   const auto upe = static_cast<std::size_t>(units_per_entry_);
   KVLAB_ASSERT((from == 0) == (parent < 0));
@@ -120,7 +119,8 @@ bool ChainedPrefixIndex::move_unit(UnitId from, UnitId to) {
   const EntryId e = unit_entry_[static_cast<std::size_t>(from)];
   if (e < 0) return false;
   KVLAB_ASSERT(unit_entry_[static_cast<std::size_t>(to)] < 0);
-  const auto first = entry_units_.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(e) * static_cast<std::size_t>(units_per_entry_));
+  const auto first = entry_units_.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(e) *
+                                                                        static_cast<std::size_t>(units_per_entry_));
   std::replace(first, first + units_per_entry_, from, to);
   unit_entry_[static_cast<std::size_t>(from)] = -1;
   unit_entry_[static_cast<std::size_t>(to)] = e;

@@ -13,9 +13,12 @@ namespace kvlab {
 
 std::string_view to_string(ReservationPolicy p) noexcept {
   switch (p) {
-    case ReservationPolicy::max: return "max";
-    case ReservationPolicy::pow2: return "pow2";
-    case ReservationPolicy::oracle: return "oracle";
+    case ReservationPolicy::max:
+      return "max";
+    case ReservationPolicy::pow2:
+      return "pow2";
+    case ReservationPolicy::oracle:
+      return "oracle";
   }
   return "?";
 }
@@ -24,8 +27,7 @@ ReservationPolicy parse_reservation_policy(std::string_view name) {
   if (name == "max") return ReservationPolicy::max;
   if (name == "pow2") return ReservationPolicy::pow2;
   if (name == "oracle") return ReservationPolicy::oracle;
-  KVLAB_THROW(InvalidArgument,
-              "unknown reservation policy '" + std::string(name) + "' (expected max, pow2 or oracle)");
+  KVLAB_THROW(InvalidArgument, "unknown reservation policy '" + std::string(name) + "' (expected max, pow2 or oracle)");
 }
 
 namespace {
@@ -39,9 +41,9 @@ std::unique_ptr<ReservationArena> make_arena(const ContiguousConfig& c) {
 ContiguousBackend::ContiguousBackend(ContiguousConfig config)
     : TableBackend(config.model, config.max_seq_len), config_(std::move(config)), arena_(make_arena(config_)) {
   config_.max_seq_len = max_seq_len();
-  KVLAB_EXPECTS(arena_->capacity() >= reservation_bytes(1),
-                "KV capacity " + std::to_string(config_.capacity_bytes) + " bytes is below one token (" +
-                    std::to_string(reservation_bytes(1)) + " bytes)");
+  KVLAB_EXPECTS(arena_->capacity() >= reservation_bytes(1), "KV capacity " + std::to_string(config_.capacity_bytes) +
+                                                                " bytes is below one token (" +
+                                                                std::to_string(reservation_bytes(1)) + " bytes)");
   if (config_.memory != nullptr) {
     region_ = static_cast<std::byte*>(config_.memory->allocate(arena_->capacity()));
   }
@@ -65,7 +67,8 @@ Device ContiguousBackend::do_device() const noexcept {
 std::int64_t ContiguousBackend::reservation_tokens(const SequenceSpec& spec) const {
   const std::int64_t final_tokens = std::max<std::int64_t>(spec.final_tokens, 1);
   switch (config_.policy) {
-    case ReservationPolicy::max: return config_.max_seq_len;
+    case ReservationPolicy::max:
+      return config_.max_seq_len;
     case ReservationPolicy::pow2: {
       // The prompt is known at admission; only the output is over-reserved, to a power of two.
       const std::int64_t prompt = std::clamp<std::int64_t>(spec.prompt_tokens, 0, final_tokens);
@@ -73,7 +76,8 @@ std::int64_t ContiguousBackend::reservation_tokens(const SequenceSpec& spec) con
       const std::int64_t reserved = prompt + (output == 0 ? 0 : static_cast<std::int64_t>(std::bit_ceil(output)));
       return std::min<std::int64_t>(reserved, config_.max_seq_len);
     }
-    case ReservationPolicy::oracle: return final_tokens;
+    case ReservationPolicy::oracle:
+      return final_tokens;
   }
   return config_.max_seq_len;
 }
@@ -108,9 +112,8 @@ void ContiguousBackend::do_grow(SeqId id, std::int64_t n) {
   ContiguousSequence& s = at(id);
   if (s.length + n > s.capacity_tokens) {
     // A contiguous reservation cannot be extended in place; that is the point of the design.
-    KVLAB_THROW(OutOfMemory, "sequence " + std::to_string(id) + " would grow to " +
-                                 std::to_string(s.length + n) + " tokens past its reservation of " +
-                                 std::to_string(s.capacity_tokens));
+    KVLAB_THROW(OutOfMemory, "sequence " + std::to_string(id) + " would grow to " + std::to_string(s.length + n) +
+                                 " tokens past its reservation of " + std::to_string(s.capacity_tokens));
   }
   s.length += n;
 }
@@ -178,7 +181,8 @@ MemoryBreakdown ContiguousBackend::do_breakdown(const SequenceSpec* blocked) con
     b.external_fragmentation += arena_->block_size(s.offset) - reservation_bytes(s.capacity_tokens);
   }
   if (blocked != nullptr)
-    b.external_fragmentation += arena_->free_bytes_in_holes_smaller_than(reservation_bytes(reservation_tokens(*blocked)));
+    b.external_fragmentation +=
+        arena_->free_bytes_in_holes_smaller_than(reservation_bytes(reservation_tokens(*blocked)));
   return b;
 }
 

@@ -72,8 +72,8 @@ class CopyStream {
   void make_pending_copies();
 
   Device device_;
-  std::vector<Copy> pending_;  // emulated: enqueued, not yet made
-  std::size_t in_flight_ = 0;  // cuda: enqueued since the last synchronize()
+  std::vector<Copy> pending_;          // emulated: enqueued, not yet made
+  std::size_t in_flight_ = 0;          // cuda: enqueued since the last synchronize()
   bool after_default_stream_ = false;  // cuda: the stream already waits for the default stream's work
   std::vector<std::function<void()>> releases_;
   std::unique_ptr<CudaStream> cuda_;

@@ -7,15 +7,14 @@
 
 #include "alloc/error.hpp"
 
-#define KVLAB_CUDA_TRY(call)                                                                   \
-  do {                                                                                         \
-    const cudaError_t kvlab_status_ = (call);                                                  \
-    if (kvlab_status_ != cudaSuccess) {                                                        \
-      (void)cudaGetLastError(); /* clear sticky-free errors so later calls start clean */      \
-      const std::string kvlab_msg_ = std::string(#call) + " failed: " +                        \
-                                     cudaGetErrorName(kvlab_status_) + " (" +                  \
-                                     cudaGetErrorString(kvlab_status_) + ")";                  \
-      if (kvlab_status_ == cudaErrorMemoryAllocation) KVLAB_THROW(::kvlab::OutOfMemory, kvlab_msg_); \
-      KVLAB_THROW(::kvlab::CudaError, kvlab_msg_);                                             \
-    }                                                                                          \
+#define KVLAB_CUDA_TRY(call)                                                                                     \
+  do {                                                                                                           \
+    const cudaError_t kvlab_status_ = (call);                                                                    \
+    if (kvlab_status_ != cudaSuccess) {                                                                          \
+      (void)cudaGetLastError(); /* clear sticky-free errors so later calls start clean */                        \
+      const std::string kvlab_msg_ = std::string(#call) + " failed: " + cudaGetErrorName(kvlab_status_) + " (" + \
+                                     cudaGetErrorString(kvlab_status_) + ")";                                    \
+      if (kvlab_status_ == cudaErrorMemoryAllocation) KVLAB_THROW(::kvlab::OutOfMemory, kvlab_msg_);             \
+      KVLAB_THROW(::kvlab::CudaError, kvlab_msg_);                                                               \
+    }                                                                                                            \
   } while (0)

@@ -18,8 +18,8 @@ namespace kvlab {
 // after the reinterpret_cast in resolve_cuda_driver_table() and then read garbage arguments at run
 // time (cuCtxSynchronize at 13000 did, on the H200). <cudaTypedefs.h> names every ABI of every
 // entry point PFN_<name>_v<version>.
-#define KVLAB_CHECK_SIGNATURE(name, abi)                                                           \
-  static_assert(std::is_same_v<decltype(CudaDriverApi::name), PFN_##name##_v##abi>,              \
+#define KVLAB_CHECK_SIGNATURE(name, abi)                                            \
+  static_assert(std::is_same_v<decltype(CudaDriverApi::name), PFN_##name##_v##abi>, \
                 "CudaDriverApi::" #name " does not have the ABI of PFN_" #name "_v" #abi);
 KVLAB_CUDA_DRIVER_ENTRIES(KVLAB_CHECK_SIGNATURE)
 #undef KVLAB_CHECK_SIGNATURE
@@ -34,7 +34,8 @@ struct ResultInfo {
 
 // The codes kvlab and the double can produce, plus the ones a failing driver commonly returns.
 // Names come from the enum so they cannot drift; descriptions are short paraphrases of cuda.h.
-#define KVLAB_CU_RESULT(code, text) {code, #code, text}
+#define KVLAB_CU_RESULT(code, text) \
+  { code, #code, text }
 constexpr ResultInfo kResults[] = {
     KVLAB_CU_RESULT(CUDA_SUCCESS, "no error"),
     KVLAB_CU_RESULT(CUDA_ERROR_INVALID_VALUE, "invalid argument"),
@@ -68,8 +69,10 @@ constexpr ResultInfo kResults[] = {
     KVLAB_CU_RESULT(CUDA_ERROR_NOT_PERMITTED, "operation not permitted"),
     KVLAB_CU_RESULT(CUDA_ERROR_NOT_SUPPORTED, "operation not supported"),
     KVLAB_CU_RESULT(CUDA_ERROR_SYSTEM_NOT_READY, "system not yet initialized"),
-    KVLAB_CU_RESULT(CUDA_ERROR_SYSTEM_DRIVER_MISMATCH, "system has unsupported display driver / cuda driver combination"),
-    KVLAB_CU_RESULT(CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE, "forward compatibility was attempted on non supported HW"),
+    KVLAB_CU_RESULT(CUDA_ERROR_SYSTEM_DRIVER_MISMATCH,
+                    "system has unsupported display driver / cuda driver combination"),
+    KVLAB_CU_RESULT(CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE,
+                    "forward compatibility was attempted on non supported HW"),
     KVLAB_CU_RESULT(CUDA_ERROR_TIMEOUT, "wait operation timed out"),
     KVLAB_CU_RESULT(CUDA_ERROR_UNKNOWN, "unknown error"),
 };
@@ -97,9 +100,9 @@ void* runtime_entry_point(const char* name, int abi, std::string& why) {
       cudaGetDriverEntryPointByVersion(name, &fn, static_cast<unsigned>(abi), cudaEnableDefault, &query);
   if (err == cudaSuccess && query == cudaDriverEntryPointSuccess && fn != nullptr) return fn;
   (void)cudaGetLastError();
-  why = err != cudaSuccess                                         ? cudaGetErrorName(err)
+  why = err != cudaSuccess                                 ? cudaGetErrorName(err)
         : query == cudaDriverEntryPointVersionNotSufficent ? "driver too old"
-                                                                   : "symbol not found";
+                                                           : "symbol not found";
   return nullptr;
 }
 #endif

@@ -98,7 +98,8 @@ struct CudaDriverApi {
                               unsigned long long flags) = nullptr;
   CUresult(CUDAAPI* cuMemUnmap)(CUdeviceptr ptr, size_t size) = nullptr;
   CUresult(CUDAAPI* cuMemSetAccess)(CUdeviceptr ptr, size_t size, const CUmemAccessDesc* desc, size_t count) = nullptr;
-  CUresult(CUDAAPI* cuMemGetAccess)(unsigned long long* flags, const CUmemLocation* location, CUdeviceptr ptr) = nullptr;
+  CUresult(CUDAAPI* cuMemGetAccess)(unsigned long long* flags, const CUmemLocation* location,
+                                    CUdeviceptr ptr) = nullptr;
 };
 
 /// The real driver's table, resolved on the first call (thread-safe) and cached, including a
@@ -140,10 +141,10 @@ namespace detail {
 ///   KVLAB_CU_TRY(api, cuMemMap(ptr, size, 0, handle, 0));
 /// CUDA_ERROR_OUT_OF_MEMORY throws kvlab::OutOfMemory, anything else kvlab::CudaError naming the
 /// call, the CUresult (e.g. CUDA_ERROR_INVALID_VALUE) and this file:line. `api` is evaluated once.
-#define KVLAB_CU_TRY(api, call)                                                                          \
-  do {                                                                                                   \
-    const ::kvlab::CudaDriverApi& kvlab_cu_api_ = (api);                                                 \
-    const ::CUresult kvlab_cu_status_ = kvlab_cu_api_.call;                                              \
-    if (kvlab_cu_status_ != ::CUDA_SUCCESS)                                                              \
-      ::kvlab::detail::throw_cu_error(kvlab_cu_api_, kvlab_cu_status_, #call, __FILE__, __LINE__);       \
+#define KVLAB_CU_TRY(api, call)                                                                    \
+  do {                                                                                             \
+    const ::kvlab::CudaDriverApi& kvlab_cu_api_ = (api);                                           \
+    const ::CUresult kvlab_cu_status_ = kvlab_cu_api_.call;                                        \
+    if (kvlab_cu_status_ != ::CUDA_SUCCESS)                                                        \
+      ::kvlab::detail::throw_cu_error(kvlab_cu_api_, kvlab_cu_status_, #call, __FILE__, __LINE__); \
   } while (0)

@@ -99,7 +99,8 @@ struct Logged<Name, Member, CUresult(CUDAAPI*)(Args...)> {
       [[maybe_unused]] bool first = true;
       ((line += first ? "" : ", ", first = false, put_arg(line, args, r == CUDA_SUCCESS)), ...);
       const char* name = cu_result_name(r);
-      line += ") = " + std::string(name != nullptr ? name : "CUresult") + " (" + std::to_string(static_cast<int>(r)) + ")";
+      line +=
+          ") = " + std::string(name != nullptr ? name : "CUresult") + " (" + std::to_string(static_cast<int>(r)) + ")";
       log->write_line(line);
     } catch (...) {  // a log that cannot be written never changes what the driver answered
     }
@@ -107,8 +108,8 @@ struct Logged<Name, Member, CUresult(CUDAAPI*)(Args...)> {
   }
 };
 
-#define KVLAB_LOG_NAME(name, abi) \
-  struct LogName_##name {         \
+#define KVLAB_LOG_NAME(name, abi)               \
+  struct LogName_##name {                       \
     static constexpr const char* value = #name; \
   };
 KVLAB_CUDA_DRIVER_ENTRIES(KVLAB_LOG_NAME)

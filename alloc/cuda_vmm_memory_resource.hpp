@@ -4,7 +4,8 @@
 // `--device cuda`) or the contract-checking double (alloc/emulated/, `--device emulated`). One
 // code path for both, so what runs on the double is what would run on a GPU.
 #if !KVLAB_HAS_CUDA_HEADERS
-#error "alloc/cuda_vmm_memory_resource.hpp needs the CUDA toolkit headers; guard the include with KVLAB_HAS_CUDA_HEADERS"
+#error \
+    "alloc/cuda_vmm_memory_resource.hpp needs the CUDA toolkit headers; guard the include with KVLAB_HAS_CUDA_HEADERS"
 #endif
 
 #include <map>

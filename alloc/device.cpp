@@ -8,9 +8,12 @@ namespace kvlab {
 
 std::string_view to_string(Device d) noexcept {
   switch (d) {
-    case Device::host: return "host";
-    case Device::cuda: return "cuda";
-    case Device::emulated: return "emulated";
+    case Device::host:
+      return "host";
+    case Device::cuda:
+      return "cuda";
+    case Device::emulated:
+      return "emulated";
   }
   return "unknown";
 }
@@ -37,13 +40,13 @@ DeviceSpec parse_device_spec(std::string_view text) {
     int index = -1;
     const auto [ptr, ec] = std::from_chars(n.data(), n.data() + n.size(), index);
     if (ec != std::errc() || ptr != n.data() + n.size() || n.empty() || index < 0 || index > 1023)
-      KVLAB_THROW(InvalidArgument, "device '" + std::string(text) + "': the GPU index must be a number 0..1023 (cuda:0)");
+      KVLAB_THROW(InvalidArgument,
+                  "device '" + std::string(text) + "': the GPU index must be a number 0..1023 (cuda:0)");
     spec.kind = Device::cuda;
     spec.index = index;
     return spec;
   }
-  KVLAB_THROW(InvalidArgument,
-              "unknown device '" + std::string(text) + "' (expected host, cuda, cuda:N or emulated)");
+  KVLAB_THROW(InvalidArgument, "unknown device '" + std::string(text) + "' (expected host, cuda, cuda:N or emulated)");
 }
 
 }  // namespace kvlab

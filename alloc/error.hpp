@@ -53,17 +53,16 @@ namespace detail {
 #define KVLAB_STRINGIFY(x) KVLAB_STRINGIFY_DETAIL(x)
 
 /// Throw `ExceptionType` with a message that carries this file:line.
-#define KVLAB_THROW(ExceptionType, msg) \
-  throw ExceptionType(::kvlab::detail::located(__FILE__, __LINE__, (msg)))
+#define KVLAB_THROW(ExceptionType, msg) throw ExceptionType(::kvlab::detail::located(__FILE__, __LINE__, (msg)))
 
 /// Precondition check: throws kvlab::InvalidArgument naming the failed condition.
-#define KVLAB_EXPECTS(cond, msg)                                                   \
-  do {                                                                            \
+#define KVLAB_EXPECTS(cond, msg)                                                           \
+  do {                                                                                     \
     if (!(cond)) KVLAB_THROW(::kvlab::InvalidArgument, std::string(msg) + " [" #cond "]"); \
   } while (0)
 
 /// Internal invariant check: throws kvlab::Error; a failure here is a kvlab bug.
-#define KVLAB_ASSERT(cond)                                                          \
-  do {                                                                              \
+#define KVLAB_ASSERT(cond)                                                           \
+  do {                                                                               \
     if (!(cond)) KVLAB_THROW(::kvlab::Error, "internal invariant violated: " #cond); \
   } while (0)

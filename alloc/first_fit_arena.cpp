@@ -82,8 +82,6 @@ std::size_t FirstFitArena::free_bytes_in_holes_smaller_than(std::size_t bytes) c
   return sum;
 }
 
-std::vector<std::pair<std::size_t, std::size_t>> FirstFitArena::holes() const {
-  return {holes_.begin(), holes_.end()};
-}
+std::vector<std::pair<std::size_t, std::size_t>> FirstFitArena::holes() const { return {holes_.begin(), holes_.end()}; }
 
 }  // namespace kvlab

@@ -22,10 +22,9 @@ void KvBackend::check_spec(const SequenceSpec& spec, std::int64_t initial_tokens
   KVLAB_EXPECTS(spec.final_tokens >= initial_tokens, "final tokens must be at least the initial tokens");
   KVLAB_EXPECTS(spec.final_tokens <= max_seq_len_,
                 fmt::format("sequence of {} tokens exceeds max_seq_len {}", spec.final_tokens, max_seq_len_));
-  KVLAB_EXPECTS(spec.prompt_token_ids.empty() ||
-                    static_cast<std::int64_t>(spec.prompt_token_ids.size()) >= spec.prompt_tokens,
-                fmt::format("{} prompt token ids for a prompt of {} tokens", spec.prompt_token_ids.size(),
-                            spec.prompt_tokens));
+  KVLAB_EXPECTS(
+      spec.prompt_token_ids.empty() || static_cast<std::int64_t>(spec.prompt_token_ids.size()) >= spec.prompt_tokens,
+      fmt::format("{} prompt token ids for a prompt of {} tokens", spec.prompt_token_ids.size(), spec.prompt_tokens));
 }
 
 void KvBackend::require_known(SeqId id) const {
@@ -150,7 +149,8 @@ PreparedBatch KvBackend::prepare_batch(std::span<const SeqId> seqs) {
 KvView KvBackend::layer_view(int layer) const {
   KVLAB_EXPECTS(do_has_storage(), "accounting-only backend has no KV to view");
   KVLAB_EXPECTS(layer >= 0 && layer < model_.num_layers, "layer out of range");
-  KVLAB_EXPECTS(prepared_, "no prepared batch to view (prepare_batch after the last admit, grow, fork, release or swap)");
+  KVLAB_EXPECTS(prepared_,
+                "no prepared batch to view (prepare_batch after the last admit, grow, fork, release or swap)");
   return do_layer_view(layer);
 }
 

@@ -60,7 +60,7 @@ struct PrefixCacheStats {
 /// Per-batch arrays prepared by prepare_batch, in memory the kernels can read.
 struct PreparedBatch {
   int batch = 0;
-  const std::int32_t* seq_lens = nullptr;  ///< [batch] in the backend's device memory
+  const std::int32_t* seq_lens = nullptr;       ///< [batch] in the backend's device memory
   const std::int32_t* host_seq_lens = nullptr;  ///< the same lengths in host memory (valid until the next prepare)
 };
 

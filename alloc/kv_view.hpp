@@ -32,7 +32,7 @@ struct KvView {
   void* k_base = nullptr;
   void* v_base = nullptr;
   std::int64_t base_granule = 0;
-  const std::int32_t* seq_base_index = nullptr;  ///< [batch], in the same memory as k_seq
+  const std::int32_t* seq_base_index = nullptr;       ///< [batch], in the same memory as k_seq
   const std::int32_t* host_seq_base_index = nullptr;  ///< the same in host memory (kernels that plan on the host)
   // paged
   void* k_pool = nullptr;

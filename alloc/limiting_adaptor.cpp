@@ -13,9 +13,8 @@ void* LimitingAdaptor::do_allocate(std::size_t bytes, std::size_t alignment) {
   {
     std::lock_guard lock(mutex_);
     if (bytes > limit_ - allocated_) {
-      KVLAB_THROW(OutOfMemory, "limit of " + std::to_string(limit_) + " bytes reached: " +
-                                   std::to_string(allocated_) + " allocated, " + std::to_string(bytes) +
-                                   " requested");
+      KVLAB_THROW(OutOfMemory, "limit of " + std::to_string(limit_) + " bytes reached: " + std::to_string(allocated_) +
+                                   " allocated, " + std::to_string(bytes) + " requested");
     }
     allocated_ += bytes;  // claim first so concurrent callers cannot overshoot together
   }

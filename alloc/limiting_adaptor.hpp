@@ -11,8 +11,7 @@ namespace kvlab {
 
 class LimitingAdaptor final : public MemoryResource {
  public:
-  LimitingAdaptor(MemoryResource& upstream, std::size_t limit_bytes)
-      : upstream_(upstream), limit_(limit_bytes) {}
+  LimitingAdaptor(MemoryResource& upstream, std::size_t limit_bytes) : upstream_(upstream), limit_(limit_bytes) {}
   [[nodiscard]] std::size_t limit() const noexcept { return limit_; }
   [[nodiscard]] std::size_t allocated() const;
 

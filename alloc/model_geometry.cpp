@@ -22,8 +22,7 @@ void ModelGeometry::validate() const {
   KVLAB_EXPECTS(num_layers > 0, "model '" + name + "': layers must be positive");
   KVLAB_EXPECTS(num_q_heads > 0, "model '" + name + "': query heads must be positive");
   KVLAB_EXPECTS(num_kv_heads > 0, "model '" + name + "': KV heads must be positive");
-  KVLAB_EXPECTS(num_q_heads % num_kv_heads == 0,
-                "model '" + name + "': query heads must be a multiple of KV heads");
+  KVLAB_EXPECTS(num_q_heads % num_kv_heads == 0, "model '" + name + "': query heads must be a multiple of KV heads");
   KVLAB_EXPECTS(head_dim > 0, "model '" + name + "': head dim must be positive");
   KVLAB_EXPECTS(num_parameters >= 0, "model '" + name + "': parameter count must not be negative");
   KVLAB_EXPECTS(max_context > 0, "model '" + name + "': max context must be positive");

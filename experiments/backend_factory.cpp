@@ -38,7 +38,7 @@ struct DeviceContext::Impl {
   const CudaDriverApi* api = nullptr;
 #endif
   std::unique_ptr<MemoryResource> swap;  // pinned host memory on a GPU
-  std::vector<std::string> reported;      // what problems() found last time
+  std::vector<std::string> reported;     // what problems() found last time
 };
 
 namespace {
@@ -48,14 +48,16 @@ constexpr std::size_t kStockGranularity = std::size_t{2} << 20;  // what NVIDIA 
 void open_emulated(DeviceContext::Impl& d, std::size_t device_bytes) {
   CudaDriverDoubleConfig dc;
   dc.granularity = kStockGranularity;
-  dc.capacity = device_bytes == 0 ? std::size_t{8} << 30 : (device_bytes + dc.granularity - 1) / dc.granularity * dc.granularity;
+  dc.capacity =
+      device_bytes == 0 ? std::size_t{8} << 30 : (device_bytes + dc.granularity - 1) / dc.granularity * dc.granularity;
   dc.device_name = "kvlab emulated GPU (CUDA driver double)";
   d.dbl = std::make_unique<CudaDriverDouble>(dc);
   d.api = &logged_if_requested(d.dbl->api());  // KVLAB_DRIVER_LOG=FILE logs the double's calls too
   d.device_memory = std::make_unique<CudaVmmMemoryResource>(*d.api, Device::emulated, 0);
-  d.description = fmt::format("emulated GPU (CUDA driver double, {} MiB granularity, {} MiB; CUDA kernels under the "
-                              "SIMT emulator)",
-                              dc.granularity >> 20, dc.capacity >> 20);
+  d.description = fmt::format(
+      "emulated GPU (CUDA driver double, {} MiB granularity, {} MiB; CUDA kernels under the "
+      "SIMT emulator)",
+      dc.granularity >> 20, dc.capacity >> 20);
 }
 
 /// Device `ordinal`'s name from the driver (cuda_status() names device 0 only).
@@ -179,7 +181,8 @@ std::string DeviceContext::problems() {
                                 pending, pending > 0 ? " (" + impl_->device_memory->refusals() + ")" : std::string()));
   } else {
     if (pending > 0)
-      now.push_back(fmt::format("{} deallocation(s) the driver refused ({})", pending, impl_->device_memory->refusals()));
+      now.push_back(
+          fmt::format("{} deallocation(s) the driver refused ({})", pending, impl_->device_memory->refusals()));
     const CudaDriverDoubleUsage u = impl_->dbl->usage();
     if (u.reservations + u.handles + u.allocations + u.mappings > 0) {
       // The memory resource's own primary-context reference is not a leak; anything else is.
@@ -280,10 +283,11 @@ std::unique_ptr<KvBackend> make_vmm_backend(std::string_view name, const Backend
     KVLAB_THROW(InvalidArgument, fmt::format("backend '{}': the page size must be at most 1g (1 GiB)", name));
   c.page_bytes = static_cast<std::size_t>(n * scale);
   if (options.capacity_bytes / c.page_bytes > kMaxBookkeptUnits)  // as for paged blocks (make_paged_backend)
-    KVLAB_THROW(InvalidArgument, fmt::format("backend '{}': --capacity-gib gives {} pages, more than {} (their "
-                                             "bookkeeping alone would take gigabytes); use a smaller capacity or larger "
-                                             "pages",
-                                             name, options.capacity_bytes / c.page_bytes, kMaxBookkeptUnits));
+    KVLAB_THROW(InvalidArgument,
+                fmt::format("backend '{}': --capacity-gib gives {} pages, more than {} (their "
+                            "bookkeeping alone would take gigabytes); use a smaller capacity or larger "
+                            "pages",
+                            name, options.capacity_bytes / c.page_bytes, kMaxBookkeptUnits));
   if (c.page_bytes % 4096 != 0) {
     KVLAB_THROW(InvalidArgument,
                 fmt::format("backend '{}': the page size ({} bytes) must be a multiple of 4 KiB", name, c.page_bytes));
@@ -291,18 +295,19 @@ std::unique_ptr<KvBackend> make_vmm_backend(std::string_view name, const Backend
   c.model = options.model;
   c.capacity_bytes = options.capacity_bytes;
   c.max_seq_len = options.max_seq_len;
-  const Device device = options.device != nullptr ? options.device->device()
-                       : options.memory != nullptr ? options.memory->device()
-                                                   : Device::host;
+  const Device device = options.device != nullptr   ? options.device->device()
+                        : options.memory != nullptr ? options.memory->device()
+                                                    : Device::host;
   if (device != Device::host && options.device != nullptr && c.page_bytes % options.device->granularity() != 0) {
     // Checked even for accounting only, so a run fails before its first replay (the backend checks
     // again against its driver).
-    KVLAB_THROW(InvalidArgument,
-                fmt::format("backend '{}' on --device {}: vmm page size {} is not a multiple of the CUDA driver's "
-                            "granularity ({}): use vmm-{} or a multiple of it (smaller pages need vAttention's "
-                            "modified driver)",
-                            name, options.device->spec().name(), page_size_name(c.page_bytes),
-                            page_size_name(options.device->granularity()), page_size_name(options.device->granularity())));
+    KVLAB_THROW(
+        InvalidArgument,
+        fmt::format("backend '{}' on --device {}: vmm page size {} is not a multiple of the CUDA driver's "
+                    "granularity ({}): use vmm-{} or a multiple of it (smaller pages need vAttention's "
+                    "modified driver)",
+                    name, options.device->spec().name(), page_size_name(c.page_bytes),
+                    page_size_name(options.device->granularity()), page_size_name(options.device->granularity())));
   }
   if (options.memory != nullptr) {
     // Storage: KV bytes come from the VM driver of the device; the resource itself only serves
@@ -345,7 +350,8 @@ std::unique_ptr<KvBackend> make_paged_backend(std::string_view name, const Backe
   std::size_t host_gib = 0;
   if (const auto host = rest.find("-host"); host != std::string_view::npos) {
     const long long g = suffix_number(rest.substr(host + 1), "host");
-    if (g < 1 || g > (1 << 20)) KVLAB_THROW(InvalidArgument, fmt::format("backend '{}': host tier must be 1..1048576 GiB", name));
+    if (g < 1 || g > (1 << 20))
+      KVLAB_THROW(InvalidArgument, fmt::format("backend '{}': host tier must be 1..1048576 GiB", name));
     host_gib = static_cast<std::size_t>(g);
     rest = rest.substr(0, host);
   }
@@ -360,8 +366,8 @@ std::unique_ptr<KvBackend> make_paged_backend(std::string_view name, const Backe
   // Block bookkeeping grows with the block count (about 25 bytes a block, 415 MB at 2^24):
   // refused before anything is allocated rather than past memory (1e6 GiB of paged-16 took 5 GB).
   const std::size_t block_bytes = static_cast<std::size_t>(bs) * options.model.kv_bytes_per_token();
-  for (const auto& [what, bytes] : {std::pair{"--capacity-gib", options.capacity_bytes},
-                                    std::pair{"the host tier", host_gib << 30}})
+  for (const auto& [what, bytes] :
+       {std::pair{"--capacity-gib", options.capacity_bytes}, std::pair{"the host tier", host_gib << 30}})
     if (block_bytes > 0 && bytes / block_bytes > kMaxBookkeptUnits)
       KVLAB_THROW(InvalidArgument,
                   fmt::format("backend '{}': {} gives {} blocks of {} tokens, more than {} (their bookkeeping alone "
@@ -394,19 +400,23 @@ struct Registry {
 /// The registry, with the built-in families entered on first use (so no static-initialisation
 /// order matters for code that registers more).
 Registry& registry() {
-  static Registry r{{},
-                    {{"contiguous-", "contiguous-max|pow2|oracle[-buddy]",
-                      {"contiguous-max", "contiguous-pow2", "contiguous-oracle", "contiguous-pow2-buddy",
-                       "contiguous-oracle-buddy"},
-                      make_contiguous_backend},
-                     {"paged-", "paged-B[-hash[-hostG]|-radix[-region]|-region] (B = 1..1024 tokens, G GiB of host tier)",
-                      {"paged-1", "paged-7", "paged-16", "paged-256", "paged-16-hash", "paged-16-radix",
-                       "paged-7-region", "paged-16-radix-region"},
-                      make_paged_backend},
-                     // vmm forms whose pages fit the conformance suite's tiny model (300-2000 token
-                     // budgets): a vmm-64k page holds 512 of its tokens per tensor, vmm-2m 16384.
-                     {"vmm-", "vmm-SIZE[-mega][-overlap][-eagerN][-nodefer][-prefix] (SIZE: 4k, 64k, 2m, ...)",
-                      {"vmm-4k", "vmm-16k", "vmm-64k-mega"}, make_vmm_backend}}};
+  static Registry r{
+      {},
+      {{"contiguous-",
+        "contiguous-max|pow2|oracle[-buddy]",
+        {"contiguous-max", "contiguous-pow2", "contiguous-oracle", "contiguous-pow2-buddy", "contiguous-oracle-buddy"},
+        make_contiguous_backend},
+       {"paged-",
+        "paged-B[-hash[-hostG]|-radix[-region]|-region] (B = 1..1024 tokens, G GiB of host tier)",
+        {"paged-1", "paged-7", "paged-16", "paged-256", "paged-16-hash", "paged-16-radix", "paged-7-region",
+         "paged-16-radix-region"},
+        make_paged_backend},
+       // vmm forms whose pages fit the conformance suite's tiny model (300-2000 token
+       // budgets): a vmm-64k page holds 512 of its tokens per tensor, vmm-2m 16384.
+       {"vmm-",
+        "vmm-SIZE[-mega][-overlap][-eagerN][-nodefer][-prefix] (SIZE: 4k, 64k, 2m, ...)",
+        {"vmm-4k", "vmm-16k", "vmm-64k-mega"},
+        make_vmm_backend}}};
   return r;
 }
 }  // namespace

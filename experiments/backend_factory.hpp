@@ -101,10 +101,10 @@ void register_backend_family(BackendFamily family);
 /// The registered families, the built-in ones first.
 [[nodiscard]] std::vector<BackendFamily> backend_families();
 
-/// Known forms (each family's usage string): contiguous-max|pow2|oracle[-buddy]; paged-B[-hash[-hostG]|-radix[-region]|-region]
-/// (B = block size in tokens, 1..1024); vmm-SIZE[-mega][-overlap][-eagerN][-nodefer][-prefix]
-/// (SIZE a multiple of 4 KiB written with k or m: vmm-4k, vmm-64k, vmm-2m; deferred reclamation on
-/// unless -nodefer).
+/// Known forms (each family's usage string): contiguous-max|pow2|oracle[-buddy];
+/// paged-B[-hash[-hostG]|-radix[-region]|-region] (B = block size in tokens, 1..1024);
+/// vmm-SIZE[-mega][-overlap][-eagerN][-nodefer][-prefix] (SIZE a multiple of 4 KiB written with k or m: vmm-4k,
+/// vmm-64k, vmm-2m; deferred reclamation on unless -nodefer).
 [[nodiscard]] std::unique_ptr<KvBackend> make_backend(std::string_view name, const BackendOptions& options);
 
 /// The virtual-memory driver for storage on `device` (nullptr: the host): memfd + mmap with

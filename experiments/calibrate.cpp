@@ -55,13 +55,13 @@ struct Target {
 /// How much each measurement does. The emulated GPU runs the CUDA kernels under the SIMT emulator,
 /// orders of magnitude slower than any device: its sizes only prove the code path.
 struct Sizes {
-  int batch = 16, context = 4096, reps = 15;   // decode attention (and copies: repetitions per size)
-  int prefill_seqs = 2, prefill_tokens = 128;  // prefill attention
-  int pairs = 11;                              // contiguous/paged pairs per block size
-  std::size_t map_region = 64 * kMiB;          // address space mapped page by page
-  int map_multiples = 1;                       // GPU page sizes: granularity x 1, 2, 4, .. this
+  int batch = 16, context = 4096, reps = 15;                    // decode attention (and copies: repetitions per size)
+  int prefill_seqs = 2, prefill_tokens = 128;                   // prefill attention
+  int pairs = 11;                                               // contiguous/paged pairs per block size
+  std::size_t map_region = 64 * kMiB;                           // address space mapped page by page
+  int map_multiples = 1;                                        // GPU page sizes: granularity x 1, 2, 4, .. this
   std::size_t copy_buffer = 64 * kMiB, copy_bytes = 32 * kMiB;  // copies rotate in the buffer
-  std::size_t bandwidth_bytes = 1024 * kMiB;   // memory bandwidth: bytes read (host) or copied (GPU)
+  std::size_t bandwidth_bytes = 1024 * kMiB;                    // memory bandwidth: bytes read (host) or copied (GPU)
 
   static Sizes of(Device device, bool quick) {
     if (device == Device::emulated) return {1, 64, 2, 1, 8, 1, 8 * kMiB, 4, 8 * kMiB, 1 * kMiB, 16 * kMiB};
@@ -92,7 +92,7 @@ struct Session {
     if (progress) progress(line);
   }
   /// Sets a scalar key and its source.
-  void set(DeviceModel& m, double DeviceModel::* field, const std::string& key, double v, const std::string& src) const {
+  void set(DeviceModel& m, double DeviceModel::*field, const std::string& key, double v, const std::string& src) const {
     m.*field = v;
     m.sources[key] = src;
   }
@@ -146,7 +146,8 @@ void measure_memory_and_flops(const Session& s, DeviceModel& m) {
 
   const std::string linear =
       "not calibrated on the host: host replays run attention only, so no host GEMM was timed; 1 and 0 make the "
-      "linear layers the roofline of the measured memory_bandwidth and peak_flops (kvlab calibrate, " + s.date + ")";
+      "linear layers the roofline of the measured memory_bandwidth and peak_flops (kvlab calibrate, " +
+      s.date + ")";
   s.set(m, &DeviceModel::linear_bandwidth_efficiency, "linear_bandwidth_efficiency", 1, linear);
   s.set(m, &DeviceModel::linear_flops_efficiency, "linear_flops_efficiency", 1, linear);
   s.set(m, &DeviceModel::linear_layer_overhead_s, "linear_layer_overhead_s", 0, linear);
@@ -167,7 +168,7 @@ struct DeviceBuffer {
 /// taken from preset `base` with its sources, so the file says where each came from.
 void take_from_base(const Session& s, DeviceModel& m, const std::string& base) {
   const DeviceModel b = device_model_preset(base);
-  const auto take = [&](double DeviceModel::* field, const std::string& key) {
+  const auto take = [&](double DeviceModel::*field, const std::string& key) {
     const auto src = b.sources.find(key);
     s.set(m, field, key, b.*field,
           fmt::format("not measured by kvlab calibrate --device {} (kvlab runs no GEMM on the GPU): from preset {} "
@@ -182,7 +183,8 @@ void take_from_base(const Session& s, DeviceModel& m, const std::string& base) {
   m.linear_bandwidth_efficiency = scaled;
   m.sources["linear_bandwidth_efficiency"] += fmt::format(
       "; scaled by the preset's memory_bandwidth over the measured one ({:.4g} x {:.4g} / {:.4g} TB/s) so the weights "
-      "take the preset's time", b.linear_bandwidth_efficiency, b.memory_bandwidth / 1e12, m.memory_bandwidth / 1e12);
+      "take the preset's time",
+      b.linear_bandwidth_efficiency, b.memory_bandwidth / 1e12, m.memory_bandwidth / 1e12);
   take(&DeviceModel::linear_flops_efficiency, "linear_flops_efficiency");
   take(&DeviceModel::linear_layer_overhead_s, "linear_layer_overhead_s");
   s.say(fmt::format("peak_flops and linear_* from preset {} (peak {:.0f} TFLOP/s)", base, b.peak_flops / 1e12));
@@ -294,8 +296,14 @@ struct PagedCopy {
   PagedCopy(const Target& target, const DecodeData& d, int block_size)
       : pool(sequence_starts(d.k, d).data(), sequence_starts(d.v, d).data(), d.batch, d.context, kRow, block_size),
         staged(target.device_memory()) {
-    view = {staged.put(std::span(pool.k)), staged.put(std::span(pool.v)), staged.put(std::span(pool.table)),
-            pool.blocks_per_seq, block_size, pool.block_stride(), kRow, kHeadDim};
+    view = {staged.put(std::span(pool.k)),
+            staged.put(std::span(pool.v)),
+            staged.put(std::span(pool.table)),
+            pool.blocks_per_seq,
+            block_size,
+            pool.block_stride(),
+            kRow,
+            kHeadDim};
   }
 
  private:
@@ -370,10 +378,11 @@ void measure_paged_factors(const Session& s, DeviceModel& m, const DecodeData& d
     const double f = clamp_to(median(ratios), 0.1, 1000);
     const std::string key = fmt::format("paged_attention_factor.{}", b);
     m.paged_attention_factor.points[b] = f;
-    m.sources[key] = s.source(fmt::format("{} decode attention time through the paged view (block {}, shuffled "
-                                          "blocks) over the contiguous view on the same data ({}), each less "
-                                          "attention_layer_overhead_s, {} interleaved pairs, median ratio",
-                                          s.kernels, b, geometry, pairs));
+    m.sources[key] =
+        s.source(fmt::format("{} decode attention time through the paged view (block {}, shuffled "
+                             "blocks) over the contiguous view on the same data ({}), each less "
+                             "attention_layer_overhead_s, {} interleaved pairs, median ratio",
+                             s.kernels, b, geometry, pairs));
     s.say(fmt::format("{} = {:.3f}", key, f));
   }
 }
@@ -382,8 +391,8 @@ void measure_attention(const Session& s, DeviceModel& m) {
   const int batch = s.size.batch, context = s.size.context, reps = s.size.reps;
   DecodeData d(s.target, batch, context);
   const AttentionParams p = d.params();
-  const std::string geometry = fmt::format("batch {} x context {}, llama-3-8b heads (32 q / 8 kv, head dim 128), fp16 KV",
-                                           batch, context);
+  const std::string geometry =
+      fmt::format("batch {} x context {}, llama-3-8b heads (32 q / 8 kv, head dim 128), fp16 KV", batch, context);
   // The floor first: one sequence of 16 tokens reads 64 KiB, so its time is the call's fixed cost.
   const DecodeData tiny(s.target, 1, 16);
   const AttentionParams tiny_p = tiny.params();
@@ -393,7 +402,8 @@ void measure_attention(const Session& s, DeviceModel& m) {
   const double floor = clamp_to(median(floor_t), 0, 10);
   s.set(m, &DeviceModel::attention_layer_overhead_s, "attention_layer_overhead_s", floor,
         s.source(fmt::format("{} decode attention of 1 sequence x 16 tokens (llama-3-8b heads, fp16 KV, 64 KiB of KV: "
-                             "a call's fixed cost), {} repetitions, median", s.kernels, 5 * reps)));
+                             "a call's fixed cost), {} repetitions, median",
+                             s.kernels, 5 * reps)));
   s.say(fmt::format("attention_layer_overhead_s = {:.3g}", floor));
   (void)time_attention(s, p, d.contiguous());  // warm up
   std::vector<double> t;
@@ -484,9 +494,10 @@ void measure_mapping_at(const Session& s, DeviceModel& m, VmDriver& driver, std:
   const auto p = static_cast<std::int64_t>(page);
   m.map_s.points[p] = median(maps);
   m.unmap_s.points[p] = median(unmaps);
-  const std::string what = fmt::format("{} vmm driver ({}), {} KiB pages, {} of them {} times ({} calls), median per "
-                                       "page", s.target.host() ? "host" : "CUDA", driver.name(), page / kKiB, n, reps,
-                                       maps.size());
+  const std::string what = fmt::format(
+      "{} vmm driver ({}), {} KiB pages, {} of them {} times ({} calls), median per "
+      "page",
+      s.target.host() ? "host" : "CUDA", driver.name(), page / kKiB, n, reps, maps.size());
   m.sources[fmt::format("map_s.{}", p)] = s.source("map + set_access of one page by the " + what);
   m.sources[fmt::format("unmap_s.{}", p)] = s.source("unmap of one page by the " + what);
   s.say(fmt::format("map_s.{} = {:.3g} s, unmap_s.{} = {:.3g} s", p, median(maps), p, median(unmaps)));
@@ -498,7 +509,8 @@ void measure_mapping_at(const Session& s, DeviceModel& m, VmDriver& driver, std:
 void measure_mapping(const Session& s, DeviceModel& m) {
   const std::shared_ptr<VmDriver> driver = make_vm_driver(s.target.context, s.size.map_region * 2);
   const std::size_t first = s.target.host() ? 4 * kKiB : driver->granularity();
-  const std::size_t last = s.target.host() ? 2 * kMiB : static_cast<std::size_t>(s.size.map_multiples) * driver->granularity();
+  const std::size_t last =
+      s.target.host() ? 2 * kMiB : static_cast<std::size_t>(s.size.map_multiples) * driver->granularity();
   for (std::size_t page = first; page <= last; page *= 2) measure_mapping_at(s, m, *driver, page);
 }
 
@@ -548,9 +560,11 @@ void measure_host_copies(const Session& s, DeviceModel& m) {
   const CopyFit fit = fit_copies(
       s, [&](std::size_t off, std::size_t size) { copy_bytes(Device::host, dst.data() + off, src.data() + off, size); },
       buffer);
-  const std::string what = fmt::format("least-squares fit (relative error) of latency + bytes / bandwidth to memmove "
-                                       "(alloc/copy.hpp copy_bytes) of chunks of 4 KiB .. 4 MiB at rotating offsets in "
-                                       "{} MiB, {} repetitions per size, median per size", buffer / kMiB, s.size.reps);
+  const std::string what = fmt::format(
+      "least-squares fit (relative error) of latency + bytes / bandwidth to memmove "
+      "(alloc/copy.hpp copy_bytes) of chunks of 4 KiB .. 4 MiB at rotating offsets in "
+      "{} MiB, {} repetitions per size, median per size",
+      buffer / kMiB, s.size.reps);
   s.set(m, &DeviceModel::host_bandwidth, "host_bandwidth", fit.bandwidth, s.source(what));
   s.set(m, &DeviceModel::host_transfer_latency_s, "host_transfer_latency_s", fit.latency, s.source(what));
   s.set(m, &DeviceModel::device_copy_latency_s, "device_copy_latency_s", fit.latency,
@@ -558,7 +572,6 @@ void measure_host_copies(const Session& s, DeviceModel& m) {
   s.say(fmt::format("host_bandwidth = {}, host_transfer_latency_s = device_copy_latency_s = {:.3g} s ({})",
                     gbps(fit.bandwidth), fit.latency, fit.table));
 }
-
 
 /// GPU: host transfers between pinned host memory (the swap space's) and device memory, and
 /// device-to-device copies, each fitted to latency + bytes / bandwidth over 4 KiB .. 4 MiB.
@@ -578,12 +591,15 @@ void measure_device_copies(const Session& s, DeviceModel& m) {
         copy_bytes(device, a.data + off, host.data + off, size - size / 2);
       },
       buffer);
-  const std::string how = fmt::format("latency + bytes / bandwidth, least-squares fit (relative error) over chunks of "
-                                      "4 KiB .. 4 MiB at rotating offsets in {} MiB, {} repetitions per size timed by "
-                                      "kernels/device_timer, median per size", buffer / kMiB, s.size.reps);
+  const std::string how = fmt::format(
+      "latency + bytes / bandwidth, least-squares fit (relative error) over chunks of "
+      "4 KiB .. 4 MiB at rotating offsets in {} MiB, {} repetitions per size timed by "
+      "kernels/device_timer, median per size",
+      buffer / kMiB, s.size.reps);
   s.set(m, &DeviceModel::host_bandwidth, "host_bandwidth", link.bandwidth,
         s.source("copies between pinned host memory and device memory (alloc/copy.hpp copy_bytes: cudaMemcpy), half "
-                 "each way; " + how));
+                 "each way; " +
+                 how));
   // Each sample is two transfers (out, then back in): the fitted intercept is two latencies.
   s.set(m, &DeviceModel::host_transfer_latency_s, "host_transfer_latency_s", link.latency / 2,
         s.source("half the intercept of the same fit (each sample is two transfers, one each way); " + how));
@@ -591,8 +607,10 @@ void measure_device_copies(const Session& s, DeviceModel& m) {
       s, [&](std::size_t off, std::size_t size) { copy_bytes(device, b.data + off, a.data + off, size); }, buffer);
   s.set(m, &DeviceModel::device_copy_latency_s, "device_copy_latency_s", local.latency,
         s.source("device-to-device copies (alloc/copy.hpp copy_bytes: cudaMemcpy); " + how));
-  s.say(fmt::format("host_bandwidth = {}, host_transfer_latency_s = {:.3g} s ({}); device_copy_latency_s = {:.3g} s "
-                    "({})", gbps(link.bandwidth), link.latency / 2, link.table, local.latency, local.table));
+  s.say(
+      fmt::format("host_bandwidth = {}, host_transfer_latency_s = {:.3g} s ({}); device_copy_latency_s = {:.3g} s "
+                  "({})",
+                  gbps(link.bandwidth), link.latency / 2, link.table, local.latency, local.table));
 }
 
 // --- kvlab's own CPU work per step ------------------------------------------------------------------
@@ -637,7 +655,8 @@ void measure_cpu_overhead(const Session& s, DeviceModel& m) {
   const int reps = s.quick ? 1 : 7;
   std::vector<std::vector<double>> rows;
   std::vector<double> y;
-  const std::vector<int> blocks = {1, 16, 128}, batches = s.quick ? std::vector<int>{1, 16, 64} : std::vector<int>{1, 16, 128};
+  const std::vector<int> blocks = {1, 16, 128},
+                         batches = s.quick ? std::vector<int>{1, 16, 64} : std::vector<int>{1, 16, 128};
   for (const int b : blocks)
     for (const int n : batches) {
       const OverheadRun r = overhead_run(s, b, n, reps);
@@ -652,9 +671,12 @@ void measure_cpu_overhead(const Session& s, DeviceModel& m) {
       "entries over the {} runs, each the median of {} repetitions",
       s.quick ? 48 : 192, batches[0], batches[1], batches[2], rows.size(), reps);
   s.set(m, &DeviceModel::step_overhead_s, "step_overhead_s", clamp_to(x[0], 0, 10), s.source("a of the " + what));
-  s.set(m, &DeviceModel::sequence_overhead_s, "sequence_overhead_s", clamp_to(x[1], 0, 10), s.source("b of the " + what));
-  s.set(m, &DeviceModel::block_table_entry_s, "block_table_entry_s", clamp_to(x[2], 0, 10), s.source("c of the " + what));
-  s.say(fmt::format("step_overhead_s = {:.3g}, sequence_overhead_s = {:.3g}, block_table_entry_s = {:.3g}", x[0], x[1], x[2]));
+  s.set(m, &DeviceModel::sequence_overhead_s, "sequence_overhead_s", clamp_to(x[1], 0, 10),
+        s.source("b of the " + what));
+  s.set(m, &DeviceModel::block_table_entry_s, "block_table_entry_s", clamp_to(x[2], 0, 10),
+        s.source("c of the " + what));
+  s.say(fmt::format("step_overhead_s = {:.3g}, sequence_overhead_s = {:.3g}, block_table_entry_s = {:.3g}", x[0], x[1],
+                    x[2]));
 }
 
 void describe(const Session& s, DeviceModel& m, const CalibrateOptions& o, const std::string& where) {
@@ -662,12 +684,12 @@ void describe(const Session& s, DeviceModel& m, const CalibrateOptions& o, const
   s.say(fmt::format("calibrating {}: {}, {}; load average {}{}", where, s.machine, s.date, load,
                     o.quick ? " (quick: short, noisier measurements)" : ""));
   m.name = o.name;
-  m.description = sanitize(fmt::format("{} measured by kvlab calibrate --device {}{} on {} (load average at start {}){}",
-                                       where, o.device, o.quick ? " --quick" : "", s.date, load,
-                                       s.target.device() == Device::emulated
-                                           ? "; EMULATED: these numbers time the driver double and the SIMT emulator "
-                                             "on the host, not a GPU; they test the code path only"
-                                           : ""));
+  m.description = sanitize(fmt::format(
+      "{} measured by kvlab calibrate --device {}{} on {} (load average at start {}){}", where, o.device,
+      o.quick ? " --quick" : "", s.date, load,
+      s.target.device() == Device::emulated ? "; EMULATED: these numbers time the driver double and the SIMT emulator "
+                                              "on the host, not a GPU; they test the code path only"
+                                            : ""));
   m.sources["name"] = "kvlab calibrate --name";
   m.sources["description"] = "kvlab calibrate";
 }
@@ -687,7 +709,7 @@ DeviceModel calibrate_on(const CalibrateOptions& o, DeviceContext* context) {
                   o.progress,
                   target,
                   Sizes::of(target.device(), o.quick),
-                  host                                   ? "host"
+                  host                                  ? "host"
                   : target.device() == Device::emulated ? "emulated CUDA"
                   : gpu == GpuKernel::flashinfer        ? "FlashInfer CUDA"
                                                         : "kvlab CUDA",
@@ -763,7 +785,8 @@ double median(std::vector<double> values) {
 }
 
 std::vector<double> least_squares(const std::vector<std::vector<double>>& rows, const std::vector<double>& y) {
-  if (rows.empty() || rows.size() != y.size()) KVLAB_THROW(InvalidArgument, "least squares: rows and values differ in number");
+  if (rows.empty() || rows.size() != y.size())
+    KVLAB_THROW(InvalidArgument, "least squares: rows and values differ in number");
   const std::size_t n = rows.front().size();
   if (n == 0 || rows.size() < n) KVLAB_THROW(InvalidArgument, "least squares: fewer rows than unknowns");
   std::vector<std::vector<double>> ata(n, std::vector<double>(n, 0));
@@ -780,7 +803,8 @@ std::vector<double> least_squares(const std::vector<std::vector<double>>& rows, 
   return x;
 }
 
-std::vector<double> nonnegative_least_squares(const std::vector<std::vector<double>>& rows, const std::vector<double>& y) {
+std::vector<double> nonnegative_least_squares(const std::vector<std::vector<double>>& rows,
+                                              const std::vector<double>& y) {
   if (rows.empty() || rows.front().empty() || rows.front().size() > 16)
     KVLAB_THROW(InvalidArgument, "non-negative least squares: 1 to 16 unknowns");
   const std::size_t n = rows.front().size();
@@ -824,7 +848,8 @@ void check_calibrate_output(const std::filesystem::path& file) {
   const fs::path parent = file.has_parent_path() ? file.parent_path() : fs::path(".");
   if (!fs::is_directory(parent, ec))
     throw Error("cannot write " + file.string() + ": " + std::strerror(fs::exists(parent, ec) ? ENOTDIR : ENOENT));
-  if (::access(parent.c_str(), W_OK | X_OK) != 0) throw Error("cannot write " + file.string() + ": " + std::strerror(errno));
+  if (::access(parent.c_str(), W_OK | X_OK) != 0)
+    throw Error("cannot write " + file.string() + ": " + std::strerror(errno));
 }
 
 DeviceModel calibrate_device(const CalibrateOptions& o, std::string* device_fault) {

@@ -31,8 +31,8 @@ struct CalibrateOptions {
   std::string device = "host";  ///< host, cuda[:N] or emulated (parse_device_spec)
   /// GPU only: the preset whose peak_flops and linear_* constants the file takes (not measured).
   std::string base = "h100-sxm";
-  std::string name = "host";    ///< the model's name (one word)
-  bool quick = false;           ///< short measurements (CI: seconds, noisier)
+  std::string name = "host";  ///< the model's name (one word)
+  bool quick = false;         ///< short measurements (CI: seconds, noisier)
   /// GPU only: "auto" (FlashInfer's kernels where built, else kvlab's), "kvlab" or "flashinfer".
   std::string kernels = "auto";
   /// Called with one line per measurement as it finishes (kvlab prints them on stderr); may be empty.

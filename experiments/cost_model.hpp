@@ -21,11 +21,11 @@ namespace kvlab {
 
 /// What one step did, as the clock prices it.
 struct StepWork {
-  std::int64_t prefill_tokens = 0;   ///< new prompt tokens computed this step (recompute included)
-  std::int64_t decode_tokens = 0;    ///< sequences decoding one token
-  std::int64_t kv_tokens_read = 0;   ///< cache tokens attended to (summed over the step's sequences)
-  std::int64_t attention_pairs = 0;  ///< query-token x key-token products
-  std::int64_t sequences = 0;        ///< sequences in the step (CPU work per sequence)
+  std::int64_t prefill_tokens = 0;       ///< new prompt tokens computed this step (recompute included)
+  std::int64_t decode_tokens = 0;        ///< sequences decoding one token
+  std::int64_t kv_tokens_read = 0;       ///< cache tokens attended to (summed over the step's sequences)
+  std::int64_t attention_pairs = 0;      ///< query-token x key-token products
+  std::int64_t sequences = 0;            ///< sequences in the step (CPU work per sequence)
   std::int64_t block_table_entries = 0;  ///< paged: blocks in the step's block tables
   /// The view the attention kernels read (paged at block_tokens, or contiguous) and vmm's page size.
   ViewShape view{};

@@ -36,9 +36,9 @@ constexpr int kFormat = 1;
 
 struct Scalar {
   const char* key;
-  double DeviceModel::* field;
-  double min;  ///< inclusive
-  double max;  ///< inclusive
+  double DeviceModel::*field;
+  double min;             ///< inclusive
+  double max;             ///< inclusive
   bool optional = false;  ///< may be left out (the field keeps its default)
 };
 
@@ -64,7 +64,7 @@ const std::array<Scalar, 15> kScalars = {{
 
 struct Table {
   const char* key;
-  SizeTable DeviceModel::* field;
+  SizeTable DeviceModel::*field;
   double min;
   double max;
 };
@@ -114,7 +114,8 @@ DeviceModel parse_device_model(std::string_view text, const std::string& origin)
   std::string raw;
   int line_no = 0;
   auto fail = [&](const std::string& key, const std::string& why) {
-    KVLAB_THROW(InvalidArgument, fmt::format("{}:{}: {}{}", origin, line_no, key.empty() ? "" : "key '" + key + "': ", why));
+    KVLAB_THROW(InvalidArgument,
+                fmt::format("{}:{}: {}{}", origin, line_no, key.empty() ? "" : "key '" + key + "': ", why));
   };
   while (std::getline(in, raw)) {
     ++line_no;
@@ -187,11 +188,13 @@ std::string format_device_model(const DeviceModel& m) {
     const auto it = m.sources.find(key);
     if (it != m.sources.end() && !it->second.empty()) return it->second;
     for (const Scalar& s : kScalars)
-      if (s.optional && key == s.key) return std::string("not given in the model this file was written from: the default");
+      if (s.optional && key == s.key)
+        return std::string("not given in the model this file was written from: the default");
     return std::string("unspecified");
   };
-  std::string out = "# kvlab device model (format 1): the constants of the modelled clock for one device.\n"
-                    "# One 'key = value  # source' per line; see docs/clock.md for what each key means.\n";
+  std::string out =
+      "# kvlab device model (format 1): the constants of the modelled clock for one device.\n"
+      "# One 'key = value  # source' per line; see docs/clock.md for what each key means.\n";
   out += fmt::format("format = {}  # kvlab device model format\n", kFormat);
   out += fmt::format("name = {}  # {}\n", m.name, source("name"));
   if (!m.description.empty()) out += fmt::format("description = {}  # {}\n", m.description, source("description"));

@@ -15,10 +15,10 @@ namespace kvlab {
 class DeviceContext;
 
 struct FigureContext {
-  bool full = false;                 ///< paper scale
-  std::filesystem::path out;         ///< results/NAME
-  std::filesystem::path trace_dir;   ///< where the public traces are
-  std::string command;               ///< the command that reproduces this figure
+  bool full = false;                ///< paper scale
+  std::filesystem::path out;        ///< results/NAME
+  std::filesystem::path trace_dir;  ///< where the public traces are
+  std::string command;              ///< the command that reproduces this figure
   bool progress = true;
   std::string formats = "png";  ///< the plot's files: png, pdf and/or svg, comma-separated (--format)
   /// Where the measured figures (Figure::on_device) put backends and run kernels: nullptr is the

@@ -143,12 +143,12 @@ class JsonLine {
   std::span<const JsonField> fields_;
   JsonValues& out_;
   const char* const* read_to_;
-  int depth_ = 0;            ///< open containers, the line's object included
-  int index_ = -1;           ///< the field whose value is being read, or -1
-  std::string key_;          ///< the top-level key whose value is being read (also unknown ones)
-  bool ints_ = false;        ///< inside an int64s / int32s field's array
-  bool ints_32_ = false;     ///< ... an int32s one
-  bool counting_ = false;    ///< inside a counted field's array
+  int depth_ = 0;          ///< open containers, the line's object included
+  int index_ = -1;         ///< the field whose value is being read, or -1
+  std::string key_;        ///< the top-level key whose value is being read (also unknown ones)
+  bool ints_ = false;      ///< inside an int64s / int32s field's array
+  bool ints_32_ = false;   ///< ... an int32s one
+  bool counting_ = false;  ///< inside a counted field's array
   std::int64_t lo_ = 0, hi_ = 0;
   std::int64_t count_ = 0;
 };
@@ -203,9 +203,14 @@ bool JsonLine::number(bool is_float, FastText&& fast_text) {
   }
   const auto i = static_cast<std::size_t>(index_);
   switch (f->kind) {
-    case JsonField::tokens: out_.integer[i] = parse_tokens(text, at_, key_); break;
-    case JsonField::time: out_.time[i] = parse_time(text, at_, key_, f->unit); break;
-    default: fail("expected an array of integers");
+    case JsonField::tokens:
+      out_.integer[i] = parse_tokens(text, at_, key_);
+      break;
+    case JsonField::time:
+      out_.time[i] = parse_time(text, at_, key_, f->unit);
+      break;
+    default:
+      fail("expected an array of integers");
   }
   value_done();
   return true;
@@ -322,8 +327,8 @@ void read_json_line(std::string_view line, const At& at, std::span<const JsonFie
     at.fail("", "malformed JSON at column 1: expected a JSON object starting with '{', found only whitespace");
   }
   if (line[first] != '{') {
-    at.fail("", fmt::format("malformed JSON at column {}: expected a JSON object starting with '{{', found {}", first + 1,
-                            printable(line[first])));
+    at.fail("", fmt::format("malformed JSON at column {}: expected a JSON object starting with '{{', found {}",
+                            first + 1, printable(line[first])));
   }
   try {
     parse_json_line(line, at, fields, out, false);

@@ -140,8 +140,8 @@ std::int64_t KvIntegrity::verify(std::span<const SeqId> ids) {
       for (int s = 0; s < batch.batch; ++s) {
         const auto it = tags_.find(ids[static_cast<std::size_t>(s)]);
         if (it == tags_.end()) continue;
-        const std::int64_t n = std::min<std::int64_t>(static_cast<std::int64_t>(it->second.size()),
-                                                      lens[static_cast<std::size_t>(s)]);
+        const std::int64_t n =
+            std::min<std::int64_t>(static_cast<std::int64_t>(it->second.size()), lens[static_cast<std::size_t>(s)]);
         if (layer == 0) tokens_checked_ += n;
         for (std::int64_t t = 0; t < n; ++t)
           for (int kv = 0; kv < 2; ++kv) {

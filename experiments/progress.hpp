@@ -31,9 +31,10 @@ class Progress {
     if (!live_ && elapsed < next_plain_s_) return;
     next_plain_s_ = elapsed + kPlainEvery_s;
     shown_ = true;
-    const std::string eta = done > 0 && done < total
-                                ? ", about " + seconds(elapsed * static_cast<double>(total - done) / static_cast<double>(done)) + " left"
-                                : "";
+    const std::string eta =
+        done > 0 && done < total
+            ? ", about " + seconds(elapsed * static_cast<double>(total - done) / static_cast<double>(done)) + " left"
+            : "";
     if (live_) {
       const int width = 30;
       const int filled = static_cast<int>(width * done / total);
@@ -51,8 +52,10 @@ class Progress {
   static constexpr double kPlainEvery_s = 10;
   static std::string seconds(double s) {
     char buf[32];
-    if (s < 120) std::snprintf(buf, sizeof buf, "%.0f s", s);
-    else std::snprintf(buf, sizeof buf, "%.0f min", s / 60);
+    if (s < 120)
+      std::snprintf(buf, sizeof buf, "%.0f s", s);
+    else
+      std::snprintf(buf, sizeof buf, "%.0f min", s / 60);
     return buf;
   }
   std::string label_;

@@ -68,9 +68,9 @@ struct Group {
   // Token ids for prefix caching (empty: unknown): the prompt's, then (one sequence per request)
   // the answer's, from the trace where it says them (a next turn's prompt), else fresh ids.
   std::vector<std::int32_t> ids;
-  bool readmitted = false;  // admitted before (the next admission follows a preemption)
-  double last_token_s = -1;  // when the request's latest token came out (inter-token latency)
-  std::int64_t admitted_from = 0;  // prompt tokens already in the cache at admission (not computed)
+  bool readmitted = false;                  // admitted before (the next admission follows a preemption)
+  double last_token_s = -1;                 // when the request's latest token came out (inter-token latency)
+  std::int64_t admitted_from = 0;           // prompt tokens already in the cache at admission (not computed)
   mutable std::vector<std::uint64_t> tags;  // integrity tags of the prompt tokens (verify_kv)
   [[nodiscard]] bool prefilling() const noexcept { return prefilled < prompt; }
 };
@@ -154,7 +154,7 @@ class Replay {
   double now_ = 0;
   std::int64_t budget_ = 0;
   int seqs_in_step_ = 0;
-  int paused_ = 0;  // separate prefill steps: running sequences sitting out this prompt step
+  int paused_ = 0;         // separate prefill steps: running sequences sitting out this prompt step
   std::int64_t step_ = 0;  // steps begun (slot bookkeeping)
   std::optional<SequenceSpec> blocked_;
   double shared_savings_time_ = 0;  // integral of shared_savings over busy time
@@ -253,7 +253,8 @@ void Replay::preempt(std::size_t pos) {
     // Requests that keep displacing each other (forked samples that no longer fit once swapped
     // unshared, say) would otherwise cycle for ever: the one preempted too often gives up.
     finish(g, RequestRecord::Status::rejected,
-           "preempted " + std::to_string(rec.preemptions) + " times: the KV capacity cannot hold it with the requests before it");
+           "preempted " + std::to_string(rec.preemptions) +
+               " times: the KV capacity cannot hold it with the requests before it");
     return;
   }
   bool swapped = false;
@@ -453,7 +454,8 @@ void Replay::admit_waiting() {
     const std::int64_t cached = std::min(b_.cached_tokens(id), chunk - 1);
     g.prefilled = cached;
     g.chunk = chunk - cached;
-    if (integrity_ && cached > 0) integrity_->expect(id, 0, std::span(prompt_tags(g)).first(static_cast<std::size_t>(cached)));
+    if (integrity_ && cached > 0)
+      integrity_->expect(id, 0, std::span(prompt_tags(g)).first(static_cast<std::size_t>(cached)));
     result_.summary.prefix_hit_tokens += cached;
     if (g.readmitted) {  // counted apart (vLLM v1's preempted_*): what this admit looked up, if it did
       result_.summary.prefix_preempted_hit_tokens += cached;
@@ -531,8 +533,8 @@ Replay::KernelArgs Replay::kernel_args() {
   // Device kernels read their arguments from device memory: q and the offsets in one upload, the
   // output buffer beside them (staging grows as needed and is reused across steps).
   const std::size_t n = static_cast<std::size_t>(q_indptr_.back()) * b_.model().num_q_heads * b_.model().head_dim;
-  std::byte* qi = q_device_.upload(*c_.device_memory, std::as_bytes(std::span(q_.data(), n)),
-                                   std::as_bytes(std::span(q_indptr_)));
+  std::byte* qi =
+      q_device_.upload(*c_.device_memory, std::as_bytes(std::span(q_.data(), n)), std::as_bytes(std::span(q_indptr_)));
   std::byte* out = out_device_.upload(*c_.device_memory, std::as_bytes(std::span(out_.data(), n)), {});
   return {reinterpret_cast<const float*>(qi), reinterpret_cast<float*>(out),
           reinterpret_cast<const std::int32_t*>(qi + n * sizeof(float))};
@@ -578,15 +580,17 @@ void Replay::check_integrity() {
   for (Group& g : running_) {
     if (g.in_step && g.chunk > 0) {
       const auto& tags = prompt_tags(g);
-      integrity_->write(g.seqs[0].id, g.prefilled,
-                        std::span(tags).subspan(static_cast<std::size_t>(g.prefilled), static_cast<std::size_t>(g.chunk)));
+      integrity_->write(
+          g.seqs[0].id, g.prefilled,
+          std::span(tags).subspan(static_cast<std::size_t>(g.prefilled), static_cast<std::size_t>(g.chunk)));
     } else if (g.in_step) {
       for (const Seq& q : g.seqs) {
         if (!q.has_slot) continue;
         const std::int64_t pos = b_.length(q.id) - 1;  // the slot claimed for this step's token
         // A group's only sequence generates the answer whose ids are known: its chained tag.
         const auto& tags = prompt_tags(g);
-        const std::uint64_t tag = g.seqs.size() == 1 && c_.samples_per_request == 1 && pos < static_cast<std::int64_t>(tags.size()) &&
+        const std::uint64_t tag = g.seqs.size() == 1 && c_.samples_per_request == 1 &&
+                                          pos < static_cast<std::int64_t>(tags.size()) &&
                                           static_cast<std::int64_t>(g.ids.size()) >= g.prompt
                                       ? tags[static_cast<std::size_t>(pos)]
                                       : KvIntegrity::positional(static_cast<std::uint64_t>(q.id), pos);
@@ -622,9 +626,13 @@ void Replay::reselect_beams(Group& g) {
 bool Replay::try_claim(Group& g, bool& failed, std::string& error) {
   bool claimed = false;
   switch (attempt([&] { claimed = claim_slots(g); }, &error)) {
-    case Outcome::ok: return claimed;
-    case Outcome::out_of_memory: return false;  // handled like any growth that does not fit
-    case Outcome::failed: failed = true; return false;
+    case Outcome::ok:
+      return claimed;
+    case Outcome::out_of_memory:
+      return false;  // handled like any growth that does not fit
+    case Outcome::failed:
+      failed = true;
+      return false;
   }
   return false;
 }
@@ -701,7 +709,9 @@ StepWork Replay::step_work() const {
   work.view = b_.view_shape();
   const ViewShape& shape = work.view;
   const auto blocks = [&](std::int64_t len) {
-    return shape.layout == KvLayout::paged && shape.block_tokens > 0 ? (len + shape.block_tokens - 1) / shape.block_tokens : 0;
+    return shape.layout == KvLayout::paged && shape.block_tokens > 0
+               ? (len + shape.block_tokens - 1) / shape.block_tokens
+               : 0;
   };
   for (const Group& g : running_) {
     if (!g.in_step) continue;
@@ -834,8 +844,8 @@ void Replay::retire() {
     }
     g.chunk = 0;
     const bool all_forked = g.output == 1 || static_cast<int>(g.seqs.size()) == c_.samples_per_request;
-    const bool all_done = !g.prefilling() && all_forked &&
-                          std::all_of(g.seqs.begin(), g.seqs.end(), [](const Seq& q) { return q.done; });
+    const bool all_done =
+        !g.prefilling() && all_forked && std::all_of(g.seqs.begin(), g.seqs.end(), [](const Seq& q) { return q.done; });
     if (!all_done) {
       ++i;
       continue;
@@ -843,7 +853,7 @@ void Replay::retire() {
     Group done = std::move(g);
     running_.erase(running_.begin() + static_cast<std::ptrdiff_t>(i));
     finish(done, r.status == RequestRecord::Status::truncated_completed ? RequestRecord::Status::truncated_completed
-                                                                         : RequestRecord::Status::completed);
+                                                                        : RequestRecord::Status::completed);
   }
 }
 

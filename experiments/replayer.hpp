@@ -54,9 +54,9 @@ enum class PrefillSteps { mixed, separate };
 using AttentionFn = std::function<void(const AttentionParams&, const KvView&)>;
 
 struct ReplayConfig {
-  int max_running = 256;                    ///< sequences in a batch
-  std::int64_t max_batched_tokens = 8192;  ///< tokens computed per step (decodes + prefill chunks)
-  bool chunked_prefill = false;            ///< split prompts to fit max_batched_tokens
+  int max_running = 256;                             ///< sequences in a batch
+  std::int64_t max_batched_tokens = 8192;            ///< tokens computed per step (decodes + prefill chunks)
+  bool chunked_prefill = false;                      ///< split prompts to fit max_batched_tokens
   PrefillSteps prefill_steps = PrefillSteps::mixed;  ///< separate needs chunked_prefill off
   PreemptionMode preemption = PreemptionMode::recompute;
   LongRequestPolicy long_requests = LongRequestPolicy::reject;
@@ -108,8 +108,8 @@ struct StepRecord {
   MemoryFractions fractions;
   std::size_t allocated_bytes = 0;
   std::size_t shared_savings_bytes = 0;  ///< bytes sharing saved (fork, prefix caching)
-  double kernel_s = 0;   ///< measured attention time (execute mode), scaled to all layers
-  double prepare_s = 0;  ///< building/uploading the per-batch arrays (execute mode)
+  double kernel_s = 0;                   ///< measured attention time (execute mode), scaled to all layers
+  double prepare_s = 0;                  ///< building/uploading the per-batch arrays (execute mode)
   double mapping_s = 0;  ///< critical-path mapping: measured (execute mode) or modelled from the backend's map counts
   /// The modelled clock's parts (memory mode; in execute mode only transfer and copy are modelled).
   StepTime parts;
@@ -157,9 +157,9 @@ struct ReplaySummary {
   /// Goodput (ReplayConfig::goodput given): finished requests meeting every objective, per second
   /// of makespan, and as a share of the finished requests (SLO attainment); -1 without objectives.
   double goodput_requests_per_s = -1, slo_attainment_frac = -1;
-  double kernel_s = 0, prepare_s = 0;  ///< execute mode totals
-  double mapping_s = 0;                ///< critical-path mapping time, summed (StepRecord::mapping_s)
-  StepTime clock_parts;                ///< the modelled clock's parts, summed over steps
+  double kernel_s = 0, prepare_s = 0;     ///< execute mode totals
+  double mapping_s = 0;                   ///< critical-path mapping time, summed (StepRecord::mapping_s)
+  StepTime clock_parts;                   ///< the modelled clock's parts, summed over steps
   std::int64_t prefix_hit_tokens = 0;     ///< prompt tokens served from the prefix cache (prefill skipped)
   std::int64_t prefix_lookup_tokens = 0;  ///< prompt tokens looked up in the prefix cache
   /// Of the two above: admissions of requests preempted before (recomputed), counted apart as vLLM
@@ -167,8 +167,8 @@ struct ReplaySummary {
   /// preemption. Hit rate across requests = (hit - preempted_hit) / (lookup - preempted_lookup).
   std::int64_t prefix_preempted_hit_tokens = 0;
   std::int64_t prefix_preempted_lookup_tokens = 0;
-  std::int64_t kv_mismatches = 0;         ///< verify_kv: KV elements that did not read back as written
-  std::int64_t kv_tokens_checked = 0;     ///< verify_kv: token reads (summed over steps)
+  std::int64_t kv_mismatches = 0;      ///< verify_kv: KV elements that did not read back as written
+  std::int64_t kv_tokens_checked = 0;  ///< verify_kv: token reads (summed over steps)
   double wall_s = 0;                   ///< wall-clock seconds the replay itself took
   /// What the device still held or refused to free once the backend was gone (leaks, refused
   /// deallocations with their CUresult, contract violations on the emulated device); empty when
@@ -204,7 +204,7 @@ using ProgressCallback = std::function<void(std::int64_t, std::int64_t)>;
 /// again afterwards. Every request ends completed, truncated, rejected or failed (with a reason):
 /// out of memory is counted and handled by the scheduler, and a device error fails only the
 /// request it hit.
-[[nodiscard]] ReplayResult replay(KvBackend& backend, const std::vector<Request>& workload,
-                                  const ReplayConfig& config, const ProgressCallback& progress = {});
+[[nodiscard]] ReplayResult replay(KvBackend& backend, const std::vector<Request>& workload, const ReplayConfig& config,
+                                  const ProgressCallback& progress = {});
 
 }  // namespace kvlab

@@ -22,17 +22,17 @@ void print_summary_table(std::ostream& os, const std::vector<ReplaySummary>& row
      << "reserved" << std::setw(10) << "internal" << std::setw(10) << "external" << std::setw(8) << "free"
      << std::setw(11) << "mean_batch" << std::setw(10) << "preempt" << std::setw(10) << "rejected" << std::setw(12)
      << "tokens/s" << std::setw(12) << "TTFT_ms" << std::setw(12) << "p99TTFT_ms" << std::setw(10) << "TPOT_ms"
-     << std::setw(10) << "ITL_ms" << "\n";
+     << std::setw(10) << "ITL_ms"
+     << "\n";
   for (const ReplaySummary& r : rows) {
     const double tps = r.makespan_s > 0 ? static_cast<double>(r.generated_tokens) / r.makespan_s : 0;
     os << std::left << std::setw(20) << r.backend << std::right << std::setw(13) << pct(r.mean_fractions.token_states)
        << std::setw(10) << pct(r.mean_fractions.reserved) << std::setw(10)
-       << pct(r.mean_fractions.internal_fragmentation) << std::setw(10)
-       << pct(r.mean_fractions.external_fragmentation) << std::setw(8) << pct(r.mean_fractions.free) << std::setw(11)
-       << std::fixed << std::setprecision(2) << r.mean_batch << std::setw(10) << r.preemptions << std::setw(10)
-       << r.rejected << std::setw(12) << std::setprecision(0) << tps << std::setprecision(1) << std::setw(12)
-       << r.ttft.mean_ms << std::setw(12) << r.ttft.p99_ms << std::setw(10) << r.tpot.mean_ms << std::setw(10)
-       << r.itl.mean_ms << "\n";
+       << pct(r.mean_fractions.internal_fragmentation) << std::setw(10) << pct(r.mean_fractions.external_fragmentation)
+       << std::setw(8) << pct(r.mean_fractions.free) << std::setw(11) << std::fixed << std::setprecision(2)
+       << r.mean_batch << std::setw(10) << r.preemptions << std::setw(10) << r.rejected << std::setw(12)
+       << std::setprecision(0) << tps << std::setprecision(1) << std::setw(12) << r.ttft.mean_ms << std::setw(12)
+       << r.ttft.p99_ms << std::setw(10) << r.tpot.mean_ms << std::setw(10) << r.itl.mean_ms << "\n";
   }
   const bool measured = !rows.empty() && rows.front().clock == "measured";
   os << "fractions are time-weighted shares of the KV capacity (vLLM Fig. 2 categories); latencies are means over "
@@ -53,7 +53,8 @@ void write_replay_files(const std::filesystem::path& dir, const RunInfo& info, c
   {
     auto f = text();
     f << "time_s,duration_s,running,waiting,token_states_frac,reserved_frac,internal_fragmentation_frac,"
-         "external_fragmentation_frac,free_frac,allocated_bytes,kernel_s,prepare_s,mapping_s,linear_s,attention_s,cpu_s,transfer_s,copy_s\n";
+         "external_fragmentation_frac,free_frac,allocated_bytes,kernel_s,prepare_s,mapping_s,linear_s,attention_s,cpu_"
+         "s,transfer_s,copy_s\n";
     for (const StepRecord& r : result.steps)
       f << r.time_s << ',' << r.duration_s << ',' << r.running << ',' << r.waiting << ',' << r.fractions.token_states
         << ',' << r.fractions.reserved << ',' << r.fractions.internal_fragmentation << ','
@@ -72,8 +73,8 @@ void write_replay_files(const std::filesystem::path& dir, const RunInfo& info, c
                            : r.status == RequestRecord::Status::failed    ? "failed"
                                                                           : "truncated";
       f << r.id << ',' << r.arrival_s << ',' << r.first_scheduled_s << ',' << r.first_token_s << ',' << r.finish_s
-        << ',' << r.prompt_tokens << ',' << r.output_tokens << ',' << r.generated_tokens << ',' << r.preemptions
-        << ',' << status << ',' << csv_field(r.reason) << '\n';
+        << ',' << r.prompt_tokens << ',' << r.output_tokens << ',' << r.generated_tokens << ',' << r.preemptions << ','
+        << status << ',' << csv_field(r.reason) << '\n';
     }
     write_file_atomically(out / "requests.csv", f.view());
   }
@@ -89,7 +90,8 @@ void write_compare_csv(const std::filesystem::path& file, const std::string& wor
   f << "backend,workload,clock,token_states_frac,reserved_frac,internal_fragmentation_frac,"
        "external_fragmentation_frac,free_frac,mean_batch,max_batch,throughput_tokens_per_s,"
        "throughput_requests_per_s,completed,rejected,truncated,preemptions,out_of_memory,"
-       "peak_allocated_bytes,capacity_bytes,mean_shared_savings_bytes,mean_normalized_latency_s,makespan_s,prefix_hit_tokens,failed,replay_wall_s,replay_tokens_per_s,"
+       "peak_allocated_bytes,capacity_bytes,mean_shared_savings_bytes,mean_normalized_latency_s,makespan_s,prefix_hit_"
+       "tokens,failed,replay_wall_s,replay_tokens_per_s,"
        "ttft_mean_ms,ttft_median_ms,ttft_std_ms,ttft_p90_ms,ttft_p99_ms,tpot_mean_ms,tpot_median_ms,tpot_std_ms,"
        "tpot_p90_ms,tpot_p99_ms,itl_mean_ms,itl_median_ms,itl_std_ms,itl_p90_ms,itl_p99_ms,e2el_mean_ms,"
        "e2el_median_ms,e2el_std_ms,e2el_p90_ms,e2el_p99_ms,"
@@ -108,10 +110,10 @@ void write_compare_csv(const std::filesystem::path& file, const std::string& wor
       << s.mean_fractions.reserved << ',' << s.mean_fractions.internal_fragmentation << ','
       << s.mean_fractions.external_fragmentation << ',' << s.mean_fractions.free << ',' << s.mean_batch << ','
       << s.max_batch << ',' << s.generated_tokens / span << ',' << (s.completed + s.truncated) / span << ','
-      << s.completed << ',' << s.rejected << ',' << s.truncated << ',' << s.preemptions << ',' << s.out_of_memory
-      << ',' << s.peak_allocated_bytes << ',' << s.capacity_bytes << ',' << s.mean_shared_savings_bytes << ','
-      << s.mean_normalized_latency_s << ','
-      << s.makespan_s << ',' << s.prefix_hit_tokens << ',' << s.failed << ',' << s.wall_s << ','
+      << s.completed << ',' << s.rejected << ',' << s.truncated << ',' << s.preemptions << ',' << s.out_of_memory << ','
+      << s.peak_allocated_bytes << ',' << s.capacity_bytes << ',' << s.mean_shared_savings_bytes << ','
+      << s.mean_normalized_latency_s << ',' << s.makespan_s << ',' << s.prefix_hit_tokens << ',' << s.failed << ','
+      << s.wall_s << ','
       << (s.wall_s > 0 ? static_cast<double>(s.generated_tokens + s.prefill_tokens_computed) / s.wall_s : 0);
     for (const LatencyStats* l : {&s.ttft, &s.tpot, &s.itl, &s.e2el})
       f << ',' << l->mean_ms << ',' << l->median_ms << ',' << l->std_ms << ',' << l->p90_ms << ',' << l->p99_ms;

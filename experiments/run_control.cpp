@@ -46,7 +46,8 @@ int try_lock(const fs::path& file, std::string& holder) {
       if (err == EWOULDBLOCK) return -1;
       throw Error("cannot lock " + file.string() + ": " + std::strerror(err));
     }
-    struct stat held {}, named {};
+    struct stat held {
+    }, named{};
     if (::fstat(fd, &held) == 0 && ::stat(file.c_str(), &named) == 0 && held.st_ino == named.st_ino &&
         held.st_dev == named.st_dev)
       return fd;

@@ -14,9 +14,7 @@ SchedulePolicy parse_schedule_policy(std::string_view name) {
   KVLAB_THROW(InvalidArgument, "unknown schedule policy '" + std::string(name) + "' (known: fcfs, lpm)");
 }
 
-std::string_view to_string(SchedulePolicy policy) noexcept {
-  return policy == SchedulePolicy::lpm ? "lpm" : "fcfs";
-}
+std::string_view to_string(SchedulePolicy policy) noexcept { return policy == SchedulePolicy::lpm ? "lpm" : "fcfs"; }
 
 std::vector<std::size_t> lpm_order(std::span<const std::int64_t> cached, std::span<const double> waited_s,
                                    double max_wait_s) {

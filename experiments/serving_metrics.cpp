@@ -34,7 +34,9 @@ LatencyStats latency_stats(std::vector<double> seconds) {
   return s;
 }
 
-bool ServingSlo::any() const noexcept { return std::isfinite(ttft_ms) || std::isfinite(tpot_ms) || std::isfinite(e2el_ms); }
+bool ServingSlo::any() const noexcept {
+  return std::isfinite(ttft_ms) || std::isfinite(tpot_ms) || std::isfinite(e2el_ms);
+}
 
 bool ServingSlo::met(double ttft_s, double tpot_s, double e2el_s) const noexcept {
   return 1e3 * ttft_s <= ttft_ms && (tpot_s < 0 || 1e3 * tpot_s <= tpot_ms) && 1e3 * e2el_s <= e2el_ms;
@@ -63,7 +65,8 @@ ServingSlo parse_goodput(const std::string& spec) {
       KVLAB_THROW(InvalidArgument, "--goodput: " + key + " '" + value + "' is not a number of milliseconds");
     }
     if (!(ms > 0) || !std::isfinite(ms))
-      KVLAB_THROW(InvalidArgument, "--goodput: " + key + " must be a positive number of milliseconds (got " + value + ")");
+      KVLAB_THROW(InvalidArgument,
+                  "--goodput: " + key + " must be a positive number of milliseconds (got " + value + ")");
     (which == 0 ? slo.ttft_ms : which == 1 ? slo.tpot_ms : slo.e2el_ms) = ms;
   }
   if (!slo.any()) KVLAB_THROW(InvalidArgument, "--goodput: give at least one of ttft:MS, tpot:MS, e2el:MS");

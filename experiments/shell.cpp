@@ -40,11 +40,16 @@ std::string ansi_c_quote(const std::string& s) {
   std::string out = "$'";
   for (const char c : s) {
     const auto u = static_cast<unsigned char>(c);
-    if (c == '\n') out += "\\n";
-    else if (c == '\t') out += "\\t";
-    else if (c == '\\' || c == '\'') out += std::string("\\") + c;
-    else if (u < 0x20 || u == 0x7f) out += fmt::format("\\x{:02x}", u);
-    else out += c;
+    if (c == '\n')
+      out += "\\n";
+    else if (c == '\t')
+      out += "\\t";
+    else if (c == '\\' || c == '\'')
+      out += std::string("\\") + c;
+    else if (u < 0x20 || u == 0x7f)
+      out += fmt::format("\\x{:02x}", u);
+    else
+      out += c;
   }
   return out + "'";
 }
@@ -86,7 +91,8 @@ std::string last_line(const std::string& file) {
 
 std::string shell_join_one_line(const std::vector<std::string>& words) {
   std::string out;
-  for (const std::string& w : words) out += (out.empty() ? "" : " ") + (has_control(w) ? ansi_c_quote(w) : shell_quote(w));
+  for (const std::string& w : words)
+    out += (out.empty() ? "" : " ") + (has_control(w) ? ansi_c_quote(w) : shell_quote(w));
   return out;
 }
 
@@ -102,8 +108,9 @@ std::string plot_script_path() {
     // Beside the binary or its folder (a GPU bundle: DIR/bin/kvlab, DIR/plot.py), in a scripts/
     // beside it, and from build/<preset>/ or
     // build/<preset>/bench/ back to the source tree it was built from, wherever that tree now is.
-    for (const fs::path& p : {dir / "plot.py", dir / ".." / "plot.py", dir / "scripts" / "plot.py",
-                              dir / ".." / ".." / "scripts" / "plot.py", dir / ".." / ".." / ".." / "scripts" / "plot.py"})
+    for (const fs::path& p :
+         {dir / "plot.py", dir / ".." / "plot.py", dir / "scripts" / "plot.py",
+          dir / ".." / ".." / "scripts" / "plot.py", dir / ".." / ".." / ".." / "scripts" / "plot.py"})
       candidates.push_back(p);
   }
   candidates.push_back(fs::path(KVLAB_SOURCE_DIR) / "scripts" / "plot.py");  // the build machine's tree

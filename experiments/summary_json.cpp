@@ -42,7 +42,8 @@ Json fractions(const MemoryFractions& f) {
 void add_latency(Json& j, const std::string& name, const LatencyStats& l) {
   j[name + "_samples"] = l.count;
   j[name + "_mean_ms"] = number(l.mean_ms), j[name + "_median_ms"] = number(l.median_ms);
-  j[name + "_std_ms"] = number(l.std_ms), j[name + "_p90_ms"] = number(l.p90_ms), j[name + "_p99_ms"] = number(l.p99_ms);
+  j[name + "_std_ms"] = number(l.std_ms), j[name + "_p90_ms"] = number(l.p90_ms),
+           j[name + "_p99_ms"] = number(l.p99_ms);
 }
 
 /// vLLM bench serve's metrics (experiments/serving_metrics.hpp): latencies in ms, throughput per
@@ -56,7 +57,8 @@ Json serving(const ReplaySummary& s) {
   add_latency(j, "tpot", s.tpot);
   add_latency(j, "itl", s.itl);
   add_latency(j, "e2el", s.e2el);
-  j["throughput_total_tokens_per_s"] = number(span > 0 ? static_cast<double>(s.generated_tokens + s.prompt_tokens) / span : 0);
+  j["throughput_total_tokens_per_s"] =
+      number(span > 0 ? static_cast<double>(s.generated_tokens + s.prompt_tokens) / span : 0);
   j["goodput_requests_per_s"] = or_null(s.goodput_requests_per_s);
   j["slo_attainment_frac"] = or_null(s.slo_attainment_frac);
   return j;
@@ -113,8 +115,11 @@ void add_results(Json& j, const ReplaySummary& s) {
 Json provenance(const Provenance& p) {
   Json options = Json::object();
   for (const auto& [name, value] : p.options) options[name] = value;
-  return Json{{"kvlab_version", p.kvlab_version}, {"git_revision", p.git_revision}, {"date_utc", p.date_utc},
-              {"host", p.host}, {"options", options}};
+  return Json{{"kvlab_version", p.kvlab_version},
+              {"git_revision", p.git_revision},
+              {"date_utc", p.date_utc},
+              {"host", p.host},
+              {"options", options}};
 }
 
 /// How many keys each line of the file holds, in order.
@@ -162,7 +167,7 @@ std::vector<std::pair<std::string, std::string>> recorded_options(const std::fil
   if (!j.is_object() || !j.contains("provenance") || !j["provenance"].is_object() ||
       !j["provenance"].contains("options") || !j["provenance"]["options"].is_object())
     throw InvalidArgument(
-                fmt::format("{}: no provenance.options (a run.json or summary.json of kvlab replay/compare)", file.string()));
+        fmt::format("{}: no provenance.options (a run.json or summary.json of kvlab replay/compare)", file.string()));
   std::vector<std::pair<std::string, std::string>> out;
   for (const auto& [name, value] : j["provenance"]["options"].items()) {
     if (!value.is_string())

@@ -46,8 +46,10 @@ std::vector<std::string> split_args(const std::string& s, const std::string& whe
   char quote = 0;
   for (char c : s) {
     if (quote) {
-      if (c == quote) quote = 0;
-      else cur += c;
+      if (c == quote)
+        quote = 0;
+      else
+        cur += c;
     } else if (c == '\'' || c == '"') {
       quote = c;
       have = true;
@@ -114,10 +116,12 @@ std::vector<SweepPoint> expand_sweep(const std::vector<SweepAxis>& axes) {
   std::string shape;
   for (const SweepAxis& a : axes) {
     shape += (shape.empty() ? "" : " x ") + std::to_string(a.values.size());
-    total = a.values.empty() || total > kMaxSweepPoints / a.values.size() ? kMaxSweepPoints + 1 : total * a.values.size();
+    total =
+        a.values.empty() || total > kMaxSweepPoints / a.values.size() ? kMaxSweepPoints + 1 : total * a.values.size();
   }
   if (total > kMaxSweepPoints)
-    KVLAB_THROW(InvalidArgument, fmt::format("the sweep's grid ({} values) has more than {} points", shape, kMaxSweepPoints));
+    KVLAB_THROW(InvalidArgument,
+                fmt::format("the sweep's grid ({} values) has more than {} points", shape, kMaxSweepPoints));
   std::vector<SweepPoint> points(1);
   for (const SweepAxis& a : axes) {
     std::vector<SweepPoint> next;
@@ -194,9 +198,9 @@ pid_t spawn_point(const SweepPoint& p, const fs::path& out, const fs::path& exe)
   const pid_t pid = fork();
   if (pid < 0) KVLAB_THROW(Error, "fork failed for " + p.name);
   if (pid == 0) {
-    ::setpgid(0, 0);                       // the terminal's Ctrl-C reaches the parent, which stops us
-    ::prctl(PR_SET_PDEATHSIG, SIGTERM);    // a parent killed outright (SIGKILL) still stops us
-    if (::getppid() != parent) _exit(1);   // it died before prctl
+    ::setpgid(0, 0);                      // the terminal's Ctrl-C reaches the parent, which stops us
+    ::prctl(PR_SET_PDEATHSIG, SIGTERM);   // a parent killed outright (SIGKILL) still stops us
+    if (::getppid() != parent) _exit(1);  // it died before prctl
     const int o = open(stdout_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     const int e = open(stderr_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     if (o >= 0) dup2(o, 1);
@@ -290,14 +294,14 @@ void validate_slurm_out(const fs::path& out) {
                                      "': --slurm needs a path without spaces, quotes, control characters, '%', '#' or "
                                      "'\\' (it goes into #SBATCH lines)");
   if (path.starts_with("-"))
-    KVLAB_THROW(InvalidArgument, "--out '" + path + "': --slurm needs a path that does not start with '-' (write ./" +
-                                     path + ")");
+    KVLAB_THROW(InvalidArgument,
+                "--out '" + path + "': --slurm needs a path that does not start with '-' (write ./" + path + ")");
 }
 
 void validate_slurm_options(const SlurmOptions& o) {
-  for (const auto& [name, value] : {std::pair{"--time", &o.time}, std::pair{"--mem", &o.mem},
-                                    std::pair{"--gres", &o.gres}, std::pair{"--partition", &o.partition},
-                                    std::pair{"--account", &o.account}})
+  for (const auto& [name, value] :
+       {std::pair{"--time", &o.time}, std::pair{"--mem", &o.mem}, std::pair{"--gres", &o.gres},
+        std::pair{"--partition", &o.partition}, std::pair{"--account", &o.account}})
     if (!value->empty() && !plain_word(*value))
       KVLAB_THROW(InvalidArgument, std::string(name) + " '" + *value +
                                        "': a Slurm value must be one word without spaces, quotes, backslashes or "
@@ -320,19 +324,19 @@ std::size_t write_slurm_script(const std::vector<SweepPoint>& points, const fs::
   f << "#!/bin/bash\n#SBATCH --job-name=kvlab-sweep\n#SBATCH --array=";
   for (std::size_t k = 0; k < todo.size(); ++k) f << (k ? "," : "") << todo[k];
   f << "\n#SBATCH --output=" << (out / "slurm-%A_%a.out").string() << "\n";
-  for (const auto& [name, value] : {std::pair{"time", &options.time}, std::pair{"mem", &options.mem},
-                                    std::pair{"gres", &options.gres}, std::pair{"partition", &options.partition},
-                                    std::pair{"account", &options.account}})
+  for (const auto& [name, value] :
+       {std::pair{"time", &options.time}, std::pair{"mem", &options.mem}, std::pair{"gres", &options.gres},
+        std::pair{"partition", &options.partition}, std::pair{"account", &options.account}})
     if (!value->empty()) f << "#SBATCH --" << name << "=" << *value << "\n";
-  f << "# One kvlab replay per array task (points already complete are left out); `kvlab collect "
-    << out.string() << "` merges the results.\n"
+  f << "# One kvlab replay per array task (points already complete are left out); `kvlab collect " << out.string()
+    << "` merges the results.\n"
     << "set -euo pipefail\n"
     << "case \"$SLURM_ARRAY_TASK_ID\" in\n";
   for (const std::size_t id : todo) {
     const SweepPoint& p = points[id - 1];
     const std::string dir = shell_quote((out / p.name).string());
-    f << "  " << id << ") mkdir -p " << dir << " && printf '%s\\n' " << shell_quote(point_command(p, out, exe))
-      << " > " << dir << "/command.txt && " << point_command(p, out, exe) << " ;;\n";
+    f << "  " << id << ") mkdir -p " << dir << " && printf '%s\\n' " << shell_quote(point_command(p, out, exe)) << " > "
+      << dir << "/command.txt && " << point_command(p, out, exe) << " ;;\n";
   }
   f << "  *) echo \"no such point: $SLURM_ARRAY_TASK_ID\" >&2; exit 1 ;;\nesac\n";
   write_file_atomically(out / "sweep.sbatch", f.view());
@@ -368,7 +372,8 @@ std::optional<Grid> read_grid(const fs::path& out) {
   text << in.rdbuf();
   const auto j = nlohmann::json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
   const auto bad = [&] { return InvalidArgument((out / kGridFile).string() + ": not a sweep grid file"); };
-  if (!j.is_object() || !j.contains("axes") || !j["axes"].is_array() || !j.contains("points") || !j["points"].is_array())
+  if (!j.is_object() || !j.contains("axes") || !j["axes"].is_array() || !j.contains("points") ||
+      !j["points"].is_array())
     throw bad();
   Grid g;
   try {
@@ -469,8 +474,10 @@ Collected collect_sweep(const fs::path& out) {
     if (e.is_directory() && e.path().filename().string().starts_with("point-")) dirs.push_back(e.path().filename());
   std::sort(dirs.begin(), dirs.end());
   for (const std::string& d : dirs) {
-    if (!grid) wanted.emplace_back(d, std::vector<std::string>{});
-    else if (!in_grid.contains(d)) c.skipped.push_back(d + ": not a point of the current grid (" + kGridFile + ")");
+    if (!grid)
+      wanted.emplace_back(d, std::vector<std::string>{});
+    else if (!in_grid.contains(d))
+      c.skipped.push_back(d + ": not a point of the current grid (" + kGridFile + ")");
   }
   std::vector<PointTable> tables;
   for (const auto& [name, values] : wanted) {

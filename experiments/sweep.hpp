@@ -31,9 +31,9 @@ struct SweepAxis {
 };
 
 struct SweepPoint {
-  std::string name;                          ///< point-0001, ...
+  std::string name;                                         ///< point-0001, ...
   std::vector<std::pair<std::string, std::string>> params;  ///< axis key -> value
-  std::vector<std::string> args;             ///< arguments after `kvlab replay`
+  std::vector<std::string> args;                            ///< arguments after `kvlab replay`
 };
 
 /// Parses a sweep file; errors name FILE:LINE and the problem (InvalidArgument).
@@ -73,7 +73,7 @@ void write_sweep_grid(const std::vector<SweepPoint>& points, const std::filesyst
 inline constexpr const char* kGridFile = "sweep-grid.json";
 
 struct Collected {
-  std::string csv;                   ///< the merged CSV (nothing is written by collect_sweep)
+  std::string csv;  ///< the merged CSV (nothing is written by collect_sweep)
   int rows = 0;
   std::vector<std::string> skipped;  ///< "point-0003: why" for each point left out
 };

@@ -47,7 +47,8 @@ TraceTokenIds::TraceTokenIds(const std::vector<Request>& workload) : w_(&workloa
       ++continued_;
     }
     const std::int64_t k = full_blocks(rc);
-    if (k >= 2 && k <= static_cast<std::int64_t>(h.size())) open[prefix_key(h, static_cast<std::size_t>(k))].push_back(c);
+    if (k >= 2 && k <= static_cast<std::int64_t>(h.size()))
+      open[prefix_key(h, static_cast<std::size_t>(k))].push_back(c);
   }
 }
 

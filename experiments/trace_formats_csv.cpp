@@ -110,7 +110,8 @@ Header read_header(Lines& lines, const std::string& source) {
   seen.reserve(h.names.size());
   for (const std::string_view name : h.names) {
     if (name.empty()) throw TraceError(source, h.line, "", "empty column name in the header " + quoted(h.text));
-    if (!seen.insert(name).second) throw TraceError(source, h.line, std::string(name), "duplicate column in the header");
+    if (!seen.insert(name).second)
+      throw TraceError(source, h.line, std::string(name), "duplicate column in the header");
   }
   return h;
 }
@@ -195,24 +196,28 @@ Parsed read_vidur(std::string_view text, const std::string& source, const TraceO
 Parsed read_kvlab(std::string_view text, const std::string& source, const TraceOptions& /*options*/) {
   Lines lines(text, source, true);
   const Header h = read_header(lines, source);
-  const std::string expected = "expected the kvlab header 'arrival_s,prompt_tokens,output_tokens[,prefix_hashes_<B>]', found ";
+  const std::string expected =
+      "expected the kvlab header 'arrival_s,prompt_tokens,output_tokens[,prefix_hashes_<B>]', found ";
   for (std::size_t i = 0; i < 3; ++i) {
     if (i >= h.names.size() || h.names[i] != kKvlabColumns[i]) {
       throw TraceError(source, h.line, std::string(kKvlabColumns[i]), expected + quoted(h.text));
     }
   }
   std::int32_t block = 0;
-  if (h.names.size() > 4) throw TraceError(source, h.line, std::string(h.names[4]), "unexpected column; " + expected + quoted(h.text));
+  if (h.names.size() > 4)
+    throw TraceError(source, h.line, std::string(h.names[4]), "unexpected column; " + expected + quoted(h.text));
   if (h.names.size() == 4) {
     const std::string_view name = h.names[3];
     const std::string field(name);
-    if (!name.starts_with(kKvlabHashPrefix)) throw TraceError(source, h.line, field, "unexpected column; " + expected + quoted(h.text));
+    if (!name.starts_with(kKvlabHashPrefix))
+      throw TraceError(source, h.line, field, "unexpected column; " + expected + quoted(h.text));
     const std::string_view b = name.substr(kKvlabHashPrefix.size());
     std::int64_t v = 0;
     const auto [ptr, ec] = std::from_chars(b.data(), b.data() + b.size(), v);
     if (b.empty() || ptr != b.data() + b.size() || ec != std::errc() || v < 1 || v > kMaxTraceTokens) {
-      throw TraceError(source, h.line, field, "the block size after 'prefix_hashes_' must be a whole number 1.." +
-                                                  std::to_string(kMaxTraceTokens));
+      throw TraceError(
+          source, h.line, field,
+          "the block size after 'prefix_hashes_' must be a whole number 1.." + std::to_string(kMaxTraceTokens));
     }
     block = static_cast<std::int32_t>(v);
   }
@@ -246,8 +251,9 @@ Parsed read_kvlab(std::string_view text, const std::string& source, const TraceO
       }
       const std::int64_t want = ceil_div(r.request.prompt_tokens, block);
       if (static_cast<std::int64_t>(r.request.prefix_hashes.size()) != want) {
-        at.fail(field, "has " + std::to_string(r.request.prefix_hashes.size()) + " entries, expected ceil(prompt_tokens / " +
-                           std::to_string(block) + ") = " + std::to_string(want));
+        at.fail(field, "has " + std::to_string(r.request.prefix_hashes.size()) +
+                           " entries, expected ceil(prompt_tokens / " + std::to_string(block) +
+                           ") = " + std::to_string(want));
       }
       r.request.prefix_hash_block = block;
       p.has_prefix_hashes = true;

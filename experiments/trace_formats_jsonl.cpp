@@ -54,8 +54,8 @@ Parsed read_mooncake(std::string_view text, const std::string& source, const Tra
     r.request.prefix_hashes = v.int64s;  // a copy of the exact size; v keeps its capacity for the next line
     const std::int64_t want = ceil_div(r.request.prompt_tokens, kMooncakeHashBlock);
     if (static_cast<std::int64_t>(r.request.prefix_hashes.size()) != want) {
-      at.fail("hash_ids", fmt::format("has {} entries, expected ceil(input_length / {}) = {}", r.request.prefix_hashes.size(),
-                                      kMooncakeHashBlock, want));
+      at.fail("hash_ids", fmt::format("has {} entries, expected ceil(input_length / {}) = {}",
+                                      r.request.prefix_hashes.size(), kMooncakeHashBlock, want));
     }
     if (!p.rows.empty() && ms < prev_ms) {
       at.fail("timestamp", fmt::format("{} ms is earlier than {} ms on line {} (Mooncake traces are in time order)",
@@ -86,7 +86,8 @@ Parsed read_llmservingsim(std::string_view text, const std::string& source, cons
     r.request.output_tokens = v.integer[1];
     if (v.seen[3]) {
       if (static_cast<std::int64_t>(v.int32s.size()) != r.request.prompt_tokens) {
-        at.fail("input_tok_ids", fmt::format("has {} entries, expected input_toks = {}", v.int32s.size(), r.request.prompt_tokens));
+        at.fail("input_tok_ids",
+                fmt::format("has {} entries, expected input_toks = {}", v.int32s.size(), r.request.prompt_tokens));
       }
       if (options.keep_token_ids) {
         r.request.prompt_token_ids = v.int32s;
@@ -94,7 +95,8 @@ Parsed read_llmservingsim(std::string_view text, const std::string& source, cons
       }
     }
     if (v.seen[4] && v.integer[4] != r.request.output_tokens) {
-      at.fail("output_tok_ids", fmt::format("has {} entries, expected output_toks = {}", v.integer[4], r.request.output_tokens));
+      at.fail("output_tok_ids",
+              fmt::format("has {} entries, expected output_toks = {}", v.integer[4], r.request.output_tokens));
     }
     r.t = v.time[2] * 1e-9;
     p.rows.push_back(std::move(r));

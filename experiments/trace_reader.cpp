@@ -24,7 +24,8 @@
 namespace kvlab {
 
 namespace {
-std::string error_text(const std::string& file, std::int64_t line, const std::string& field, const std::string& problem) {
+std::string error_text(const std::string& file, std::int64_t line, const std::string& field,
+                       const std::string& problem) {
   std::string s = file;
   if (line > 0) s += ":" + std::to_string(line);
   s += ": ";
@@ -90,7 +91,9 @@ constexpr FormatRow kFormats[] = {
     {TraceFormat::vidur, "vidur", Syntax::csv, [](const FirstLine& f) { return f.has_column("num_prefill_tokens"); },
      read_vidur},
     {TraceFormat::mooncake, "mooncake", Syntax::json_lines,
-     [](const FirstLine& f) { return !f.has_key("input_toks") && (f.has_key("hash_ids") || f.has_key("input_length")); },
+     [](const FirstLine& f) {
+       return !f.has_key("input_toks") && (f.has_key("hash_ids") || f.has_key("input_length"));
+     },
      read_mooncake},
     {TraceFormat::llmservingsim, "llmservingsim", Syntax::json_lines,
      [](const FirstLine& f) { return f.has_key("input_toks"); }, read_llmservingsim},
@@ -149,17 +152,19 @@ Trace parse_trace(std::string_view text, const std::string& source, const TraceO
     KVLAB_THROW(InvalidArgument, "trace time scale must be a finite number > 0, got " + std::to_string(o.time_scale));
   }
   if (!(o.start_offset_s >= 0) || !std::isfinite(o.start_offset_s)) {
-    KVLAB_THROW(InvalidArgument, "trace start offset must be a finite number of seconds >= 0, got " +
-                                     std::to_string(o.start_offset_s));
+    KVLAB_THROW(InvalidArgument,
+                "trace start offset must be a finite number of seconds >= 0, got " + std::to_string(o.start_offset_s));
   }
   if (!(o.poisson_rate >= 0) || !std::isfinite(o.poisson_rate)) {
-    KVLAB_THROW(InvalidArgument, "trace arrival rate must be a finite number >= 0, got " + std::to_string(o.poisson_rate));
+    KVLAB_THROW(InvalidArgument,
+                "trace arrival rate must be a finite number >= 0, got " + std::to_string(o.poisson_rate));
   }
   if (o.max_requests < 0) {
     KVLAB_THROW(InvalidArgument, "trace request limit must be >= 0, got " + std::to_string(o.max_requests));
   }
   if (o.max_sequence_tokens < 0) {
-    KVLAB_THROW(InvalidArgument, "trace sequence length limit must be >= 0, got " + std::to_string(o.max_sequence_tokens));
+    KVLAB_THROW(InvalidArgument,
+                "trace sequence length limit must be >= 0, got " + std::to_string(o.max_sequence_tokens));
   }
   if (o.max_prompt_tokens < 0) {
     KVLAB_THROW(InvalidArgument, "trace prompt length limit must be >= 0, got " + std::to_string(o.max_prompt_tokens));
@@ -180,8 +185,9 @@ Trace parse_trace(std::string_view text, const std::string& source, const TraceO
   if (!info.was_sorted) std::stable_sort(p.rows.begin(), p.rows.end(), earlier);
   if (o.max_sequence_tokens > 0 || o.max_prompt_tokens > 0) {
     const auto too_long = [&](const Row& r) {
-      const bool sequence = o.max_sequence_tokens > 0 &&
-                            r.request.prompt_tokens + std::max<std::int64_t>(r.request.output_tokens, 1) - 1 > o.max_sequence_tokens;
+      const bool sequence =
+          o.max_sequence_tokens > 0 &&
+          r.request.prompt_tokens + std::max<std::int64_t>(r.request.output_tokens, 1) - 1 > o.max_sequence_tokens;
       return sequence || (o.max_prompt_tokens > 0 && r.request.prompt_tokens > o.max_prompt_tokens);
     };
     const auto kept = std::stable_partition(p.rows.begin(), p.rows.end(), [&](const Row& r) { return !too_long(r); });
@@ -205,7 +211,8 @@ Trace parse_trace(std::string_view text, const std::string& source, const TraceO
   for (Row& r : p.rows) {
     r.request.arrival_s = o.start_offset_s + o.time_scale * r.t;
     if (!std::isfinite(r.request.arrival_s)) {
-      throw TraceError(source, 0, "", "arrival time overflows after scaling (row " + std::to_string(r.request.id + 1) + ")");
+      throw TraceError(source, 0, "",
+                       "arrival time overflows after scaling (row " + std::to_string(r.request.id + 1) + ")");
     }
     prompt_sum += static_cast<double>(r.request.prompt_tokens);
     output_sum += static_cast<double>(r.request.output_tokens);
@@ -248,8 +255,8 @@ std::string TraceInfo::describe() const {
   std::string s = buf;
   if (requests != rows) s += " (of " + std::to_string(rows) + " rows)";
   if (too_long > 0) s += ", " + std::to_string(too_long) + " over the length limits dropped";
-  std::snprintf(buf, sizeof buf, " over %.1f s, mean prompt %.1f, mean output %.1f tokens", duration_s, mean_prompt_tokens,
-                mean_output_tokens);
+  std::snprintf(buf, sizeof buf, " over %.1f s, mean prompt %.1f, mean output %.1f tokens", duration_s,
+                mean_prompt_tokens, mean_output_tokens);
   s += buf;
   if (!has_timestamps) s += ", no timestamps in the file";
   if (has_prefix_hashes) s += ", prefix hashes";
@@ -278,7 +285,8 @@ std::filesystem::path resolve_trace(const std::string& name_or_path, const std::
   for (const fs::path& c : candidates) {
     if (fs::is_regular_file(c, ec)) return c;
     if (fs::is_directory(c, ec)) throw TraceError(c.string(), 0, "", "is a directory, not a trace file");
-    if (fs::exists(c, ec)) throw TraceError(c.string(), 0, "", "is not a regular file (a device, pipe or socket), not a trace file");
+    if (fs::exists(c, ec))
+      throw TraceError(c.string(), 0, "", "is not a regular file (a device, pipe or socket), not a trace file");
   }
   std::string where = candidates.front().string();
   if (candidates.size() > 1) where += " or ./" + name_or_path;

@@ -80,16 +80,16 @@ struct TraceOptions {
 
 /// What was read. Means and the duration describe the returned requests.
 struct TraceInfo {
-  std::string source;                        ///< the file as named to the reader
+  std::string source;                             ///< the file as named to the reader
   TraceFormat format = TraceFormat::auto_detect;  ///< the format actually read
-  std::int64_t rows = 0;                     ///< data rows in the file
-  std::int64_t requests = 0;                 ///< requests returned (after max_requests)
-  std::int64_t too_long = 0;                 ///< rows dropped by max_sequence_tokens or max_prompt_tokens
-  bool has_timestamps = false;               ///< the file carries arrival times
-  bool was_sorted = true;                    ///< rows were already in arrival order (else stable-sorted)
+  std::int64_t rows = 0;                          ///< data rows in the file
+  std::int64_t requests = 0;                      ///< requests returned (after max_requests)
+  std::int64_t too_long = 0;                      ///< rows dropped by max_sequence_tokens or max_prompt_tokens
+  bool has_timestamps = false;                    ///< the file carries arrival times
+  bool was_sorted = true;                         ///< rows were already in arrival order (else stable-sorted)
   bool has_prefix_hashes = false;
   bool has_token_ids = false;
-  double duration_s = 0;                     ///< last minus first returned arrival
+  double duration_s = 0;  ///< last minus first returned arrival
   double mean_prompt_tokens = 0;
   double mean_output_tokens = 0;
 

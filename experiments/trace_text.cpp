@@ -90,7 +90,8 @@ std::int64_t parse_tokens(std::string_view text, const At& at, const std::string
     }
   }
   if (ec == std::errc::result_out_of_range || v < 1 || v > kMaxTraceTokens) {
-    at.fail(field, quoted(text) + " is out of range (a token count must be 1.." + std::to_string(kMaxTraceTokens) + ")");
+    at.fail(field,
+            quoted(text) + " is out of range (a token count must be 1.." + std::to_string(kMaxTraceTokens) + ")");
   }
   return v;
 }

@@ -65,9 +65,11 @@ LengthDistribution LengthDistribution::parse(std::string_view text, std::string_
 
 std::int64_t LengthDistribution::sample(std::mt19937_64& rng) const {
   switch (kind) {
-    case Kind::fixed: return static_cast<std::int64_t>(a);
+    case Kind::fixed:
+      return static_cast<std::int64_t>(a);
     case Kind::uniform:
-      return std::uniform_int_distribution<std::int64_t>(static_cast<std::int64_t>(a), static_cast<std::int64_t>(b))(rng);
+      return std::uniform_int_distribution<std::int64_t>(static_cast<std::int64_t>(a),
+                                                         static_cast<std::int64_t>(b))(rng);
     case Kind::lognormal: {
       const double x = std::lognormal_distribution<double>(a, b)(rng);
       return static_cast<std::int64_t>(std::clamp(std::round(x), 1.0, max));
@@ -78,10 +80,13 @@ std::int64_t LengthDistribution::sample(std::mt19937_64& rng) const {
 
 std::string LengthDistribution::describe() const {
   switch (kind) {
-    case Kind::fixed: return "fixed:" + std::to_string(static_cast<std::int64_t>(a));
+    case Kind::fixed:
+      return "fixed:" + std::to_string(static_cast<std::int64_t>(a));
     case Kind::uniform:
-      return "uniform:" + std::to_string(static_cast<std::int64_t>(a)) + ":" + std::to_string(static_cast<std::int64_t>(b));
-    case Kind::lognormal: return "lognormal:" + std::to_string(a) + ":" + std::to_string(b);
+      return "uniform:" + std::to_string(static_cast<std::int64_t>(a)) + ":" +
+             std::to_string(static_cast<std::int64_t>(b));
+    case Kind::lognormal:
+      return "lognormal:" + std::to_string(a) + ":" + std::to_string(b);
   }
   return "?";
 }
@@ -94,8 +99,9 @@ std::vector<Request> generate(const SyntheticWorkload& w) {
   KVLAB_EXPECTS(w.shared_prefix_tokens >= 0, "shared prefix tokens must not be negative");
   // Bounds that keep a small command from asking for unbounded memory, and the token ids of
   // shared prefixes (group x 100,000 + position) below the unique ids (from 2^30).
-  KVLAB_EXPECTS(w.shared_prefix_tokens <= kMaxSharedPrefixTokens,
-                fmt::format("shared prefix tokens must be at most {} (got {})", kMaxSharedPrefixTokens, w.shared_prefix_tokens));
+  KVLAB_EXPECTS(
+      w.shared_prefix_tokens <= kMaxSharedPrefixTokens,
+      fmt::format("shared prefix tokens must be at most {} (got {})", kMaxSharedPrefixTokens, w.shared_prefix_tokens));
   KVLAB_EXPECTS(w.prefix_groups <= kMaxPrefixGroups,
                 fmt::format("prefix groups must be at most {} (got {})", kMaxPrefixGroups, w.prefix_groups));
   KVLAB_EXPECTS(w.turns >= 1, "turns per conversation must be at least 1");

@@ -41,10 +41,14 @@ void validate_host_lengths(const AttentionParams& p) {
 
 const char* to_string(GpuKernel k) noexcept {
   switch (k) {
-    case GpuKernel::automatic: return "auto";
-    case GpuKernel::kvlab: return "kvlab";
-    case GpuKernel::flashinfer: return "flashinfer";
-    case GpuKernel::flashinfer_paged: return "flashinfer-paged";
+    case GpuKernel::automatic:
+      return "auto";
+    case GpuKernel::kvlab:
+      return "kvlab";
+    case GpuKernel::flashinfer:
+      return "flashinfer";
+    case GpuKernel::flashinfer_paged:
+      return "flashinfer-paged";
   }
   return "?";
 }
@@ -64,20 +68,24 @@ void attention(Device device, const AttentionParams& p, const KvView& kv, GpuKer
   const GpuKernel gpu = resolve(requested, device);
   const bool flashinfer = gpu == GpuKernel::flashinfer || gpu == GpuKernel::flashinfer_paged;
   if (flashinfer && device != Device::cuda)
-    KVLAB_THROW(InvalidArgument, "FlashInfer's kernels run on a GPU only (device " + std::string(to_string(device)) + ")");
+    KVLAB_THROW(InvalidArgument,
+                "FlashInfer's kernels run on a GPU only (device " + std::string(to_string(device)) + ")");
   switch (device) {
-    case Device::host: return host_attention(p, kv);
+    case Device::host:
+      return host_attention(p, kv);
     // The CUDA kernels' source under the host SIMT emulator, split-KV as on a GPU.
-    case Device::emulated: return emulated_attention(p, kv, /*num_partitions=*/2);
+    case Device::emulated:
+      return emulated_attention(p, kv, /*num_partitions=*/2);
     case Device::cuda:
 #if KVLAB_HAS_CUDA
       if (flashinfer) {
 #if KVLAB_HAS_FLASHINFER
-        return flashinfer_attention(p, kv, nullptr,
-                                    gpu == GpuKernel::flashinfer_paged ? FlashInferPath::paged : FlashInferPath::automatic);
+        return flashinfer_attention(
+            p, kv, nullptr, gpu == GpuKernel::flashinfer_paged ? FlashInferPath::paged : FlashInferPath::automatic);
 #else
-        KVLAB_THROW(InvalidArgument, "FlashInfer's kernels are not built into this binary (scripts/fetch_flashinfer.sh, "
-                                     "then rebuild with nvcc); run --kernels kvlab");
+        KVLAB_THROW(InvalidArgument,
+                    "FlashInfer's kernels are not built into this binary (scripts/fetch_flashinfer.sh, "
+                    "then rebuild with nvcc); run --kernels kvlab");
 #endif
       }
       return cuda_attention(p, kv, 2);
@@ -89,7 +97,8 @@ void attention(Device device, const AttentionParams& p, const KvView& kv, GpuKer
 
 void block_copy(Device device, const simt::BlockCopyParams& c) {
   switch (device) {
-    case Device::emulated: return emulated_block_copy(c);
+    case Device::emulated:
+      return emulated_block_copy(c);
     case Device::cuda:
 #if KVLAB_HAS_CUDA
       cuda_block_copy(c);
@@ -98,7 +107,8 @@ void block_copy(Device device, const simt::BlockCopyParams& c) {
 #else
       KVLAB_THROW(InvalidArgument, "the CUDA block copy is not built into this binary (configured without nvcc)");
 #endif
-    case Device::host: break;
+    case Device::host:
+      break;
   }
   KVLAB_THROW(InvalidArgument, "block_copy runs on a device (cuda or emulated); host backends copy with memmove");
 }

@@ -41,11 +41,14 @@ struct BlockPoolCopy {
   /// the table has the wrong size, names a block outside the pool or names one twice.
   BlockPoolCopy(const T* const* k_seq, const T* const* v_seq, int batch, int context, std::int64_t token_row,
                 int tokens_per_block, std::vector<std::int32_t> placed, std::int32_t pool_blocks)
-      : table(std::move(placed)), blocks_per_seq((context + tokens_per_block - 1) / tokens_per_block),
-        block_size(tokens_per_block), row(token_row) {
+      : table(std::move(placed)),
+        blocks_per_seq((context + tokens_per_block - 1) / tokens_per_block),
+        block_size(tokens_per_block),
+        row(token_row) {
     const auto n = static_cast<std::int64_t>(table.size());
     if (pool_blocks < 0) pool_blocks = static_cast<std::int32_t>(n);
-    if (n != static_cast<std::int64_t>(batch) * blocks_per_seq) throw std::invalid_argument("block table of the wrong size");
+    if (n != static_cast<std::int64_t>(batch) * blocks_per_seq)
+      throw std::invalid_argument("block table of the wrong size");
     std::vector<bool> seen(static_cast<std::size_t>(pool_blocks));
     for (const std::int32_t b : table) {
       if (b < 0 || b >= pool_blocks || seen[static_cast<std::size_t>(b)])
@@ -56,8 +59,9 @@ struct BlockPoolCopy {
     v.resize(k.size());
     for (int s = 0; s < batch; ++s)
       for (int t = 0; t < context; ++t) {
-        const auto dst = static_cast<std::size_t>(
-            table[static_cast<std::size_t>(s) * blocks_per_seq + t / block_size] * block_stride() + (t % block_size) * row);
+        const auto dst = static_cast<std::size_t>(table[static_cast<std::size_t>(s) * blocks_per_seq + t / block_size] *
+                                                      block_stride() +
+                                                  (t % block_size) * row);
         std::copy_n(k_seq[s] + t * row, row, &k[dst]);
         std::copy_n(v_seq[s] + t * row, row, &v[dst]);
       }

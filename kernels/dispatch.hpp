@@ -29,9 +29,12 @@ inline constexpr int kSupportedHeadDims[] = {32, 64, 128, 256};
 template <class F>
 decltype(auto) dispatch_dtype(DType t, F&& f) {
   switch (t) {
-    case DType::f16: return std::forward<F>(f)(type_tag<half_t>{});
-    case DType::bf16: return std::forward<F>(f)(type_tag<bfloat16_t>{});
-    case DType::f32: return std::forward<F>(f)(type_tag<float>{});
+    case DType::f16:
+      return std::forward<F>(f)(type_tag<half_t>{});
+    case DType::bf16:
+      return std::forward<F>(f)(type_tag<bfloat16_t>{});
+    case DType::f32:
+      return std::forward<F>(f)(type_tag<float>{});
   }
   KVLAB_THROW(InvalidArgument, "unsupported KV dtype");
 }
@@ -39,10 +42,14 @@ decltype(auto) dispatch_dtype(DType t, F&& f) {
 template <class F>
 decltype(auto) dispatch_head_dim(int d, F&& f) {
   switch (d) {
-    case 32: return std::forward<F>(f)(std::integral_constant<int, 32>{});
-    case 64: return std::forward<F>(f)(std::integral_constant<int, 64>{});
-    case 128: return std::forward<F>(f)(std::integral_constant<int, 128>{});
-    case 256: return std::forward<F>(f)(std::integral_constant<int, 256>{});
+    case 32:
+      return std::forward<F>(f)(std::integral_constant<int, 32>{});
+    case 64:
+      return std::forward<F>(f)(std::integral_constant<int, 64>{});
+    case 128:
+      return std::forward<F>(f)(std::integral_constant<int, 128>{});
+    case 256:
+      return std::forward<F>(f)(std::integral_constant<int, 256>{});
   }
   KVLAB_THROW(InvalidArgument, "unsupported head dim " + std::to_string(d) + " (supported: 32, 64, 128, 256)");
 }

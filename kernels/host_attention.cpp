@@ -114,19 +114,19 @@ void tile_tokens(const PagedKv<T>& kv, int s, std::int64_t t, int nt, const T** 
 /// A block of RB row slots of one KV head within a chunk; slots past `rows` are padding (copies of
 /// the last row, computed and never written out).
 struct RowBlock {
-  int head;          ///< KV head, absolute
-  int first_slot;    ///< into the chunk's slot arrays
-  int rows;          ///< real rows, 1 .. RB
-  int rb;            ///< slots: 1, 2, 4, 8 or 16
-  int first_row;     ///< the head's row index (query token * group + member) of slot 0
+  int head;                  ///< KV head, absolute
+  int first_slot;            ///< into the chunk's slot arrays
+  int rows;                  ///< real rows, 1 .. RB
+  int rb;                    ///< slots: 1, 2, 4, 8 or 16
+  int first_row;             ///< the head's row index (query token * group + member) of slot 0
   std::int64_t max_visible;  ///< tokens the block's last row sees
 };
 
 /// The fp32 state of a chunk's row slots.
 struct ChunkState {
   std::vector<float> q, acc;  // [slot][D]: scaled queries, V accumulators
-  std::vector<float> m;  // running max of each slot's softmax
-  std::vector<float> l;  // [slot][16]: each slot's running sum, as per-lane partial sums
+  std::vector<float> m;       // running max of each slot's softmax
+  std::vector<float> l;       // [slot][16]: each slot's running sum, as per-lane partial sums
   std::vector<std::int64_t> visible;
 };
 
@@ -135,8 +135,8 @@ struct ChunkState {
 /// skip each row's invisible tokens instead of weighting them 0, so nothing a row must not see
 /// (not even a NaN) reaches it.
 template <class T, int D, int RB, bool kRagged>
-void accumulate_v(float* acc, const float (*w)[kTile], const float* corr, const int* live, int jv,
-                  const T* const* vt, std::int64_t head_off, const PrefetchPlan<T>& pf) {
+void accumulate_v(float* acc, const float (*w)[kTile], const float* corr, const int* live, int jv, const T* const* vt,
+                  std::int64_t head_off, const PrefetchPlan<T>& pf) {
   constexpr int kChunks = D / kLanes;
   constexpr int CP = std::min(kChunks, kLanes / RB);
   for (int c0 = 0; c0 < kChunks; c0 += CP) {
@@ -193,7 +193,7 @@ void score_block(ChunkState& st, const RowBlock& b, const T* const* kt, std::int
   float* m = st.m.data() + b.first_slot;
   float* l = st.l.data() + static_cast<std::size_t>(b.first_slot) * kLanes;
   const std::int64_t* visible = st.visible.data() + b.first_slot;
-  float (*w)[kTile] = tw.w;
+  float(*w)[kTile] = tw.w;
 
   // Scores: accumulator r * KB + k is row r against key j0 + k.
   for (int j0 = 0; j0 < nt; j0 += KB) {
@@ -224,7 +224,8 @@ void score_block(ChunkState& st, const RowBlock& b, const T* const* kt, std::int
     tw.live[r] = static_cast<int>(std::clamp<std::int64_t>(visible[r] - tbase, 0, nt));
     tw.ragged = tw.ragged || tw.live[r] != tw.live[0];
     tw.jv = std::max(tw.jv, tw.live[r]);
-    s[r] = lane < static_cast<float>(tw.live[r]) ? simd::loadv(w[r]) : simd::splat(-std::numeric_limits<float>::infinity());
+    s[r] = lane < static_cast<float>(tw.live[r]) ? simd::loadv(w[r])
+                                                 : simd::splat(-std::numeric_limits<float>::infinity());
   }
   float tile_max[RB];
   row_maxima<RB>(s, tile_max);
@@ -264,11 +265,16 @@ template <class T, int D>
 void dispatch_score(ChunkState& st, const RowBlock& b, const T* const* kt, std::int64_t head_off, int nt,
                     std::int64_t tbase, const PrefetchPlan<T>& pf, TileWeights& tw) {
   switch (b.rb) {
-    case 1: return score_block<T, D, 1>(st, b, kt, head_off, nt, tbase, pf, tw);
-    case 2: return score_block<T, D, 2>(st, b, kt, head_off, nt, tbase, pf, tw);
-    case 4: return score_block<T, D, 4>(st, b, kt, head_off, nt, tbase, pf, tw);
-    case 8: return score_block<T, D, 8>(st, b, kt, head_off, nt, tbase, pf, tw);
-    default: return score_block<T, D, 16>(st, b, kt, head_off, nt, tbase, pf, tw);
+    case 1:
+      return score_block<T, D, 1>(st, b, kt, head_off, nt, tbase, pf, tw);
+    case 2:
+      return score_block<T, D, 2>(st, b, kt, head_off, nt, tbase, pf, tw);
+    case 4:
+      return score_block<T, D, 4>(st, b, kt, head_off, nt, tbase, pf, tw);
+    case 8:
+      return score_block<T, D, 8>(st, b, kt, head_off, nt, tbase, pf, tw);
+    default:
+      return score_block<T, D, 16>(st, b, kt, head_off, nt, tbase, pf, tw);
   }
 }
 
@@ -276,11 +282,16 @@ template <class T, int D>
 void dispatch_v(ChunkState& st, const RowBlock& b, const T* const* vt, std::int64_t head_off, const TileWeights& tw,
                 const PrefetchPlan<T>& pf) {
   switch (b.rb) {
-    case 1: return v_block<T, D, 1>(st, b, vt, head_off, tw, pf);
-    case 2: return v_block<T, D, 2>(st, b, vt, head_off, tw, pf);
-    case 4: return v_block<T, D, 4>(st, b, vt, head_off, tw, pf);
-    case 8: return v_block<T, D, 8>(st, b, vt, head_off, tw, pf);
-    default: return v_block<T, D, 16>(st, b, vt, head_off, tw, pf);
+    case 1:
+      return v_block<T, D, 1>(st, b, vt, head_off, tw, pf);
+    case 2:
+      return v_block<T, D, 2>(st, b, vt, head_off, tw, pf);
+    case 4:
+      return v_block<T, D, 4>(st, b, vt, head_off, tw, pf);
+    case 8:
+      return v_block<T, D, 8>(st, b, vt, head_off, tw, pf);
+    default:
+      return v_block<T, D, 16>(st, b, vt, head_off, tw, pf);
   }
 }
 
@@ -337,7 +348,8 @@ void finish_chunk(const AttentionParams& p, int s, std::span<const RowBlock> blo
       const int row = b.first_row + i, tok = row / group, g = row % group;
       float* out = p.out + (static_cast<std::size_t>(q0 + tok) * p.num_q_heads + b.head * group + g) * D;
       const float* a = st.acc.data() + static_cast<std::size_t>(b.first_slot + i) * D;
-      const float inv = 1.f / simd::hsum(simd::loadv(st.l.data() + static_cast<std::size_t>(b.first_slot + i) * kLanes));
+      const float inv =
+          1.f / simd::hsum(simd::loadv(st.l.data() + static_cast<std::size_t>(b.first_slot + i) * kLanes));
       for (int d = 0; d < D; ++d) out[d] = a[d] * inv;
     }
 }
@@ -365,7 +377,8 @@ void attend(const AttentionParams& p, const View& kv, int s, int kh0, int nh, Ch
     std::int64_t max_visible = 0;
     for (const RowBlock& b : chunk) max_visible = std::max(max_visible, b.max_visible);
     const auto token_bytes = static_cast<std::uintptr_t>(kv.token_stride) * sizeof(T);
-    const int touch_step = static_cast<int>(std::max<std::uintptr_t>(1, 4096 / std::max<std::uintptr_t>(1, token_bytes)));
+    const int touch_step =
+        static_cast<int>(std::max<std::uintptr_t>(1, 4096 / std::max<std::uintptr_t>(1, token_bytes)));
     // The L2 hardware streamer follows a run of lines within one 4 KiB page and starts afresh on
     // each page. One line of each of the next tile's pages is requested into L2 while this tile's
     // second-to-last block computes, which starts it on those pages a block before the next
@@ -398,8 +411,9 @@ void attend(const AttentionParams& p, const View& kv, int s, int kh0, int nh, Ch
       if (next_nt > 0) tile_tokens(kv, s, next, next_nt, nkt, nvt);
       // Where the next tile lies somewhere else (the paged view at a block boundary), the early
       // requests also translate each of its pages' addresses.
-      const bool touch = next_nt > 0 && (touch_every_tile || reinterpret_cast<std::uintptr_t>(nkt[0]) !=
-                                                                  reinterpret_cast<std::uintptr_t>(kt[nt - 1]) + token_bytes);
+      const bool touch =
+          next_nt > 0 && (touch_every_tile || reinterpret_cast<std::uintptr_t>(nkt[0]) !=
+                                                  reinterpret_cast<std::uintptr_t>(kt[nt - 1]) + token_bytes);
       for (std::size_t i = 0; i < chunk.size(); ++i) {
         const RowBlock& b = chunk[i];
         if (touch && i == touch_at)

@@ -27,7 +27,8 @@ constexpr std::size_t kGroup = 128;  // floats per step of the read loop: eight 
 
 ReadBandwidthProbe::ReadBandwidthProbe(ThreadPool& pool, std::size_t bytes)
     : pool_(&pool), n_(bytes / sizeof(float) / kGroup * kGroup), data_(nullptr, &std::free) {
-  if (n_ == 0) throw InvalidArgument("ReadBandwidthProbe: buffer of " + std::to_string(bytes) + " bytes is under 512 bytes");
+  if (n_ == 0)
+    throw InvalidArgument("ReadBandwidthProbe: buffer of " + std::to_string(bytes) + " bytes is under 512 bytes");
   // Huge-page backed like the benchmarks' KV caches, so the ratio compares like with like.
   data_.reset(static_cast<float*>(allocate_huge_page_backed(n_ * sizeof(float))));
   const std::int64_t chunks = chunks_of(pool);

@@ -67,13 +67,18 @@ static_assert(std::is_trivially_copyable_v<PagedKv<half_t>>);
 
 template <class T>
 ContiguousKv<T> as_contiguous(const KvView& v) {
-  return {reinterpret_cast<T* const*>(v.k_seq), reinterpret_cast<T* const*>(v.v_seq), v.token_stride,
-          v.head_stride};
+  return {reinterpret_cast<T* const*>(v.k_seq), reinterpret_cast<T* const*>(v.v_seq), v.token_stride, v.head_stride};
 }
 template <class T>
 PagedKv<T> as_paged(const KvView& v) {
-  return {static_cast<T*>(v.k_pool), static_cast<T*>(v.v_pool), v.block_table, v.block_table_stride,
-          v.block_size, v.block_stride, v.token_stride, v.head_stride};
+  return {static_cast<T*>(v.k_pool),
+          static_cast<T*>(v.v_pool),
+          v.block_table,
+          v.block_table_stride,
+          v.block_size,
+          v.block_stride,
+          v.token_stride,
+          v.head_stride};
 }
 
 template <class T>

@@ -145,7 +145,7 @@ struct storage_of<DType::f32> {
 };
 
 template <class T>
-inline constexpr DType dtype_of = std::is_same_v<T, float> ? DType::f32
+inline constexpr DType dtype_of = std::is_same_v<T, float>    ? DType::f32
                                   : std::is_same_v<T, half_t> ? DType::f16
                                                               : DType::bf16;
 

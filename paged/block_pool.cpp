@@ -10,8 +10,8 @@ namespace kvlab {
 BlockPool::BlockPool(std::int32_t num_blocks, FreeOrder order, std::int32_t region_blocks)
     : order_(order), region_blocks_(region_blocks) {
   KVLAB_EXPECTS(num_blocks >= 1, "a block pool needs at least one block (got " + std::to_string(num_blocks) + ")");
-  KVLAB_EXPECTS(region_blocks >= 1, "a block pool's regions need at least one block (got " +
-                                        std::to_string(region_blocks) + ")");
+  KVLAB_EXPECTS(region_blocks >= 1,
+                "a block pool's regions need at least one block (got " + std::to_string(region_blocks) + ")");
   refs_.assign(static_cast<std::size_t>(num_blocks), 0);
   cached_.assign(refs_.size(), 0);
   if (order_ == FreeOrder::region) {
@@ -40,17 +40,23 @@ void BlockPool::push_free(BlockId b) {
   const auto i = static_cast<std::size_t>(b);
   prev_[i] = tail_;
   next_[i] = -1;
-  if (tail_ >= 0) next_[static_cast<std::size_t>(tail_)] = b;
-  else head_ = b;
+  if (tail_ >= 0)
+    next_[static_cast<std::size_t>(tail_)] = b;
+  else
+    head_ = b;
   tail_ = b;
 }
 
 void BlockPool::unlink(BlockId b) {
   const auto i = static_cast<std::size_t>(b);
-  if (prev_[i] >= 0) next_[static_cast<std::size_t>(prev_[i])] = next_[i];
-  else head_ = next_[i];
-  if (next_[i] >= 0) prev_[static_cast<std::size_t>(next_[i])] = prev_[i];
-  else tail_ = prev_[i];
+  if (prev_[i] >= 0)
+    next_[static_cast<std::size_t>(prev_[i])] = next_[i];
+  else
+    head_ = next_[i];
+  if (next_[i] >= 0)
+    prev_[static_cast<std::size_t>(next_[i])] = prev_[i];
+  else
+    tail_ = prev_[i];
   prev_[i] = next_[i] = -1;
   --num_free_;
   num_free_cached_ -= cached_[i];

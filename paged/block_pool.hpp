@@ -97,7 +97,7 @@ class BlockPool {
   std::int32_t num_free_ = 0;
   std::vector<std::uint8_t> cached_;  // [block] marked cached
   std::int32_t num_free_cached_ = 0;
-  std::vector<BlockId> free_;  // lifo: stack; low ids handed out first
+  std::vector<BlockId> free_;         // lifo: stack; low ids handed out first
   std::vector<BlockId> prev_, next_;  // lru: intrusive queue links (-1: none)
   BlockId head_ = -1, tail_ = -1;
   std::set<BlockId> free_set_;                               // region: the free ids, ascending

@@ -52,11 +52,12 @@ std::int32_t HashPrefixCache::acquire_hit(const PrefixHit& hit, std::span<const 
 std::int64_t HashPrefixCache::enter_blocks(std::span<const std::int32_t> tokens, std::span<const std::int64_t> extra,
                                            std::span<const BlockId> blocks, std::int64_t from, std::int64_t to,
                                            std::int32_t&) {
-  const ChainedPrefixIndex::EntryId parent = from > 0 ? index_.entry_of(blocks[static_cast<std::size_t>(from - 1)]) : -1;
+  const ChainedPrefixIndex::EntryId parent =
+      from > 0 ? index_.entry_of(blocks[static_cast<std::size_t>(from - 1)]) : -1;
   KVLAB_ASSERT(from == 0 || parent >= 0);
-  const std::int64_t entered = index_.insert(tokens, extra, parent, from, to, [&](std::int64_t i, std::span<BlockId> out) {
-    out[0] = blocks[static_cast<std::size_t>(i)];
-  });
+  const std::int64_t entered =
+      index_.insert(tokens, extra, parent, from, to,
+                    [&](std::int64_t i, std::span<BlockId> out) { out[0] = blocks[static_cast<std::size_t>(i)]; });
   for (std::int64_t i = from; i < from + entered; ++i) pool_->set_cached(blocks[static_cast<std::size_t>(i)], true);
   return entered;
 }

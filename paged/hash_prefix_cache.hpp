@@ -54,7 +54,9 @@ class HashPrefixCache final : public PrefixCache {
   [[nodiscard]] std::int64_t transferred_blocks() const override { return host_inserts_ + host_hits_; }
   [[nodiscard]] std::int32_t host_blocks() const noexcept { return host_blocks_; }
   /// Host slots holding an entry.
-  [[nodiscard]] std::int64_t host_cached() const noexcept { return host_blocks_ - static_cast<std::int64_t>(host_free_.size()); }
+  [[nodiscard]] std::int64_t host_cached() const noexcept {
+    return host_blocks_ - static_cast<std::int64_t>(host_free_.size());
+  }
 
   [[nodiscard]] bool is_cached(BlockId b) const noexcept { return index_.entry_of(b) >= 0; }
   [[nodiscard]] std::size_t num_cached() const noexcept { return index_.num_entries(); }
@@ -70,7 +72,7 @@ class HashPrefixCache final : public PrefixCache {
   std::int64_t evictions_ = 0;  // entries dropped altogether (device without a host tier, or host)
   Copy copy_;
   std::vector<std::int32_t> host_free_;
-  std::list<std::int32_t> host_lru_;                        // occupied, unpinned slots; front: oldest
+  std::list<std::int32_t> host_lru_;                         // occupied, unpinned slots; front: oldest
   std::vector<std::list<std::int32_t>::iterator> host_pos_;  // [slot] its place in host_lru_
   std::vector<std::uint8_t> host_listed_;                    // [slot] in host_lru_
   std::int64_t host_inserts_ = 0, host_hits_ = 0, host_evictions_ = 0;

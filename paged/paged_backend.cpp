@@ -98,7 +98,8 @@ void PagedBackend::copy_host(BlockId b, std::int32_t slot, bool to_host) {
 StepCosts PagedBackend::do_total_costs() const {
   // Each block moves as one copy per layer and K/V plane (as vLLM v0's swap_blocks does), so
   // small blocks mean many small transfers; copy-on-write is one batched launch per copied block.
-  const double block_bytes = static_cast<double>(static_cast<std::size_t>(config_.block_size) * config_.model.kv_bytes_per_token());
+  const double block_bytes =
+      static_cast<double>(static_cast<std::size_t>(config_.block_size) * config_.model.kv_bytes_per_token());
   const std::int64_t planes = 2 * static_cast<std::int64_t>(config_.model.num_layers);
   const std::int64_t host_blocks_moved = cache_->transferred_blocks() + swapped_blocks_;
   StepCosts c;
@@ -133,7 +134,8 @@ std::string PagedBackend::do_name() const {
 Device PagedBackend::do_device() const noexcept { return config_.memory ? config_.memory->device() : Device::host; }
 
 std::byte* PagedBackend::plane(int layer, int kv) const noexcept {
-  return region_ + (2 * static_cast<std::size_t>(layer) + kv) * block_bytes_ * static_cast<std::size_t>(pool_.num_blocks());
+  return region_ +
+         (2 * static_cast<std::size_t>(layer) + kv) * block_bytes_ * static_cast<std::size_t>(pool_.num_blocks());
 }
 
 const std::vector<BlockId>& PagedBackend::block_table(SeqId id) const { return at(id).blocks; }
@@ -168,9 +170,7 @@ std::int64_t PagedBackend::lookup_cached_tokens(const SequenceSpec& spec, std::i
   return static_cast<std::int64_t>(lookup(spec, initial_tokens).hit.blocks.size()) * config_.block_size;
 }
 
-std::int64_t PagedBackend::available_blocks() const {
-  return pool_.num_free() + cache_->evictable_blocks();
-}
+std::int64_t PagedBackend::available_blocks() const { return pool_.num_free() + cache_->evictable_blocks(); }
 
 std::int64_t PagedBackend::num_cached_free_blocks() const { return cache_->cached_free_blocks(); }
 
@@ -217,7 +217,8 @@ bool PagedBackend::do_can_admit(const SequenceSpec& spec, std::int64_t initial_t
 void PagedBackend::do_admit(SeqId id, const SequenceSpec& spec, std::int64_t initial_tokens) {
   const auto t0 = std::chrono::steady_clock::now();
   const Lookup l = lookup(spec, initial_tokens);
-  const auto lookup_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
+  const auto lookup_ns =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
   const auto hit = static_cast<std::int64_t>(l.hit.blocks.size());
   const std::int64_t need = blocks_for(initial_tokens) - hit + l.hit.promoted;  // host hits come back into fresh blocks
   const std::int64_t available = available_blocks() - l.hit.revived;
@@ -350,7 +351,7 @@ void PagedBackend::do_fork(SeqId parent, SeqId child) {
 
 void PagedBackend::do_release(SeqId id) {
   Sequence& s = at(id);
-  drop_blocks(id, s);  // tail first: in hash mode the tail is evicted first
+  drop_blocks(id, s);                            // tail first: in hash mode the tail is evicted first
   free_swap_after_copies(s.swap, s.swap_bytes);  // a swap-out's copies may still be filling it
   seqs_.erase(id);
 }
@@ -422,8 +423,8 @@ void PagedBackend::do_swap_out(SeqId id) {
       for (int p = 0; p < planes; ++p)
         for (std::int64_t i = 0; i < nb; ++i)
           transfers_.copy(dst + (static_cast<std::size_t>(p) * nb + i) * block_bytes_,
-                           plane(p / 2, p % 2) + static_cast<std::size_t>(s.blocks[i]) * block_bytes_, block_bytes_);
-    } catch (...) {  // a failed copy: the sequence stays on the device, untouched
+                          plane(p / 2, p % 2) + static_cast<std::size_t>(s.blocks[i]) * block_bytes_, block_bytes_);
+    } catch (...) {                                  // a failed copy: the sequence stays on the device, untouched
       free_swap_after_copies(s.swap, s.swap_bytes);  // the copies enqueued before it still write there
       s.swap = nullptr;
       s.swap_bytes = 0;
@@ -458,7 +459,7 @@ void PagedBackend::do_swap_in(SeqId id) {
       for (int p = 0; p < planes; ++p)
         for (std::int64_t i = 0; i < nb; ++i)
           transfers_.copy(plane(p / 2, p % 2) + static_cast<std::size_t>(s.blocks[i]) * block_bytes_,
-                           src + (static_cast<std::size_t>(p) * nb + i) * block_bytes_, block_bytes_);
+                          src + (static_cast<std::size_t>(p) * nb + i) * block_bytes_, block_bytes_);
     } catch (...) {  // a failed copy: the blocks go back, the sequence stays swapped out
       // Copies enqueued into them still land, in order, before anything fenced after them.
       for (auto it = s.blocks.rbegin(); it != s.blocks.rend(); ++it) pool_.release(*it);

@@ -52,9 +52,9 @@ class RadixCache;
 
 struct PagedConfig {
   ModelGeometry model;
-  std::size_t capacity_bytes = 0;  ///< becomes floor(capacity / block bytes) blocks
-  std::int32_t block_size = 16;    ///< tokens per block, 1..1024
-  std::int64_t max_seq_len = 0;    ///< 0: the model's max context
+  std::size_t capacity_bytes = 0;         ///< becomes floor(capacity / block bytes) blocks
+  std::int32_t block_size = 16;           ///< tokens per block, 1..1024
+  std::int64_t max_seq_len = 0;           ///< 0: the model's max context
   MemoryResource* memory = nullptr;       ///< KV pool; nullptr: accounting only
   MemoryResource* swap_memory = nullptr;  ///< swap space; nullptr: the host resource
   PrefixCacheMode prefix_cache = PrefixCacheMode::none;
@@ -135,9 +135,7 @@ class PagedBackend final : public TableBackend<PagedSequence> {
   [[nodiscard]] MemoryBreakdown do_breakdown(const SequenceSpec* blocked) const override;
   [[nodiscard]] BackendCounters do_counters() const override;
   [[nodiscard]] StepCosts do_total_costs() const override;
-  [[nodiscard]] ViewShape do_view_shape() const noexcept override {
-    return {KvLayout::paged, config_.block_size, 0};
-  }
+  [[nodiscard]] ViewShape do_view_shape() const noexcept override { return {KvLayout::paged, config_.block_size, 0}; }
   /// The host tier's slots (0 without one), and its bytes' copies (storage only).
   [[nodiscard]] std::int32_t host_blocks() const;
   void copy_host(BlockId b, std::int32_t slot, bool to_host);
@@ -183,7 +181,7 @@ class PagedBackend final : public TableBackend<PagedSequence> {
     SeqId id = 0;
     std::int32_t index = 0;  // the block's place in the holder's table
   };
-  struct BlockHolders {  // per pool block, 16 bytes
+  struct BlockHolders {           // per pool block, 16 bytes
     SeqId only_id = 0;            // the holder when count == 1
     std::int32_t only_index = 0;  // and the block's place in its table
     std::int32_t count = 0;       // sequences holding the block
@@ -212,7 +210,7 @@ class PagedBackend final : public TableBackend<PagedSequence> {
   std::byte* host_region_ = nullptr;  // host tier bytes: [slot][plane] blocks
   std::size_t host_region_bytes_ = 0;
   std::int64_t cow_copies_ = 0;
-  std::int64_t swapped_blocks_ = 0;  // blocks moved by swap_out and swap_in, for the clock
+  std::int64_t swapped_blocks_ = 0;     // blocks moved by swap_out and swap_in, for the clock
   std::unique_ptr<PrefixCache> cache_;  // never null: PrefixCacheMode::none never hits
   PrefixCacheStats stats_;
   double last_prepare_seconds_ = 0;

@@ -39,9 +39,12 @@ PrefixCacheMode parse_prefix_cache_mode(std::string_view name) {
 
 std::string_view to_string(PrefixCacheMode mode) noexcept {
   switch (mode) {
-    case PrefixCacheMode::hash: return "hash";
-    case PrefixCacheMode::radix: return "radix";
-    default: return "none";
+    case PrefixCacheMode::hash:
+      return "hash";
+    case PrefixCacheMode::radix:
+      return "radix";
+    default:
+      return "none";
   }
 }
 
@@ -50,9 +53,12 @@ std::unique_ptr<PrefixCache> make_prefix_cache(PrefixCacheMode mode, BlockPool& 
   KVLAB_EXPECTS(host_blocks >= 0, "host tier blocks must not be negative");
   KVLAB_EXPECTS(host_blocks == 0 || mode == PrefixCacheMode::hash, "a host tier needs the hash prefix cache");
   switch (mode) {
-    case PrefixCacheMode::none: return std::make_unique<NoPrefixCache>();
-    case PrefixCacheMode::hash: return std::make_unique<HashPrefixCache>(pool, block_size, host_blocks);
-    case PrefixCacheMode::radix: return std::make_unique<RadixCache>(block_size, pool);
+    case PrefixCacheMode::none:
+      return std::make_unique<NoPrefixCache>();
+    case PrefixCacheMode::hash:
+      return std::make_unique<HashPrefixCache>(pool, block_size, host_blocks);
+    case PrefixCacheMode::radix:
+      return std::make_unique<RadixCache>(block_size, pool);
   }
   KVLAB_THROW(InvalidArgument, "unknown prefix cache mode");
 }

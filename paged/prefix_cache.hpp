@@ -23,10 +23,10 @@ struct PrefixHit {
   /// The cached blocks of the longest cached prefix, in order. With a host tier, an id at or past
   /// the pool's block count is host slot (id - blocks) whose KV a fresh block takes back (promote).
   std::vector<BlockId> blocks;
-  std::int64_t revived = 0;       ///< hit blocks that stop being available once taken (free or evictable now)
-  std::int64_t promoted = 0;      ///< hit blocks on the host tier (each needs a fresh device block)
-  std::int32_t node = -1;         ///< radix: the node the match ends in (-1: no root for these extra keys yet)
-  std::int64_t node_blocks = 0;   ///< radix: blocks of `node` matched (less than its size: a split is due)
+  std::int64_t revived = 0;      ///< hit blocks that stop being available once taken (free or evictable now)
+  std::int64_t promoted = 0;     ///< hit blocks on the host tier (each needs a fresh device block)
+  std::int32_t node = -1;        ///< radix: the node the match ends in (-1: no root for these extra keys yet)
+  std::int64_t node_blocks = 0;  ///< radix: blocks of `node` matched (less than its size: a split is due)
 };
 
 // Design note

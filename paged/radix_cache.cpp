@@ -95,7 +95,8 @@ RadixCache::Match RadixCache::match(std::span<const std::int32_t> tokens, std::s
     if (k < size) return m;  // ends inside c
     x = c;
   }
-  if (m.node >= 0 && m.node_blocks == 0) m.node_blocks = static_cast<std::int64_t>(nodes_[static_cast<std::size_t>(m.node)].blocks.size());
+  if (m.node >= 0 && m.node_blocks == 0)
+    m.node_blocks = static_cast<std::int64_t>(nodes_[static_cast<std::size_t>(m.node)].blocks.size());
   return m;
 }
 
@@ -136,7 +137,8 @@ std::int32_t RadixCache::commit(const Match& m, std::span<const std::int64_t> ex
   return node;
 }
 
-std::int32_t RadixCache::insert(std::int32_t node, std::span<const std::int32_t> tokens, std::span<const BlockId> blocks) {
+std::int32_t RadixCache::insert(std::int32_t node, std::span<const std::int32_t> tokens,
+                                std::span<const BlockId> blocks) {
   if (blocks.empty()) return node;
   const auto bs = static_cast<std::size_t>(block_size_);
   KVLAB_ASSERT(tokens.size() == blocks.size() * bs);
@@ -166,8 +168,9 @@ std::int64_t RadixCache::enter_blocks(std::span<const std::int32_t> tokens, std:
                                       std::span<const BlockId> blocks, std::int64_t from, std::int64_t to,
                                       std::int32_t& hold) {
   const auto bs = static_cast<std::size_t>(block_size_);
-  const std::int32_t leaf = insert(hold, tokens.subspan(static_cast<std::size_t>(from) * bs, static_cast<std::size_t>(to - from) * bs),
-                                   blocks.subspan(static_cast<std::size_t>(from), static_cast<std::size_t>(to - from)));
+  const std::int32_t leaf =
+      insert(hold, tokens.subspan(static_cast<std::size_t>(from) * bs, static_cast<std::size_t>(to - from) * bs),
+             blocks.subspan(static_cast<std::size_t>(from), static_cast<std::size_t>(to - from)));
   if (leaf == hold) return 0;
   lock(leaf);
   unlock(hold);

@@ -74,7 +74,9 @@ class RadixCache final : public PrefixCache {
   [[nodiscard]] std::int64_t evictable_blocks() const noexcept override { return evictable_; }
   [[nodiscard]] std::int64_t cached_blocks() const noexcept { return cached_; }
   [[nodiscard]] std::int64_t evicted_blocks() const noexcept { return evicted_; }
-  [[nodiscard]] std::int32_t lock_count(std::int32_t node) const { return nodes_.at(static_cast<std::size_t>(node)).lock; }
+  [[nodiscard]] std::int32_t lock_count(std::int32_t node) const {
+    return nodes_.at(static_cast<std::size_t>(node)).lock;
+  }
   /// The tree as text, children in key order: "(tokens a..b: blocks [..] lock L)" nested (tests).
   [[nodiscard]] std::string dump() const;
   /// Checks every invariant (lock counts, evictable and cached totals, edges); throws on a bug.
@@ -84,7 +86,7 @@ class RadixCache final : public PrefixCache {
   struct Node {
     std::vector<std::int32_t> key;  // token ids, a whole number of blocks
     std::vector<BlockId> blocks;
-    std::int32_t parent = -1;       // -1: a root
+    std::int32_t parent = -1;  // -1: a root
     std::int32_t children = 0;
     std::int32_t lock = 0;
     std::uint64_t last_access = 0;

@@ -17,7 +17,7 @@ CudaVmDriver::CudaVmDriver(const CudaDriverApi& api, CudaVmOptions options)
 void* CudaVmDriver::reserve(std::size_t bytes, std::size_t alignment) {
   CUdeviceptr base = 0;
   KVLAB_CU_TRY(api_, cuMemAddressReserve(&base, bytes, alignment, 0, 0));  // OOM throws OutOfMemory
-  return reinterpret_cast<void*>(static_cast<std::uintptr_t>(base));      // NOLINT(performance-no-int-to-ptr)
+  return reinterpret_cast<void*>(static_cast<std::uintptr_t>(base));       // NOLINT(performance-no-int-to-ptr)
 }
 
 void CudaVmDriver::free_reservation(void* base, std::size_t bytes) {

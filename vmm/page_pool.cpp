@@ -7,7 +7,8 @@
 
 namespace kvlab {
 
-PhysicalPagePool::PhysicalPagePool(VmDriver* driver, std::size_t page_bytes, std::int64_t num_pages, PageFreeOrder order)
+PhysicalPagePool::PhysicalPagePool(VmDriver* driver, std::size_t page_bytes, std::int64_t num_pages,
+                                   PageFreeOrder order)
     : driver_(driver), page_bytes_(page_bytes), order_(order) {
   KVLAB_EXPECTS(num_pages >= 0 && num_pages <= INT32_MAX, "page count out of range");
   KVLAB_EXPECTS(page_bytes > 0, "page size must be positive");
@@ -59,8 +60,14 @@ PhysicalPagePool::PhysicalPagePool(VmDriver* driver, std::size_t page_bytes, std
 
 void PhysicalPagePool::unlink(PageId page) noexcept {
   const auto i = static_cast<std::size_t>(page);
-  if (prev_[i] >= 0) next_[static_cast<std::size_t>(prev_[i])] = next_[i]; else head_ = next_[i];
-  if (next_[i] >= 0) prev_[static_cast<std::size_t>(next_[i])] = prev_[i]; else tail_ = prev_[i];
+  if (prev_[i] >= 0)
+    next_[static_cast<std::size_t>(prev_[i])] = next_[i];
+  else
+    head_ = next_[i];
+  if (next_[i] >= 0)
+    prev_[static_cast<std::size_t>(next_[i])] = prev_[i];
+  else
+    tail_ = prev_[i];
   prev_[i] = next_[i] = -1;
   --num_free_;
 }
@@ -106,7 +113,10 @@ void PhysicalPagePool::release(PageId page) {
   }
   next_[i] = -1;  // at the tail
   prev_[i] = tail_;
-  if (tail_ >= 0) next_[static_cast<std::size_t>(tail_)] = page; else head_ = page;
+  if (tail_ >= 0)
+    next_[static_cast<std::size_t>(tail_)] = page;
+  else
+    head_ = page;
   tail_ = page;
 }
 

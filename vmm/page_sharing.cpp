@@ -57,7 +57,7 @@ std::int64_t PageSharing::shared_pages() const noexcept {
 }
 
 std::vector<PageSharing::EntryId> PageSharing::cached_prefix(const SequenceSpec& spec,
-                                                            std::int64_t initial_tokens) const {
+                                                             std::int64_t initial_tokens) const {
   if (!index_ || spec.prompt_token_ids.empty()) return {};
   const std::int64_t n = std::min(spec.prompt_tokens, initial_tokens);
   // At least the last prompt token is computed: whole blocks of the first n - 1 tokens.
@@ -110,20 +110,20 @@ void PageSharing::enter_complete(int slot, std::int64_t length) {
   if (complete <= c.entered) return;
   const int tensors = arena_->num_tensors();
   // Block entered - 1 is the parent: its first page names the entry (a hit maps the entry's pages).
-  const EntryId parent = c.entered > 0 ? index_->entry_of(arena_->pages(slot, 0)[static_cast<std::size_t>(
-                                             (c.entered - 1) * block_rows_)])
-                                       : -1;
+  const EntryId parent =
+      c.entered > 0 ? index_->entry_of(arena_->pages(slot, 0)[static_cast<std::size_t>((c.entered - 1) * block_rows_)])
+                    : -1;
   if (c.entered > 0 && parent < 0) {
     c.caching = false;
     return;
   }
-  const std::int64_t got = index_->insert(c.ids, c.extra, parent, c.entered, complete,
-                                          [&](std::int64_t block, std::span<PageId> out) {
-                                            for (std::int64_t g = 0; g < block_rows_; ++g)
-                                              for (int t = 0; t < tensors; ++t)
-                                                out[static_cast<std::size_t>(g * tensors + t)] =
-                                                    arena_->pages(slot, t)[static_cast<std::size_t>(block * block_rows_ + g)];
-                                          });
+  const std::int64_t got =
+      index_->insert(c.ids, c.extra, parent, c.entered, complete, [&](std::int64_t block, std::span<PageId> out) {
+        for (std::int64_t g = 0; g < block_rows_; ++g)
+          for (int t = 0; t < tensors; ++t)
+            out[static_cast<std::size_t>(g * tensors + t)] =
+                arena_->pages(slot, t)[static_cast<std::size_t>(block * block_rows_ + g)];
+      });
   stats_.inserted_blocks += got;
   c.entered += got;
   if (c.entered < complete) c.caching = false;  // already cached elsewhere: the rest stays private

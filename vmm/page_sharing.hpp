@@ -110,7 +110,7 @@ class PageSharing {
   /// Enters the complete blocks of the first `length` tokens of `slot` from its frontier on.
   void enter_complete(int slot, std::int64_t length);
 
-  struct SlotCache {  // what a running sequence can still enter
+  struct SlotCache {                  // what a running sequence can still enter
     std::vector<std::int32_t> ids;    // its known token ids (prompt, then generated where given)
     std::vector<std::int64_t> extra;  // its extra keys
     std::int64_t entered = 0;         // leading blocks cached (hit or entered)

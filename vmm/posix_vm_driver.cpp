@@ -19,14 +19,22 @@ namespace kvlab {
 
 const char* to_string(VmCall call) noexcept {
   switch (call) {
-    case VmCall::reserve: return "reserve";
-    case VmCall::free_reservation: return "free_reservation";
-    case VmCall::create: return "create";
-    case VmCall::release: return "release";
-    case VmCall::map: return "map";
-    case VmCall::set_access: return "set_access";
-    case VmCall::unmap: return "unmap";
-    case VmCall::synchronize: return "synchronize";
+    case VmCall::reserve:
+      return "reserve";
+    case VmCall::free_reservation:
+      return "free_reservation";
+    case VmCall::create:
+      return "create";
+    case VmCall::release:
+      return "release";
+    case VmCall::map:
+      return "map";
+    case VmCall::set_access:
+      return "set_access";
+    case VmCall::unmap:
+      return "unmap";
+    case VmCall::synchronize:
+      return "synchronize";
   }
   return "?";
 }
@@ -52,7 +60,8 @@ constexpr std::int64_t kMapHeadroom = 1024;  ///< areas left to malloc, threads 
 /// The limit; KVLAB_MAX_MAP_COUNT=N (a test hook) stands in for the kernel's value.
 std::int64_t max_map_count() {
   static const std::int64_t limit = [] {
-    if (const char* v = std::getenv("KVLAB_MAX_MAP_COUNT"); v != nullptr && *v != '\0') return static_cast<std::int64_t>(std::atoll(v));
+    if (const char* v = std::getenv("KVLAB_MAX_MAP_COUNT"); v != nullptr && *v != '\0')
+      return static_cast<std::int64_t>(std::atoll(v));
     std::int64_t n = 0;
     if (std::FILE* f = std::fopen("/proc/sys/vm/max_map_count", "r")) {
       if (std::fscanf(f, "%" SCNd64, &n) != 1) n = 0;
@@ -74,8 +83,8 @@ std::int64_t current_map_count() {
 
 [[noreturn]] void throw_map_limit(std::int64_t areas, std::int64_t limit, std::size_t page_bytes) {
   KVLAB_THROW(SystemLimit, "mapping a " + std::to_string(page_bytes) + "-byte page: the process has " +
-                               std::to_string(areas) + " memory mappings, at the kernel's limit vm.max_map_count = " +
-                               std::to_string(limit) +
+                               std::to_string(areas) +
+                               " memory mappings, at the kernel's limit vm.max_map_count = " + std::to_string(limit) +
                                " (/proc/sys/vm/max_map_count); this is not out of KV memory: use a larger vmm page "
                                "size (e.g. vmm-64k or vmm-2m) or raise the limit (sysctl -w vm.max_map_count=1048576)");
 }
@@ -134,9 +143,9 @@ PosixVmUsage PosixVmDriver::usage() const {
 
 void PosixVmDriver::check_aligned(const char* who, std::uintptr_t va, std::size_t bytes) const {
   if (bytes == 0 || va % granularity_ != 0 || bytes % granularity_ != 0) {
-    KVLAB_THROW(InvalidArgument, std::string("PosixVmDriver::") + who + ": [" + hex(va) + ", +" + std::to_string(bytes) +
-                                     ") is not a non-empty range of whole " + std::to_string(granularity_) +
-                                     "-byte pages");
+    KVLAB_THROW(InvalidArgument, std::string("PosixVmDriver::") + who + ": [" + hex(va) + ", +" +
+                                     std::to_string(bytes) + ") is not a non-empty range of whole " +
+                                     std::to_string(granularity_) + "-byte pages");
   }
 }
 
@@ -199,11 +208,14 @@ void PosixVmDriver::free_reservation(void* base, std::size_t bytes) {
   std::lock_guard lock(mutex_);
   const VmFault fault = enter(VmCall::free_reservation);
   const auto it = reservations_.find(addr(base));
-  KVLAB_EXPECTS(it != reservations_.end() && it->second == bytes,
-                "PosixVmDriver::free_reservation: no reservation of " + std::to_string(bytes) + " bytes at " + hex(addr(base)));
-  KVLAB_EXPECTS(!overlaps_mapping(addr(base), bytes), "PosixVmDriver::free_reservation: the reservation still holds mappings");
+  KVLAB_EXPECTS(
+      it != reservations_.end() && it->second == bytes,
+      "PosixVmDriver::free_reservation: no reservation of " + std::to_string(bytes) + " bytes at " + hex(addr(base)));
+  KVLAB_EXPECTS(!overlaps_mapping(addr(base), bytes),
+                "PosixVmDriver::free_reservation: the reservation still holds mappings");
   if (fault != VmFault::none) KVLAB_THROW(Error, "PosixVmDriver::free_reservation: injected failure");
-  if (::munmap(base, bytes) != 0) KVLAB_THROW(Error, "PosixVmDriver::free_reservation: munmap failed: " + errno_text(errno));
+  if (::munmap(base, bytes) != 0)
+    KVLAB_THROW(Error, "PosixVmDriver::free_reservation: munmap failed: " + errno_text(errno));
   reservations_.erase(it);
   reserved_bytes_ -= bytes;
 }
@@ -234,7 +246,8 @@ void PosixVmDriver::release(PhysHandle handle) {
   if (fault != VmFault::none) KVLAB_THROW(Error, "PosixVmDriver::release: injected failure");
   const Extent e = it->second;
   // The contents are gone with the handle: give the RAM back now.
-  ::fallocate(fd_, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, static_cast<off_t>(e.offset), static_cast<off_t>(e.size));
+  ::fallocate(fd_, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, static_cast<off_t>(e.offset),
+              static_cast<off_t>(e.size));
   handles_.erase(it);
   physical_bytes_ -= e.size;
   // Return the extent, merging with its neighbours.
@@ -260,18 +273,19 @@ bool PosixVmDriver::map(void* va, std::size_t bytes, PhysHandle handle) {
   const auto h = handles_.find(handle);
   KVLAB_EXPECTS(h != handles_.end(), "PosixVmDriver::map: unknown handle " + std::to_string(handle));
   KVLAB_EXPECTS(h->second.size == bytes, "PosixVmDriver::map: the whole handle is mapped (" +
-                                             std::to_string(h->second.size) + " bytes, not " + std::to_string(bytes) + ")");
+                                             std::to_string(h->second.size) + " bytes, not " + std::to_string(bytes) +
+                                             ")");
   KVLAB_EXPECTS(inside_one_reservation(addr(va), bytes), "PosixVmDriver::map: [" + hex(addr(va)) + ", +" +
                                                              std::to_string(bytes) + ") is not inside one reservation");
-  KVLAB_EXPECTS(!overlaps_mapping(addr(va), bytes), "PosixVmDriver::map: [" + hex(addr(va)) + ", +" +
-                                                        std::to_string(bytes) + ") overlaps a mapping");
+  KVLAB_EXPECTS(!overlaps_mapping(addr(va), bytes),
+                "PosixVmDriver::map: [" + hex(addr(va)) + ", +" + std::to_string(bytes) + ") overlaps a mapping");
   if (fault == VmFault::out_of_memory) return false;
   if (fault == VmFault::error) KVLAB_THROW(Error, "PosixVmDriver::map: injected failure");
   check_map_limit(mappings_.size(), bytes);
   void* got = ::mmap(va, bytes, PROT_NONE, MAP_SHARED | MAP_FIXED, fd_, static_cast<off_t>(h->second.offset));
   if (got == MAP_FAILED) {
     const int err = errno;
-    restore_reservation(va, bytes);  // a failed MAP_FIXED may have dropped the reservation there
+    restore_reservation(va, bytes);              // a failed MAP_FIXED may have dropped the reservation there
     if (err == ENOMEM && max_map_count() > 0) {  // the kernel's mapping limit, not the capacity
       if (const std::int64_t areas = current_map_count(); areas >= max_map_count() - kMapHeadroom)
         throw_map_limit(areas, max_map_count(), bytes);
@@ -289,7 +303,7 @@ void PosixVmDriver::set_access(void* va, std::size_t bytes) {
   const VmFault fault = enter(VmCall::set_access);
   check_aligned("set_access", addr(va), bytes);
   KVLAB_EXPECTS(fully_mapped(addr(va), bytes), "PosixVmDriver::set_access: [" + hex(addr(va)) + ", +" +
-                                                    std::to_string(bytes) + ") is not fully mapped");
+                                                   std::to_string(bytes) + ") is not fully mapped");
   if (fault != VmFault::none) KVLAB_THROW(Error, "PosixVmDriver::set_access: injected failure");
   if (::mprotect(va, bytes, PROT_READ | PROT_WRITE) != 0) {
     KVLAB_THROW(Error, "PosixVmDriver::set_access: mprotect failed: " + errno_text(errno));

@@ -16,14 +16,19 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 }  // namespace
 
 SlotArena::SlotArena(VmDriver* driver, const ArenaShape& shape, PageFreeOrder order) : driver_(driver), shape_(shape) {
-  KVLAB_EXPECTS(shape.tensors >= 1 && shape.slots >= 1 && shape.page_bytes > 0 && shape.slot_bytes % shape.page_bytes == 0,
-                "a slot arena needs tensors, slots and a slot size that is a whole number of pages");
-  const long double va = static_cast<long double>(shape.tensors) * shape.slots * static_cast<long double>(shape.slot_bytes);
-  KVLAB_EXPECTS(va < static_cast<long double>(std::size_t{1} << 62), "the virtual reservation would not fit in 64 bits");
-  reservation_bytes_ = static_cast<std::size_t>(shape.tensors) * static_cast<std::size_t>(shape.slots) * shape.slot_bytes;
+  KVLAB_EXPECTS(
+      shape.tensors >= 1 && shape.slots >= 1 && shape.page_bytes > 0 && shape.slot_bytes % shape.page_bytes == 0,
+      "a slot arena needs tensors, slots and a slot size that is a whole number of pages");
+  const long double va =
+      static_cast<long double>(shape.tensors) * shape.slots * static_cast<long double>(shape.slot_bytes);
+  KVLAB_EXPECTS(va < static_cast<long double>(std::size_t{1} << 62),
+                "the virtual reservation would not fit in 64 bits");
+  reservation_bytes_ =
+      static_cast<std::size_t>(shape.tensors) * static_cast<std::size_t>(shape.slots) * shape.slot_bytes;
   if (driver_ != nullptr) {
     const std::size_t page = shape.page_bytes;
-    base_ = static_cast<std::byte*>(driver_->reserve(reservation_bytes_, std::has_single_bit(page) ? page : std::size_t{0}));
+    base_ = static_cast<std::byte*>(
+        driver_->reserve(reservation_bytes_, std::has_single_bit(page) ? page : std::size_t{0}));
     try {
       pool_ = std::make_unique<PhysicalPagePool>(driver_, page, shape.num_pages, order);
     } catch (...) {
@@ -74,8 +79,9 @@ SlotArena::~SlotArena() {
 
 std::byte* SlotArena::slot_base(int tensor, int slot) const noexcept {
   if (base_ == nullptr) return nullptr;
-  return base_ + (static_cast<std::size_t>(tensor) * static_cast<std::size_t>(shape_.slots) + static_cast<std::size_t>(slot)) *
-                     shape_.slot_bytes;
+  return base_ +
+         (static_cast<std::size_t>(tensor) * static_cast<std::size_t>(shape_.slots) + static_cast<std::size_t>(slot)) *
+             shape_.slot_bytes;
 }
 
 std::byte* SlotArena::page_va(int slot, int tensor, std::int64_t row) const noexcept {
@@ -83,7 +89,8 @@ std::byte* SlotArena::page_va(int slot, int tensor, std::int64_t row) const noex
 }
 
 std::vector<PageId>& SlotArena::tail(int slot, int tensor) noexcept {
-  return pages_[static_cast<std::size_t>(slot) * static_cast<std::size_t>(shape_.tensors) + static_cast<std::size_t>(tensor)];
+  return pages_[static_cast<std::size_t>(slot) * static_cast<std::size_t>(shape_.tensors) +
+                static_cast<std::size_t>(tensor)];
 }
 
 std::int64_t SlotArena::total_mappings() const noexcept {
@@ -159,7 +166,8 @@ bool SlotArena::map_tail(int slot, int tensor, PageId page, MapOrigin origin) {
         driver_->unmap(va, shape_.page_bytes);
         give_back();
       } catch (...) {
-        book_mapped(slot, pages, page);  // stuck mapped: keep it in the books (reclaimed like any page beyond the length)
+        book_mapped(slot, pages,
+                    page);  // stuck mapped: keep it in the books (reclaimed like any page beyond the length)
       }
       throw;
     }

@@ -95,14 +95,17 @@ class SlotArena {
   /// The pages mapped in (slot, tensor), row 0 first. Inline: the accounting asks for every tensor
   /// of every sequence each step.
   [[nodiscard]] std::span<const PageId> pages(int slot, int tensor) const noexcept {
-    return pages_[static_cast<std::size_t>(slot) * static_cast<std::size_t>(shape_.tensors) + static_cast<std::size_t>(tensor)];
+    return pages_[static_cast<std::size_t>(slot) * static_cast<std::size_t>(shape_.tensors) +
+                  static_cast<std::size_t>(tensor)];
   }
   /// Mappings in `slot` over all tensors, and over all slots.
   [[nodiscard]] std::int64_t held(int slot) const noexcept { return held_[static_cast<std::size_t>(slot)]; }
   [[nodiscard]] std::int64_t total_mappings() const noexcept;
   /// Rows mapped in every tensor of `slot` (the shortest tensor), and in any (the longest). O(1):
   /// kept up to date by every map and unmap (the policy asks at every grow and every step).
-  [[nodiscard]] std::int64_t complete_rows(int slot) const noexcept { return bounds_[static_cast<std::size_t>(slot)].min; }
+  [[nodiscard]] std::int64_t complete_rows(int slot) const noexcept {
+    return bounds_[static_cast<std::size_t>(slot)].min;
+  }
   [[nodiscard]] std::int64_t top_rows(int slot) const noexcept { return bounds_[static_cast<std::size_t>(slot)].max; }
   /// Pages `slot` lacks for `rows` rows in every tensor. O(1) unless `rows` lies strictly between
   /// the slot's shortest and longest tensor (a partial row: a rollback or a prefetch under way).

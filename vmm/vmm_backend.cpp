@@ -23,7 +23,8 @@ VmmConfig checked(VmmConfig c, std::int64_t max_seq_len) {
     KVLAB_EXPECTS(c.page_bytes % c.driver->granularity() == 0,
                   "vmm page size " + page_size_name(c.page_bytes) + " is not a multiple of the " + c.driver->name() +
                       " driver's granularity (" + page_size_name(c.driver->granularity()) + "): use vmm-" +
-                      page_size_name(c.driver->granularity()) + " or a multiple of it (smaller pages need vAttention's "
+                      page_size_name(c.driver->granularity()) +
+                      " or a multiple of it (smaller pages need vAttention's "
                       "modified driver)");
     KVLAB_EXPECTS(c.driver->device() == Device::host || c.memory != nullptr,
                   "a vmm backend on device memory needs a memory resource for its per-batch arrays");
@@ -43,13 +44,14 @@ ArenaShape shape_for(const VmmConfig& c, std::size_t token_bytes) {
   s.tensors = c.layout == VmmLayout::per_layer ? 2 * c.model.num_layers : 2;
   s.slots = c.max_batch;
   s.page_bytes = c.page_bytes;
-  s.slot_bytes = (static_cast<std::size_t>(c.max_seq_len) * token_bytes + c.page_bytes - 1) / c.page_bytes * c.page_bytes;
+  s.slot_bytes =
+      (static_cast<std::size_t>(c.max_seq_len) * token_bytes + c.page_bytes - 1) / c.page_bytes * c.page_bytes;
   // Whole rows of pages: every page can then serve a whole row of tensors.
   s.num_pages = static_cast<std::int64_t>(c.capacity_bytes / c.page_bytes) / s.tensors * s.tensors;
   KVLAB_EXPECTS(s.num_pages >= s.tensors,
-                "KV capacity " + std::to_string(c.capacity_bytes) + " bytes is below one " + page_size_name(c.page_bytes) +
-                    " page for each of the " + std::to_string(s.tensors) + " KV tensors (" +
-                    std::to_string(static_cast<std::size_t>(s.tensors) * c.page_bytes) + " bytes)");
+                "KV capacity " + std::to_string(c.capacity_bytes) + " bytes is below one " +
+                    page_size_name(c.page_bytes) + " page for each of the " + std::to_string(s.tensors) +
+                    " KV tensors (" + std::to_string(static_cast<std::size_t>(s.tensors) * c.page_bytes) + " bytes)");
   KVLAB_EXPECTS(s.num_pages <= INT32_MAX, "too many pages for 32-bit page ids");
   return s;
 }
@@ -137,7 +139,8 @@ PageId VmmBackend::page_at(SeqId id, int tensor, std::int64_t row) const {
   KVLAB_EXPECTS(tensor >= 0 && tensor < num_tensors(), "tensor out of range");
   std::lock_guard lock(mutex_);
   const std::span<const PageId> pages = arena_.pages(slot, tensor);
-  KVLAB_EXPECTS(row >= 0 && row < static_cast<std::int64_t>(pages.size()), "row " + std::to_string(row) + " is not mapped");
+  KVLAB_EXPECTS(row >= 0 && row < static_cast<std::int64_t>(pages.size()),
+                "row " + std::to_string(row) + " is not mapped");
   return pages[static_cast<std::size_t>(row)];
 }
 
@@ -174,8 +177,8 @@ std::int64_t VmmBackend::reclaimable_from_others(int slot) const noexcept {
   // slot's pages are all counted as its own (some may be pinned by others: an overestimate that
   // only makes the answer conservative; place() counts them exactly).
   const std::int64_t everywhere = arena_.pool().num_used() - sharing_.needed_pages();
-  return everywhere -
-         (arena_.held(slot) - static_cast<std::int64_t>(num_tensors()) * slots_[static_cast<std::size_t>(slot)].needed_rows);
+  return everywhere - (arena_.held(slot) -
+                       static_cast<std::int64_t>(num_tensors()) * slots_[static_cast<std::size_t>(slot)].needed_rows);
 }
 
 bool VmmBackend::feasible(int slot, std::int64_t rows) const noexcept {
@@ -194,7 +197,7 @@ int VmmBackend::choose_slot(std::int64_t rows) const noexcept {
     const std::int64_t have = held == 0 ? 0 : arena_.complete_rows(i);
     const bool covers = have >= rows;
     if (covers && held == static_cast<std::int64_t>(num_tensors()) * rows) return i;  // exact fit
-    const std::int64_t key = covers ? -held : have;  // larger is better
+    const std::int64_t key = covers ? -held : have;                                   // larger is better
     if (best < 0 || (covers && !best_covers) || (covers == best_covers && key > best_key)) {
       best = i;
       best_covers = covers;
@@ -276,7 +279,8 @@ VmmBackend::Placement VmmBackend::place(std::int64_t rows, std::vector<PageId> s
   return p;
 }
 
-VmmBackend::Placement VmmBackend::place_admission(const std::vector<PageSharing::EntryId>& hit, std::int64_t rows) const {
+VmmBackend::Placement VmmBackend::place_admission(const std::vector<PageSharing::EntryId>& hit,
+                                                  std::int64_t rows) const {
   return place(rows, sharing_.pages_of(hit), static_cast<std::int64_t>(hit.size()) * sharing_.block_rows());
 }
 
@@ -364,7 +368,8 @@ std::int64_t VmmBackend::reclaim(std::int64_t pages, int exclude, bool live_too,
     std::ranges::sort(order, [&](int a, int b) {
       return slots_[static_cast<std::size_t>(a)].released < slots_[static_cast<std::size_t>(b)].released;
     });
-    for (std::size_t k = 0; k < order.size() && got < pages; ++k) reclaim_rows_above(order[k], 0, pages, got, synced, origin);
+    for (std::size_t k = 0; k < order.size() && got < pages; ++k)
+      reclaim_rows_above(order[k], 0, pages, got, synced, origin);
   } else {
     for (int si = arena_.num_slots() - 1; si >= 0 && got < pages; --si)
       if (cached_in_free_slot(si)) reclaim_rows_above(si, 0, pages, got, synced, origin);
@@ -425,16 +430,17 @@ void VmmBackend::do_admit(SeqId id, const SequenceSpec& spec, std::int64_t initi
   const auto t0 = std::chrono::steady_clock::now();
   const std::vector<PageSharing::EntryId> hit = sharing_.cached_prefix(spec, initial_tokens);
   std::vector<PageId> share = sharing_.pages_of(hit);
-  const auto lookup_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
+  const auto lookup_ns =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
   const Placement p = place(rows, std::move(share), static_cast<std::int64_t>(hit.size()) * sharing_.block_rows());
   if (p.slot < 0) {
     KVLAB_THROW(OutOfMemory, "admitting sequence " + std::to_string(id) + ": all " + std::to_string(config_.max_batch) +
                                  " slots hold sequences (max_batch)");
   }
   if (!p.fits) {
-    KVLAB_THROW(OutOfMemory, "admitting " + std::to_string(initial_tokens) + " tokens needs " + std::to_string(p.fresh) +
-                                 " fresh pages and keeps " + std::to_string(p.own) + " more, " +
-                                 std::to_string(arena_.pool().num_pages() - sharing_.needed_pages()) +
+    KVLAB_THROW(OutOfMemory, "admitting " + std::to_string(initial_tokens) + " tokens needs " +
+                                 std::to_string(p.fresh) + " fresh pages and keeps " + std::to_string(p.own) +
+                                 " more, " + std::to_string(arena_.pool().num_pages() - sharing_.needed_pages()) +
                                  " are not needed by running sequences");
   }
   MapTransaction txn(arena_);
@@ -503,8 +509,8 @@ void VmmBackend::do_fork(SeqId parent, SeqId child) {
   }
   const Placement pl = place(rows, std::move(share), full);
   if (pl.slot < 0) {
-    KVLAB_THROW(OutOfMemory, "forking sequence " + std::to_string(parent) + ": all " + std::to_string(config_.max_batch) +
-                                 " slots hold sequences (max_batch)");
+    KVLAB_THROW(OutOfMemory, "forking sequence " + std::to_string(parent) + ": all " +
+                                 std::to_string(config_.max_batch) + " slots hold sequences (max_batch)");
   }
   if (!pl.fits) {
     KVLAB_THROW(OutOfMemory, "forking sequence " + std::to_string(parent) + " needs " + std::to_string(pl.fresh) +
@@ -603,7 +609,8 @@ MemoryBreakdown VmmBackend::do_breakdown(const SequenceSpec*) const {
   m.capacity = static_cast<std::size_t>(arena_.pool().num_pages()) * config_.page_bytes;
   for (const auto& [id, s] : seqs_) {
     const std::size_t held = static_cast<std::size_t>(s.length) * token_bytes_;
-    const std::int64_t eventually = std::max(s.final_tokens, s.length);  // final <= max_seq_len: the front door checks it
+    const std::int64_t eventually =
+        std::max(s.final_tokens, s.length);  // final <= max_seq_len: the front door checks it
     const std::size_t will_hold = static_cast<std::size_t>(eventually) * token_bytes_;
     const auto T = static_cast<std::size_t>(num_tensors());
     const std::size_t mapped_all = static_cast<std::size_t>(arena_.held(s.slot)) * config_.page_bytes;

@@ -30,8 +30,8 @@ struct VmmConfig {
   /// down to a multiple of the tensor count (every page can then serve a whole row of tensors).
   std::size_t capacity_bytes = 0;
   std::size_t page_bytes = std::size_t{64} << 10;  ///< a multiple of 4 KiB and of the driver's granularity
-  std::int64_t max_seq_len = 0;                     ///< 0: the model's max context; bounds a slot
-  int max_batch = 256;                              ///< slots: sequences alive at once; bounds the reservation
+  std::int64_t max_seq_len = 0;                    ///< 0: the model's max context; bounds a slot
+  int max_batch = 256;                             ///< slots: sequences alive at once; bounds the reservation
   VmmLayout layout = VmmLayout::per_layer;
   /// Virtual memory. nullptr: accounting only (no reservation, no K/V bytes, same bookkeeping).
   std::shared_ptr<VmDriver> driver;
@@ -64,20 +64,20 @@ struct VmmStats {
   double critical_map_seconds = 0, critical_unmap_seconds = 0;  ///< map+set_access / synchronize+unmap
   std::int64_t background_maps = 0, background_unmaps = 0;
   double background_map_seconds = 0, background_unmap_seconds = 0;
-  std::int64_t synchronizations = 0;   ///< driver synchronize() calls (one per batch of unmaps)
-  std::int64_t reclaimed_pages = 0;    ///< unmapped from another slot because memory ran short
-  std::int64_t reused_pages = 0;       ///< found still mapped in a slot at admission (deferred reclamation)
+  std::int64_t synchronizations = 0;     ///< driver synchronize() calls (one per batch of unmaps)
+  std::int64_t reclaimed_pages = 0;      ///< unmapped from another slot because memory ran short
+  std::int64_t reused_pages = 0;         ///< found still mapped in a slot at admission (deferred reclamation)
   std::int64_t prefetch_shortfalls = 0;  ///< background jobs that stopped for lack of memory
   /// Time the caller waited for the background mapper to finish (wait_for_prefetch, begin_step): the
   /// part of background mapping that did not overlap and so lay on the critical path.
   double prefetch_wait_seconds = 0;
-  std::int64_t mapped_pages = 0;       ///< now: physical pages mapped (a shared page once)
-  std::int64_t cached_pages = 0;       ///< now: mappings in slots no sequence holds
-  std::int64_t mappings = 0;           ///< now: page mappings in all slots (a shared page once per slot)
-  std::int64_t shared_maps = 0;        ///< maps of a page that already held KV (prefix hits, fork shares)
-  std::int64_t shared_pages = 0;       ///< now: pages that two or more running sequences need
-  std::int64_t truncated_pages = 0;    ///< unmapped from a reused free slot because they were shared or cached
-  std::size_t virtual_bytes = 0;       ///< address space reserved (0 in accounting-only mode)
+  std::int64_t mapped_pages = 0;     ///< now: physical pages mapped (a shared page once)
+  std::int64_t cached_pages = 0;     ///< now: mappings in slots no sequence holds
+  std::int64_t mappings = 0;         ///< now: page mappings in all slots (a shared page once per slot)
+  std::int64_t shared_maps = 0;      ///< maps of a page that already held KV (prefix hits, fork shares)
+  std::int64_t shared_pages = 0;     ///< now: pages that two or more running sequences need
+  std::int64_t truncated_pages = 0;  ///< unmapped from a reused free slot because they were shared or cached
+  std::size_t virtual_bytes = 0;     ///< address space reserved (0 in accounting-only mode)
 };
 
 // Design note
@@ -201,7 +201,9 @@ class VmmBackend final : public TableBackend<VmmSequence> {
   void do_begin_step() override { wait_for_prefetch(); }
   void do_prefetch(std::span<const SeqId> next_ids) override { prefetch_for_next_step(next_ids, 1); }
   [[nodiscard]] StepCosts do_total_costs() const override;
-  [[nodiscard]] ViewShape do_view_shape() const noexcept override { return {KvLayout::contiguous, 0, config_.page_bytes}; }
+  [[nodiscard]] ViewShape do_view_shape() const noexcept override {
+    return {KvLayout::contiguous, 0, config_.page_bytes};
+  }
   [[nodiscard]] BackendCounters do_counters() const override;
 
   /// The policy's view of a slot (its pages are the arena's).
@@ -214,19 +216,18 @@ class VmmBackend final : public TableBackend<VmmSequence> {
   /// Where a new sequence goes and what it maps (admit, fork).
   struct Placement {
     int slot = -1;
-    std::int64_t rows = 0;          // rows the sequence needs
-    std::int64_t share_rows = 0;    // rows [0, share_rows) map the pages in `share`
-    std::vector<PageId> share;      // [row * tensors + tensor]
-    std::int64_t cut = INT64_MAX;   // the slot's pages at rows >= cut are unmapped first
-    std::int64_t fresh = 0;         // fresh pages mapped
-    std::int64_t own = 0;           // distinct pages the slot will map that no running sequence needs now
-    std::int64_t reused = 0;        // pages found mapped in the slot that the sequence keeps
+    std::int64_t rows = 0;         // rows the sequence needs
+    std::int64_t share_rows = 0;   // rows [0, share_rows) map the pages in `share`
+    std::vector<PageId> share;     // [row * tensors + tensor]
+    std::int64_t cut = INT64_MAX;  // the slot's pages at rows >= cut are unmapped first
+    std::int64_t fresh = 0;        // fresh pages mapped
+    std::int64_t own = 0;          // distinct pages the slot will map that no running sequence needs now
+    std::int64_t reused = 0;       // pages found mapped in the slot that the sequence keeps
     bool fits = false;
   };
   /// Decisions the policy took, for VmmStats (the arena counts driver calls).
   struct PolicyCounters {
-    std::int64_t reclaimed_pages = 0, reused_pages = 0, prefetch_shortfalls = 0, shared_maps = 0,
-                 truncated_pages = 0;
+    std::int64_t reclaimed_pages = 0, reused_pages = 0, prefetch_shortfalls = 0, shared_maps = 0, truncated_pages = 0;
     double prefetch_wait_seconds = 0;
   };
 

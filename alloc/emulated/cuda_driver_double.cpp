@@ -58,18 +58,25 @@ std::string range(CUdeviceptr ptr, std::size_t size) {
 
 const char* access_name(CUmemAccess_flags flags) {
   switch (flags) {
-    case CU_MEM_ACCESS_FLAGS_PROT_NONE: return "none";
-    case CU_MEM_ACCESS_FLAGS_PROT_READ: return "read";
-    case CU_MEM_ACCESS_FLAGS_PROT_READWRITE: return "read-write";
-    default: return "invalid";
+    case CU_MEM_ACCESS_FLAGS_PROT_NONE:
+      return "none";
+    case CU_MEM_ACCESS_FLAGS_PROT_READ:
+      return "read";
+    case CU_MEM_ACCESS_FLAGS_PROT_READWRITE:
+      return "read-write";
+    default:
+      return "invalid";
   }
 }
 
 int host_protection(CUmemAccess_flags flags) {
   switch (flags) {
-    case CU_MEM_ACCESS_FLAGS_PROT_READ: return PROT_READ;
-    case CU_MEM_ACCESS_FLAGS_PROT_READWRITE: return PROT_READ | PROT_WRITE;
-    default: return PROT_NONE;
+    case CU_MEM_ACCESS_FLAGS_PROT_READ:
+      return PROT_READ;
+    case CU_MEM_ACCESS_FLAGS_PROT_READWRITE:
+      return PROT_READ | PROT_WRITE;
+    default:
+      return PROT_NONE;
   }
 }
 
@@ -135,16 +142,17 @@ class CudaDriverDoubleState {
         return result;
       }
     }
-    if (injector_ != nullptr && (injector_entries_.empty() || std::find(injector_entries_.begin(), injector_entries_.end(),
-                                                                        entry) != injector_entries_.end())) {
+    if (injector_ != nullptr &&
+        (injector_entries_.empty() ||
+         std::find(injector_entries_.begin(), injector_entries_.end(), entry) != injector_entries_.end())) {
       if (injector_->should_fail(kEntryNames[index])) {
         ++injected_;
         return injector_result_;
       }
     }
-    if (random_probability_ > 0.0 && (random_entries_.empty() || std::find(random_entries_.begin(),
-                                                                           random_entries_.end(), entry) !=
-                                                                     random_entries_.end())) {
+    if (random_probability_ > 0.0 &&
+        (random_entries_.empty() ||
+         std::find(random_entries_.begin(), random_entries_.end(), entry) != random_entries_.end())) {
       // One draw per eligible call, uniform in [0, 1) from the top 53 bits: reproducible per seed.
       const double u = static_cast<double>(rng_() >> 11) * 0x1.0p-53;
       if (u < random_probability_) {
@@ -216,19 +224,38 @@ class CudaDriverDoubleState {
   CUresult device_get_attribute(int* value, CUdevice_attribute attrib, CUdevice dev) {
     if (value == nullptr) return violation("cuDeviceGetAttribute", CUDA_ERROR_INVALID_VALUE, "pi is null");
     if (attrib <= 0 || attrib >= CU_DEVICE_ATTRIBUTE_MAX) {
-      return violation("cuDeviceGetAttribute", CUDA_ERROR_INVALID_VALUE, "attribute " + std::to_string(static_cast<int>(attrib)));
+      return violation("cuDeviceGetAttribute", CUDA_ERROR_INVALID_VALUE,
+                       "attribute " + std::to_string(static_cast<int>(attrib)));
     }
     if (const CUresult r = check_device("cuDeviceGetAttribute", dev); r != CUDA_SUCCESS) return r;
     switch (attrib) {
-      case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: *value = cfg_.compute_capability_major; break;
-      case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: *value = cfg_.compute_capability_minor; break;
-      case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: *value = cfg_.multiprocessor_count; break;
-      case CU_DEVICE_ATTRIBUTE_WARP_SIZE: *value = 32; break;
-      case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK: *value = 1024; break;
-      case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK: *value = 48 * 1024; break;
-      case CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING: *value = 1; break;
-      case CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED: *value = 1; break;
-      default: *value = 0; break;  // a valid attribute the double does not model
+      case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR:
+        *value = cfg_.compute_capability_major;
+        break;
+      case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR:
+        *value = cfg_.compute_capability_minor;
+        break;
+      case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT:
+        *value = cfg_.multiprocessor_count;
+        break;
+      case CU_DEVICE_ATTRIBUTE_WARP_SIZE:
+        *value = 32;
+        break;
+      case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK:
+        *value = 1024;
+        break;
+      case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK:
+        *value = 48 * 1024;
+        break;
+      case CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING:
+        *value = 1;
+        break;
+      case CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED:
+        *value = 1;
+        break;
+      default:
+        *value = 0;
+        break;  // a valid attribute the double does not model
     }
     return CUDA_SUCCESS;
   }
@@ -322,7 +349,8 @@ class CudaDriverDoubleState {
       return violation(who, CUDA_ERROR_INVALID_VALUE, "the double models device allocations only");
     }
     if (prop->location.id != 0) {
-      return violation(who, CUDA_ERROR_INVALID_DEVICE, "device " + std::to_string(prop->location.id) + " does not exist");
+      return violation(who, CUDA_ERROR_INVALID_DEVICE,
+                       "device " + std::to_string(prop->location.id) + " does not exist");
     }
     return CUDA_SUCCESS;
   }
@@ -354,7 +382,8 @@ class CudaDriverDoubleState {
     if (ptr == nullptr) return violation(who, CUDA_ERROR_INVALID_VALUE, "ptr is null");
     if (flags != 0) return violation(who, CUDA_ERROR_INVALID_VALUE, "flags must be 0");
     if (size == 0 || !aligned(size)) {
-      return violation(who, CUDA_ERROR_INVALID_VALUE, "size " + hex(size) + " is not a positive multiple of the granularity");
+      return violation(who, CUDA_ERROR_INVALID_VALUE,
+                       "size " + hex(size) + " is not a positive multiple of the granularity");
     }
     if (alignment != 0 && !std::has_single_bit(alignment)) {
       return violation(who, CUDA_ERROR_INVALID_VALUE, "alignment " + hex(alignment) + " is not a power of two");
@@ -372,7 +401,8 @@ class CudaDriverDoubleState {
     const auto raw_begin = static_cast<CUdeviceptr>(reinterpret_cast<std::uintptr_t>(raw));
     const CUdeviceptr base = (raw_begin + align - 1) / align * align;
     if (base > raw_begin) ::munmap(raw, base - raw_begin);
-    if (const CUdeviceptr tail = base + size; tail < raw_begin + total) ::munmap(as_host(tail), raw_begin + total - tail);
+    if (const CUdeviceptr tail = base + size; tail < raw_begin + total)
+      ::munmap(as_host(tail), raw_begin + total - tail);
     reservations_[base] = Reservation{size};
     *ptr = base;
     return CUDA_SUCCESS;
@@ -381,14 +411,16 @@ class CudaDriverDoubleState {
   CUresult address_free(CUdeviceptr ptr, size_t size) {
     constexpr const char* who = "cuMemAddressFree";
     const auto it = reservations_.find(ptr);
-    if (it == reservations_.end()) return violation(who, CUDA_ERROR_INVALID_VALUE, "no reservation starts at " + hex(ptr));
+    if (it == reservations_.end())
+      return violation(who, CUDA_ERROR_INVALID_VALUE, "no reservation starts at " + hex(ptr));
     if (it->second.size != size) {
       return violation(who, CUDA_ERROR_INVALID_VALUE,
                        "size " + hex(size) + " differs from the reserved " + hex(it->second.size));
     }
     if (const auto m = first_mapping_overlapping(ptr, size); m != mappings_.end()) {
-      return violation(who, CUDA_ERROR_INVALID_VALUE,
-                       "reservation " + range(ptr, size) + " still holds the mapping " + range(m->first, m->second.size));
+      return violation(
+          who, CUDA_ERROR_INVALID_VALUE,
+          "reservation " + range(ptr, size) + " still holds the mapping " + range(m->first, m->second.size));
     }
     ::munmap(as_host(ptr), size);
     reservations_.erase(it);
@@ -402,7 +434,8 @@ class CudaDriverDoubleState {
     if (const CUresult r = check_prop(who, prop); r != CUDA_SUCCESS) return r;
     if (flags != 0) return violation(who, CUDA_ERROR_INVALID_VALUE, "flags must be 0");
     if (size == 0 || !aligned(size)) {
-      return violation(who, CUDA_ERROR_INVALID_VALUE, "size " + hex(size) + " is not a positive multiple of the granularity");
+      return violation(who, CUDA_ERROR_INVALID_VALUE,
+                       "size " + hex(size) + " is not a positive multiple of the granularity");
     }
     if (size > cfg_.capacity - physical_bytes_) return CUDA_ERROR_OUT_OF_MEMORY;
     const std::optional<std::size_t> extent = take_extent(size);
@@ -418,7 +451,8 @@ class CudaDriverDoubleState {
   CUresult release(CUmemGenericAllocationHandle handle) {
     const auto it = allocations_.find(handle);
     if (it == allocations_.end() || it->second.released) {
-      return violation("cuMemRelease", CUDA_ERROR_INVALID_VALUE, "handle " + hex(handle) + " is unknown or already released");
+      return violation("cuMemRelease", CUDA_ERROR_INVALID_VALUE,
+                       "handle " + hex(handle) + " is unknown or already released");
     }
     it->second.released = true;
     if (it->second.mappings == 0) free_allocation(it);
@@ -439,12 +473,13 @@ class CudaDriverDoubleState {
                            hex(offset) + ")");
     }
     if (offset != 0 && !cfg_.allow_map_offset) {
-      return violation(who, CUDA_ERROR_INVALID_VALUE, "offset " + hex(offset) + " must be 0 (documented: currently must be zero)");
+      return violation(who, CUDA_ERROR_INVALID_VALUE,
+                       "offset " + hex(offset) + " must be 0 (documented: currently must be zero)");
     }
     if (offset > alloc->second.size || size > alloc->second.size - offset) {
-      return violation(who, CUDA_ERROR_INVALID_VALUE,
-                       "offset + size " + hex(offset) + " + " + hex(size) + " exceeds the allocation " +
-                           hex(alloc->second.size));
+      return violation(
+          who, CUDA_ERROR_INVALID_VALUE,
+          "offset + size " + hex(offset) + " + " + hex(size) + " exceeds the allocation " + hex(alloc->second.size));
     }
     if (overflows(ptr, size) || !inside_one_reservation(ptr, size)) {
       return violation(who, CUDA_ERROR_INVALID_VALUE, range(ptr, size) + " is not inside one reservation");
@@ -460,8 +495,8 @@ class CudaDriverDoubleState {
       restore_reserved(ptr, size);  // a failed MAP_FIXED may have dropped the reservation's pages
       return CUDA_ERROR_OUT_OF_MEMORY;
     }
-    mappings_[ptr] = Mapping{size, handle,
-                             std::vector<CUmemAccess_flags>(size / cfg_.granularity, CU_MEM_ACCESS_FLAGS_PROT_NONE)};
+    mappings_[ptr] =
+        Mapping{size, handle, std::vector<CUmemAccess_flags>(size / cfg_.granularity, CU_MEM_ACCESS_FLAGS_PROT_NONE)};
     ++alloc->second.mappings;
     return CUDA_SUCCESS;
   }
@@ -507,7 +542,8 @@ class CudaDriverDoubleState {
       if (const CUresult r = check_location(who, desc[i].location); r != CUDA_SUCCESS) return r;
       if (desc[i].flags != CU_MEM_ACCESS_FLAGS_PROT_NONE && desc[i].flags != CU_MEM_ACCESS_FLAGS_PROT_READ &&
           desc[i].flags != CU_MEM_ACCESS_FLAGS_PROT_READWRITE) {
-        return violation(who, CUDA_ERROR_INVALID_VALUE, "unknown access flags " + std::to_string(static_cast<int>(desc[i].flags)));
+        return violation(who, CUDA_ERROR_INVALID_VALUE,
+                         "unknown access flags " + std::to_string(static_cast<int>(desc[i].flags)));
       }
       flags = desc[i].flags;  // one device: the last descriptor for it wins
     }
@@ -552,8 +588,9 @@ class CudaDriverDoubleState {
     for (CUdeviceptr cursor = ptr; cursor < end;) {
       const auto it = mapping_containing(cursor);
       if (it == mappings_.end()) {
-        violation(who, CUDA_ERROR_ILLEGAL_ADDRESS,
-                  std::string(write ? "write to " : "read of ") + range(ptr, bytes) + ": " + hex(cursor) + " is not mapped");
+        violation(
+            who, CUDA_ERROR_ILLEGAL_ADDRESS,
+            std::string(write ? "write to " : "read of ") + range(ptr, bytes) + ": " + hex(cursor) + " is not mapped");
         return false;
       }
       const std::size_t granule = (cursor - it->first) / cfg_.granularity;
@@ -701,7 +738,8 @@ class CudaDriverDoubleState {
     std::vector<unsigned char> chunk(std::min<std::size_t>(size, std::size_t{1} << 20),
                                      static_cast<unsigned char>(cfg_.poison_byte));
     for (std::size_t done = 0; done < size;) {
-      const ssize_t n = ::pwrite(fd_, chunk.data(), std::min(chunk.size(), size - done), static_cast<off_t>(offset + done));
+      const ssize_t n =
+          ::pwrite(fd_, chunk.data(), std::min(chunk.size(), size - done), static_cast<off_t>(offset + done));
       if (n <= 0) break;
       done += static_cast<std::size_t>(n);
     }

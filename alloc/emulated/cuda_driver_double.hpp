@@ -6,7 +6,8 @@
 // in place of a GPU, and `kvlab replay --device emulated` runs the CUDA code path on it
 // (docs/devices.md), so the same contract is checked end to end without a GPU.
 #if !KVLAB_HAS_CUDA_HEADERS
-#error "alloc/emulated/cuda_driver_double.hpp needs the CUDA toolkit headers; guard the include with KVLAB_HAS_CUDA_HEADERS"
+#error \
+    "alloc/emulated/cuda_driver_double.hpp needs the CUDA toolkit headers; guard the include with KVLAB_HAS_CUDA_HEADERS"
 #endif
 
 #include <cstddef>
@@ -64,14 +65,14 @@ struct CudaDriverDoubleConfig {
 
 /// What is alive in the double; all zero once everything was given back.
 struct CudaDriverDoubleUsage {
-  std::size_t reservations = 0;    ///< cuMemAddressReserve without cuMemAddressFree
+  std::size_t reservations = 0;  ///< cuMemAddressReserve without cuMemAddressFree
   std::size_t reserved_bytes = 0;
   std::size_t handles = 0;         ///< cuMemCreate without cuMemRelease
   std::size_t allocations = 0;     ///< physical allocations not yet freed (handle or mapping alive)
   std::size_t physical_bytes = 0;  ///< their bytes, counted against capacity
   std::size_t mappings = 0;        ///< cuMemMap without cuMemUnmap
   std::size_t mapped_bytes = 0;
-  int primary_context_refs = 0;    ///< cuDevicePrimaryCtxRetain without Release
+  int primary_context_refs = 0;  ///< cuDevicePrimaryCtxRetain without Release
   [[nodiscard]] bool empty() const noexcept {
     return reservations == 0 && handles == 0 && allocations == 0 && physical_bytes == 0 && mappings == 0 &&
            primary_context_refs == 0;

@@ -207,9 +207,9 @@ void run_all(int rounds, bool quick) {
     const Cache c(seqs, quick ? 100 : 4096);
     Queries qs(seqs * fresh);
     for (int s = 0; s <= seqs; ++s) qs.indptr.push_back(s * fresh);
-    run_case({"prefill, all", params(c, qs, seqs), c.view(), &all, &qs, 1, prefill_flops(seqs, fresh, c.context),
-              "GFLOP/s"},
-             rounds, rng);
+    run_case(
+        {"prefill, all", params(c, qs, seqs), c.view(), &all, &qs, 1, prefill_flops(seqs, fresh, c.context), "GFLOP/s"},
+        rounds, rng);
   }
 }
 

@@ -96,7 +96,8 @@ std::vector<std::int32_t> region_table(int block_size, std::int32_t pool_blocks)
   std::vector<BlockId> all;
   while (const auto b = pool.allocate()) all.push_back(*b);
   std::shuffle(all.begin(), all.end(), std::mt19937_64(13));
-  for (std::int64_t i = 0; i < static_cast<std::int64_t>(kBatch) * per_seq; ++i) pool.release(all[static_cast<std::size_t>(i)]);
+  for (std::int64_t i = 0; i < static_cast<std::int64_t>(kBatch) * per_seq; ++i)
+    pool.release(all[static_cast<std::size_t>(i)]);
   std::vector<std::int32_t> table(static_cast<std::size_t>(kBatch) * per_seq);
   for (int j = 0; j < per_seq; ++j)
     for (int s = 0; s < kBatch; ++s) {
@@ -121,8 +122,14 @@ struct PagedCopy {
   static BlockPoolCopy<half_t> region_pool(int block_size) {
     const std::int32_t needed = kBatch * ((kContext + block_size - 1) / block_size);
     const std::int32_t pool_blocks = needed + needed / 3;
-    return {data().kptr.data(), data().vptr.data(), kBatch, kContext, data().row, block_size,
-            region_table(block_size, pool_blocks), pool_blocks};
+    return {data().kptr.data(),
+            data().vptr.data(),
+            kBatch,
+            kContext,
+            data().row,
+            block_size,
+            region_table(block_size, pool_blocks),
+            pool_blocks};
   }
 };
 
@@ -205,7 +212,8 @@ void BM_DecodeSideBySide(benchmark::State& state) {
     return d.kv_bytes() / std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   };
   // One buffer per pool, touched once: a pass reads 1 GiB and allocates nothing.
-  ReadBandwidthProbe probe_all(default_thread_pool(), std::size_t{1} << 30), probe_one(one_thread(), std::size_t{1} << 30);
+  ReadBandwidthProbe probe_all(default_thread_pool(), std::size_t{1} << 30),
+      probe_one(one_thread(), std::size_t{1} << 30);
   const auto bandwidth = [&](ThreadPool& pool) { return (&pool == &one_thread() ? probe_one : probe_all).best(1); };
   std::vector<double> fraction, fraction_one, kv_rate, kv_rate_one;
   std::array<std::vector<double>, 2 * kBlocks> paged_ratio;
@@ -323,7 +331,12 @@ BENCHMARK(BM_DecodeContiguous)->Unit(benchmark::kMillisecond)->UseRealTime()->Mi
 BENCHMARK(BM_DecodeContiguousOneThread)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(2.0);
 BENCHMARK(BM_DecodeSideBySide)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(1);
 BENCHMARK(BM_PrefillContiguous)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(2.0);
-BENCHMARK(BM_DecodePaged)->RangeMultiplier(2)->Range(1, 256)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(2.0);
+BENCHMARK(BM_DecodePaged)
+    ->RangeMultiplier(2)
+    ->Range(1, 256)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime()
+    ->MinTime(2.0);
 
 }  // namespace
 
@@ -335,7 +348,8 @@ int main(int argc, char** argv) {
   benchmark::AddCustomContext("memory_read_bandwidth_bytes_per_s", std::to_string(g_bandwidth));
   benchmark::AddCustomContext("memory_read_bandwidth_one_thread_bytes_per_s", std::to_string(g_bandwidth_one_thread));
   benchmark::AddCustomContext("threads", std::to_string(default_thread_pool().size()));
-  benchmark::AddCustomContext("geometry", "llama-3-8b: 32 q / 8 kv heads, head_dim 128, fp16 KV, batch 32, context 4096");
+  benchmark::AddCustomContext("geometry",
+                              "llama-3-8b: 32 q / 8 kv heads, head_dim 128, fp16 KV, batch 32, context 4096");
   benchmark::AddCustomContext("device", "host");
   benchmark::AddCustomContext("kvlab_git_revision", KVLAB_GIT_REVISION);
   benchmark::RunSpecifiedBenchmarks();

@@ -5,14 +5,14 @@
 
 #include <thread>
 
-#define KVLAB_BENCHMARK_MAIN()                                                                  \
-  int main(int argc, char** argv) {                                                            \
-    benchmark::Initialize(&argc, argv);                                                        \
-    if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;                          \
-    benchmark::AddCustomContext("kvlab_git_revision", KVLAB_GIT_REVISION);                    \
-    benchmark::AddCustomContext("device", "host");                                             \
+#define KVLAB_BENCHMARK_MAIN()                                                                        \
+  int main(int argc, char** argv) {                                                                   \
+    benchmark::Initialize(&argc, argv);                                                               \
+    if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;                                 \
+    benchmark::AddCustomContext("kvlab_git_revision", KVLAB_GIT_REVISION);                            \
+    benchmark::AddCustomContext("device", "host");                                                    \
     benchmark::AddCustomContext("host_threads", std::to_string(std::thread::hardware_concurrency())); \
-    benchmark::RunSpecifiedBenchmarks();                                                       \
-    benchmark::Shutdown();                                                                     \
-    return 0;                                                                                  \
+    benchmark::RunSpecifiedBenchmarks();                                                              \
+    benchmark::Shutdown();                                                                            \
+    return 0;                                                                                         \
   }

@@ -326,7 +326,8 @@ void BM_CudaMapUnmap(benchmark::State& state) {
       }
       auto t1 = std::chrono::steady_clock::now();
       driver->synchronize();
-      for (int i = 0; i < pages; ++i) driver->unmap(static_cast<char*>(base) + static_cast<std::size_t>(i) * page, page);
+      for (int i = 0; i < pages; ++i)
+        driver->unmap(static_cast<char*>(base) + static_cast<std::size_t>(i) * page, page);
       auto t2 = std::chrono::steady_clock::now();
       map_s += std::chrono::duration<double>(t1 - t0).count();
       unmap_s += std::chrono::duration<double>(t2 - t1).count();
@@ -358,14 +359,16 @@ int main(int argc, char** argv) {
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   benchmark::AddCustomContext("kvlab_git_revision", KVLAB_GIT_REVISION);
-  benchmark::AddCustomContext("device", cuda_status().available ? cuda_status().device_name : "none: " + cuda_status().message);
+  benchmark::AddCustomContext("device",
+                              cuda_status().available ? cuda_status().device_name : "none: " + cuda_status().message);
   if (cuda_status().available) {  // the yardstick: device-to-device copy bandwidth (read + write)
     const std::size_t bytes = std::size_t{1} << 30;
     void *a = nullptr, *b = nullptr;
     cudaMalloc(&a, bytes);
     cudaMalloc(&b, bytes);
     double best = 0;
-    for (int i = 0; i < 5; ++i) best = std::max(best, 2.0 * bytes / timed([&] { cudaMemcpy(b, a, bytes, cudaMemcpyDeviceToDevice); }));
+    for (int i = 0; i < 5; ++i)
+      best = std::max(best, 2.0 * bytes / timed([&] { cudaMemcpy(b, a, bytes, cudaMemcpyDeviceToDevice); }));
     g_bandwidth = best;
     cudaFree(a);
     cudaFree(b);

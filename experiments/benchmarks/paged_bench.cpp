@@ -88,7 +88,8 @@ void BM_PagedPrepareBatch(benchmark::State& state) {
   std::iota(ids.begin(), ids.end(), 0);
   for (SeqId id : ids) b.admit(id, {4096, 4096}, 4096);
   for (auto _ : state) benchmark::DoNotOptimize(b.prepare_batch(ids));
-  state.counters["table_entries"] = static_cast<double>(batch) * static_cast<double>((4096 + block_size - 1) / block_size);
+  state.counters["table_entries"] =
+      static_cast<double>(batch) * static_cast<double>((4096 + block_size - 1) / block_size);
 }
 BENCHMARK(BM_PagedPrepareBatch)->Args({32, 16})->Args({256, 16})->Args({32, 1})->Args({256, 256});
 
@@ -132,8 +133,7 @@ void BM_PrefixLookup(benchmark::State& state, const std::string& mode, std::int6
 const bool registered_prefix_lookup = [] {
   for (const std::string mode : {"hash", "radix"})
     for (const std::int64_t len : {256, 2048, 16384}) {
-      const std::string name =
-          "BM_PrefixLookup/" + mode + "/" + std::to_string(len);
+      const std::string name = "BM_PrefixLookup/" + mode + "/" + std::to_string(len);
       benchmark::RegisterBenchmark(name.c_str(), BM_PrefixLookup, mode, len);
     }
   return true;
@@ -163,8 +163,8 @@ void BM_ReplayAzureConversation(benchmark::State& state, const std::string& back
     tokens = r.summary.prompt_tokens + r.summary.generated_tokens;
     benchmark::DoNotOptimize(r.summary.makespan_s);
   }
-  state.counters["simulated_tokens_per_s"] =
-      benchmark::Counter(static_cast<double>(tokens) * static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
+  state.counters["simulated_tokens_per_s"] = benchmark::Counter(
+      static_cast<double>(tokens) * static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
 }
 
 const bool registered_replay = [] {

@@ -102,17 +102,20 @@ struct Case {
   const char* name;
   std::size_t page;  // vmm page bytes (0: not vmm)
 };
-constexpr Case kCases[] = {{"contiguous-max", 0}, {"vmm-64k", 64 * kKiB}, {"vmm-2m", 2 * kMiB}, {"vmm-64k-mega", 64 * kKiB}};
+constexpr Case kCases[] = {
+    {"contiguous-max", 0}, {"vmm-64k", 64 * kKiB}, {"vmm-2m", 2 * kMiB}, {"vmm-64k-mega", 64 * kKiB}};
 
 std::unique_ptr<KvBackend> make(const Case& c, std::int64_t max_len, int max_batch) {
   const ModelGeometry m = bench_model();
-  const std::size_t need = static_cast<std::size_t>(max_batch) * static_cast<std::size_t>(max_len) * m.kv_bytes_per_token();
+  const std::size_t need =
+      static_cast<std::size_t>(max_batch) * static_cast<std::size_t>(max_len) * m.kv_bytes_per_token();
   BackendOptions o;
   o.model = m;
   o.max_seq_len = max_len;
   o.memory = &host_memory_resource();
-  o.capacity_bytes = c.page == 0 ? need + kMiB
-                                 : need + 2 * static_cast<std::size_t>(m.num_layers) * c.page * static_cast<std::size_t>(max_batch);
+  o.capacity_bytes =
+      c.page == 0 ? need + kMiB
+                  : need + 2 * static_cast<std::size_t>(m.num_layers) * c.page * static_cast<std::size_t>(max_batch);
   return make_backend(c.name, o);
 }
 
@@ -166,7 +169,8 @@ void BM_DecodeAttention(benchmark::State& state) {
     host_attention(p, view, pool);
     benchmark::DoNotOptimize(out.data());
   }
-  const double kv_bytes = static_cast<double>(kBatch * kLen) * static_cast<double>(b->model().kv_bytes_per_token_per_layer());
+  const double kv_bytes =
+      static_cast<double>(kBatch * kLen) * static_cast<double>(b->model().kv_bytes_per_token_per_layer());
   state.counters["KV_GBps"] = benchmark::Counter(kv_bytes, benchmark::Counter::kIsIterationInvariantRate);
 }
 BENCHMARK(BM_DecodeAttention)

@@ -17,7 +17,7 @@ namespace kvlab::fig {
 namespace {
 // The paper's Fig. 13, Orca Max / Pow2 / Oracle / vLLM (OPT-13B, one A100-40GB).
 constexpr std::array<double, 4> kPaperShareGpt = {7.00, 9.81, 13.62, 30.42};  // ShareGPT, 2 req/s
-constexpr std::array<double, 4> kPaperAlpaca = {7.00, 43.24, 72.75, 132.44};   // Alpaca, 30 req/s
+constexpr std::array<double, 4> kPaperAlpaca = {7.00, 43.24, 72.75, 132.44};  // Alpaca, 30 req/s
 
 struct Workload {
   std::string label;        ///< our workload
@@ -30,7 +30,8 @@ std::vector<Workload> workloads(const FigureContext& ctx) {
   const std::int64_t n = ctx.full ? 3000 : 400;
   std::vector<Workload> w;
   w.push_back({"ShareGPT (shared trace) @ 2 req/s", "ShareGPT @ 2 req/s", kPaperShareGpt, orca_sharegpt(ctx)});
-  w.push_back({"ShareGPT (vLLM's lengths) @ 2 req/s", "ShareGPT @ 2 req/s", kPaperShareGpt, sharegpt_vllm_lengths(2.0, n)});
+  w.push_back(
+      {"ShareGPT (vLLM's lengths) @ 2 req/s", "ShareGPT @ 2 req/s", kPaperShareGpt, sharegpt_vllm_lengths(2.0, n)});
   w.push_back({"Alpaca-like @ 30 req/s", "Alpaca @ 30 req/s", kPaperAlpaca, alpaca_like(30.0, n)});
   return w;
 }
@@ -69,7 +70,8 @@ std::pair<double, double> kv_ratios(const std::vector<Workload>& ws) {
 /// Per workload, the reservation systems that batch within 5 % of paging (the last system, the
 /// layout memory bounds least): for them the offered load, not the KV layout, bounds the batch.
 std::string load_bound(const std::vector<Workload>& ws, const std::vector<OrcaVsVllm>& rs, Facts& f) {
-  const std::string within = f.quote("near paging: within this % of its batch", 5, 0, "setup: this figure's reading rule");
+  const std::string within =
+      f.quote("near paging: within this % of its batch", 5, 0, "setup: this figure's reading rule");
   std::string s;
   for (std::size_t i = 0; i < ws.size(); ++i) {
     const double paged = rs[i].results.back().mean_batch;
@@ -98,10 +100,11 @@ std::string outside_20pct(const std::vector<Workload>& ws, const std::vector<Orc
       ++outside;
       names += fmt::format("{}{} on {} ({:+.1f} %)", names.empty() ? "" : "; ", rs[i].labels[j], ws[i].label, err);
     }
-  return fmt::format("Rows more than {} % from the paper: {} of {}{}{}.",
-                     f.quote("far from the paper: relative error beyond this %", 20, 0, "setup: this figure's reading rule"),
-                     f.quote("rows far from the paper", outside, 0, "this run (data.csv's relative_error_pct)"),
-                     f.quote("rows", rows, 0, "data.csv"), outside ? ": " : "", names);
+  return fmt::format(
+      "Rows more than {} % from the paper: {} of {}{}{}.",
+      f.quote("far from the paper: relative error beyond this %", 20, 0, "setup: this figure's reading rule"),
+      f.quote("rows far from the paper", outside, 0, "this run (data.csv's relative_error_pct)"),
+      f.quote("rows", rows, 0, "data.csv"), outside ? ": " : "", names);
 }
 
 /// Paging with unbounded KV memory on every workload, against the table's 12 GB: what memory costs
@@ -118,15 +121,17 @@ std::vector<ReplaySummary> unbounded_paging(const FigureContext& ctx, const std:
 
 std::string memory_vs_time(const std::vector<Workload>& ws, const std::vector<OrcaVsVllm>& rs,
                            const std::vector<ReplaySummary>& unbounded, Facts& f) {
-  std::string out = fmt::format("with {} TiB of KV instead of {} GB it batches ", f.quote("unbounded KV (TiB)", 1, 0, "setup"),
-                                f.quote("KV capacity (GB)", 12, 0, "setup: the paper's 12 GB on an A100-40GB"));
+  std::string out =
+      fmt::format("with {} TiB of KV instead of {} GB it batches ", f.quote("unbounded KV (TiB)", 1, 0, "setup"),
+                  f.quote("KV capacity (GB)", 12, 0, "setup: the paper's 12 GB on an A100-40GB"));
   for (std::size_t i = 0; i < ws.size(); ++i) {
     const ReplaySummary& u = unbounded[i];
     out += fmt::format("{}{:.2f} (12 GB: {:.2f}, {} preemptions) on {}", i ? "; " : "", u.mean_batch,
                        rs[i].results.back().mean_batch, rs[i].results.back().preemptions, ws[i].label);
   }
-  return out + ". Where the two agree, memory is not what bounds paging and its row measures the modelled step "
-               "time; where they differ, memory does.";
+  return out +
+         ". Where the two agree, memory is not what bounds paging and its row measures the modelled step "
+         "time; where they differ, memory does.";
 }
 
 std::string notes(const std::vector<Workload>& ws, const std::vector<OrcaVsVllm>& rs, const std::string& memory_time,
@@ -158,7 +163,8 @@ std::string notes(const std::vector<Workload>& ws, const std::vector<OrcaVsVllm>
       "of our workloads is the paper's trace. The paper sampled ShareGPT conversations with the OPT tokenizer "
       "(Fig. 11: mean {} input / {} output tokens); the shared trace "
       "(sharegpt_8k_filtered_stats_llama2_tokenizer.csv) is Llama-2 tokenized and multi-turn, so even after "
-      "vLLM's benchmark filter (prompt <= {}, prompt + output <= {} tokens) its requests are longer: a request holds {}x the KV at its end (prompt + output "
+      "vLLM's benchmark filter (prompt <= {}, prompt + output <= {} tokens) its requests are longer: a request holds "
+      "{}x the KV at its end (prompt + output "
       "tokens) and {}x the KV-time over its decode steps of one with the paper's means, which caps the batch "
       "by memory. \"vLLM's lengths\" rows draw lognormal lengths with only the paper's means ({} / {}); the "
       "Alpaca-like rows use alpaca_like() as it was (lognormal, the same sigmas, mu set for means of about {} / {} "
@@ -174,10 +180,12 @@ std::string notes(const std::vector<Workload>& ws, const std::vector<OrcaVsVllm>
       f.quote("decode attention, overhead per layer (us)", 1e6 * clock.attention_layer_overhead_s, 1,
               "device model a100-40gb (clock sources line)"),
       memory, f.quote("KV capacity (GB)", 12, 0, "setup: the paper's 12 GB on an A100-40GB"), prompt, output,
-      f.quote("filter: max prompt tokens", 1024, 0, filter), f.quote("filter: max prompt + output tokens", 2048, 0, filter),
+      f.quote("filter: max prompt tokens", 1024, 0, filter),
+      f.quote("filter: max prompt + output tokens", 2048, 0, filter),
       f.quote("KV at a request's end, shared trace / vLLM's lengths", end_ratio, 2, "this run's workloads"),
-      f.quote("KV-time over decode, shared trace / vLLM's lengths", life_ratio, 2, "this run's workloads"), prompt, output,
-      f.quote("alpaca_like() mean prompt tokens (about)", 19, 0, sigma), f.quote("alpaca_like() mean output tokens (about)", 57, 0, sigma),
+      f.quote("KV-time over decode, shared trace / vLLM's lengths", life_ratio, 2, "this run's workloads"), prompt,
+      output, f.quote("alpaca_like() mean prompt tokens (about)", 19, 0, sigma),
+      f.quote("alpaca_like() mean output tokens (about)", 57, 0, sigma),
       f.quote("alpaca_like() prompt clamp", 512, 0, sigma), f.quote("alpaca_like() output clamp", 1024, 0, sigma),
       f.quote("paper's Alpaca mean input tokens", kVllmAlpacaMeanPrompt, 2, vllm),
       f.quote("paper's Alpaca mean output tokens", kVllmAlpacaMeanOutput, 2, vllm), load_bound(ws, rs, f),
@@ -187,8 +195,8 @@ std::string notes(const std::vector<Workload>& ws, const std::vector<OrcaVsVllm>
 
 void batch_size(const FigureContext& ctx) {
   const std::vector<Workload> ws = workloads(ctx);
-  Table t{{"workload", "paper_panel", "system", "backend", "mean_batch", "paper_mean_batch",
-           "relative_error_pct", "max_batch", "preemptions", "mean_batch_1tib_kv"}};
+  Table t{{"workload", "paper_panel", "system", "backend", "mean_batch", "paper_mean_batch", "relative_error_pct",
+           "max_batch", "preemptions", "mean_batch_1tib_kv"}};
   std::vector<OrcaVsVllm> rs;
   const std::vector<ReplaySummary> unbounded = unbounded_paging(ctx, ws);
   for (std::size_t k = 0; k < ws.size(); ++k) {
@@ -200,14 +208,21 @@ void batch_size(const FigureContext& ctx) {
              std::to_string(r.results[i].preemptions),
              r.backends[i] == "paged-16" ? fixed(unbounded[k].mean_batch) : "n/a"});
   }
-  ReadmeText text{"batch-size", "vLLM (SOSP'23) Figure 13: average number of batched requests",
-                  "OPT-13B, 12 GB of KV cache (A100-40GB), FCFS continuous batching as vLLM v0 scheduled it (prompt steps and decode steps apart, at most 256 sequences and 2560 tokens a step, its CPU time per step), recompute preemption; Orca "
-                  "Max / Pow2 / Oracle reservations in a buddy allocator and paging (block 16) on three workloads: the shared ShareGPT "
-                  "trace at 2 req/s (filtered first as vLLM's benchmarks sample ShareGPT: prompts of at most 1024 tokens, "
-                  "prompt + output within OPT's 2048-token context; Poisson arrivals "
-                  "drawn after the filter), lognormal lengths with the means vLLM reports for its ShareGPT sample "
-                  "at 2 req/s, and Alpaca-like lengths at 30 req/s",
-                  modelled_a100(), "", clock_sources(a100_40gb().device)};
+  ReadmeText text{
+      "batch-size",
+      "vLLM (SOSP'23) Figure 13: average number of batched requests",
+      "OPT-13B, 12 GB of KV cache (A100-40GB), FCFS continuous batching as vLLM v0 scheduled it (prompt steps and "
+      "decode steps apart, at most 256 sequences and 2560 tokens a step, its CPU time per step), recompute preemption; "
+      "Orca "
+      "Max / Pow2 / Oracle reservations in a buddy allocator and paging (block 16) on three workloads: the shared "
+      "ShareGPT "
+      "trace at 2 req/s (filtered first as vLLM's benchmarks sample ShareGPT: prompts of at most 1024 tokens, "
+      "prompt + output within OPT's 2048-token context; Poisson arrivals "
+      "drawn after the filter), lognormal lengths with the means vLLM reports for its ShareGPT sample "
+      "at 2 req/s, and Alpaca-like lengths at 30 req/s",
+      modelled_a100(),
+      "",
+      clock_sources(a100_40gb().device)};
   text.notes = notes(ws, rs, memory_vs_time(ws, rs, unbounded, text.facts), text.facts);
   publish(ctx, text, t);
 }

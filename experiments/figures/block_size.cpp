@@ -29,7 +29,8 @@ struct Workload {
 double saturation_rate(const FigureContext& ctx, const std::function<std::vector<Request>(double)>& make,
                        const std::vector<double>& rates) {
   std::vector<double> lat;
-  for (double r : rates) lat.push_back(run(ctx, "paged-16", opt13b_12gb(), make(r), a100_40gb()).summary.mean_normalized_latency_s);
+  for (double r : rates)
+    lat.push_back(run(ctx, "paged-16", opt13b_12gb(), make(r), a100_40gb()).summary.mean_normalized_latency_s);
   return crossing_rate(rates, lat, kSaturationLatencyFactor * lat.front());
 }
 
@@ -37,9 +38,7 @@ struct Point {
   int block = 0;
   ReplaySummary s;
   [[nodiscard]] double latency() const { return s.mean_normalized_latency_s; }
-  [[nodiscard]] double waste() const {
-    return s.mean_fractions.internal_fragmentation + s.mean_fractions.reserved;
-  }
+  [[nodiscard]] double waste() const { return s.mean_fractions.internal_fragmentation + s.mean_fractions.reserved; }
 };
 
 /// The offered rate over the sustained one, as data.csv holds it ("2.09"; "n/a" without a sustained rate).
@@ -64,15 +63,16 @@ std::string verdict(const Workload& w, const std::vector<Point>& pts, Facts& f) 
       "block {} ({:.4f} s/token), {} the paper's best range {}-{}; within {:.0f} % of it: "
       "blocks {}. Block {} is {} % and block {} {} % from the lowest; block-tail waste (internal + "
       "reserved) {} % at block {}, {} % at block {}. Small-block side of the trade-off: {}; large-block side: {}.",
-      w.label, load_ratio(w) == "n/a" ? "n/a" : load_ratio(w) + "x", fixed(w.saturation, 3), fixed(pts[4].s.mean_ttft_s, 1), best.block, best.latency(), inside ? "inside" : "outside", w.paper_best_lo, w.paper_best_hi,
-      100 * kNearBest, near, first.block,
+      w.label, load_ratio(w) == "n/a" ? "n/a" : load_ratio(w) + "x", fixed(w.saturation, 3),
+      fixed(pts[4].s.mean_ttft_s, 1), best.block, best.latency(), inside ? "inside" : "outside", w.paper_best_lo,
+      w.paper_best_hi, 100 * kNearBest, near, first.block,
       with_sign(f.quote(fmt::format("{}: block {} latency vs the lowest (%)", w.label, first.block),
                         100 * relative_error(first.latency(), best.latency()), 1, "this run (latency_vs_best)")),
       last.block,
       with_sign(f.quote(fmt::format("{}: block {} latency vs the lowest (%)", w.label, last.block),
                         100 * relative_error(last.latency(), best.latency()), 1, "this run (latency_vs_best)")),
-      pct(first.waste()), first.block, pct(last.waste()),
-      last.block, small_side ? "present (small blocks are slower)" : "absent in this clock (small blocks are not slower)",
+      pct(first.waste()), first.block, pct(last.waste()), last.block,
+      small_side ? "present (small blocks are slower)" : "absent in this clock (small blocks are not slower)",
       large_side ? "present (large blocks are slower)" : "absent (large blocks are not slower)");
 }
 
@@ -82,10 +82,10 @@ void add_rows(Table& t, const Workload& w, const std::vector<Point>& pts) {
   for (const Point& p : pts) {
     const ReplaySummary& s = p.s;
     t.add({w.label, fixed(w.rate, 3), fixed(w.saturation, 3), load_ratio(w), std::to_string(p.block),
-           fixed(s.mean_normalized_latency_s, 4),
-           fixed(best > 0 ? p.latency() / best : 0, 3), fixed(s.mean_ttft_s, 3), pct(s.mean_fractions.token_states),
-           pct(s.mean_fractions.reserved), pct(s.mean_fractions.internal_fragmentation), pct(p.waste()),
-           fixed(s.mean_batch), std::to_string(s.preemptions)});
+           fixed(s.mean_normalized_latency_s, 4), fixed(best > 0 ? p.latency() / best : 0, 3), fixed(s.mean_ttft_s, 3),
+           pct(s.mean_fractions.token_states), pct(s.mean_fractions.reserved),
+           pct(s.mean_fractions.internal_fragmentation), pct(p.waste()), fixed(s.mean_batch),
+           std::to_string(s.preemptions)});
   }
 }
 
@@ -103,37 +103,39 @@ void block_size(const FigureContext& ctx) {
       {"ShareGPT @ 2 req/s", sharegpt_at(2.0), 16, 128, 2.0, sharegpt_sat},
       {fmt::format("ShareGPT @ {} req/s", fixed(below, 3)), sharegpt_at(below), 16, 128, below, sharegpt_sat},
       {"Alpaca-like @ 30 req/s", alpaca_at(30.0), 16, 32, 30.0, alpaca_sat}};
-  Table t{{"workload", "request_rate_per_s", "saturation_rate_per_s", "load_vs_saturation_ratio", "block_size", "mean_normalized_latency_s", "latency_vs_best_ratio", "ttft_mean_s",
-           "token_states_pct", "reserved_pct", "internal_fragmentation_pct", "block_tail_waste_pct", "mean_batch",
-           "preemptions"}};
+  Table t{{"workload", "request_rate_per_s", "saturation_rate_per_s", "load_vs_saturation_ratio", "block_size",
+           "mean_normalized_latency_s", "latency_vs_best_ratio", "ttft_mean_s", "token_states_pct", "reserved_pct",
+           "internal_fragmentation_pct", "block_tail_waste_pct", "mean_batch", "preemptions"}};
   std::string verdicts;
   Facts facts;
   for (const Workload& w : workloads) {
     std::vector<Point> pts;
-    for (int b : kSizes) pts.push_back({b, run(ctx, fmt::format("paged-{}", b), opt13b_12gb(), w.requests, a100_40gb()).summary});
+    for (int b : kSizes)
+      pts.push_back({b, run(ctx, fmt::format("paged-{}", b), opt13b_12gb(), w.requests, a100_40gb()).summary});
     add_rows(t, w, pts);
     verdicts += verdict(w, pts, facts) + "\n";
   }
-  publish(ctx,
-          {"block-size", "vLLM (SOSP'23) Figure 18b: latency and fragmentation against block size",
-           "OPT-13B, 12 GB of KV, vLLM v0 scheduling (prompt steps and decode steps apart, its CPU time per step), paged backend at block sizes 1..256; ShareGPT lengths (filtered as "
-           "vLLM's benchmarks sample ShareGPT, prompts of at most 1024 tokens and prompt + output within OPT's 2048, "
-           "before arrivals are drawn) at 2 req/s (the paper's load) and at half paged-16's sustained rate, and "
-           "Alpaca-like lengths (lognormal, means ~19 / ~58 tokens) at 30 req/s; `saturation_rate_per_s` is paged-16's "
-           "sustained rate on the same lengths (request-rate's rule: where its normalized latency passes 4x its "
-           "latency at the lowest rate of a sweep), `load_vs_saturation_ratio` the offered rate over it",
-           modelled_a100(),
-           fmt::format(
-               "Paper: block sizes 16 to 128 are best on ShareGPT, 16 to 32 on Alpaca; smaller blocks lose on GPU "
-               "kernel efficiency (more block-table lookups, less parallelism per block), larger ones on internal "
-               "fragmentation. Ours, read from the table above (`latency_vs_best_ratio` = latency / "
-               "the workload's lowest; a block size counts as near the best within {:.0f} %, a rule fixed before "
-               "looking at the data):\n\n{}\n"
-               "Whether small blocks cost latency here depends only on whether the clock charges anything per "
-               "block (see the clock sources); the host-measured kernel side is in `kernel-overhead`.",
-               100 * kNearBest, verdicts),
-           clock_sources(a100_40gb().device), facts},
-          t);
+  publish(
+      ctx,
+      {"block-size", "vLLM (SOSP'23) Figure 18b: latency and fragmentation against block size",
+       "OPT-13B, 12 GB of KV, vLLM v0 scheduling (prompt steps and decode steps apart, its CPU time per step), paged "
+       "backend at block sizes 1..256; ShareGPT lengths (filtered as "
+       "vLLM's benchmarks sample ShareGPT, prompts of at most 1024 tokens and prompt + output within OPT's 2048, "
+       "before arrivals are drawn) at 2 req/s (the paper's load) and at half paged-16's sustained rate, and "
+       "Alpaca-like lengths (lognormal, means ~19 / ~58 tokens) at 30 req/s; `saturation_rate_per_s` is paged-16's "
+       "sustained rate on the same lengths (request-rate's rule: where its normalized latency passes 4x its "
+       "latency at the lowest rate of a sweep), `load_vs_saturation_ratio` the offered rate over it",
+       modelled_a100(),
+       fmt::format("Paper: block sizes 16 to 128 are best on ShareGPT, 16 to 32 on Alpaca; smaller blocks lose on GPU "
+                   "kernel efficiency (more block-table lookups, less parallelism per block), larger ones on internal "
+                   "fragmentation. Ours, read from the table above (`latency_vs_best_ratio` = latency / "
+                   "the workload's lowest; a block size counts as near the best within {:.0f} %, a rule fixed before "
+                   "looking at the data):\n\n{}\n"
+                   "Whether small blocks cost latency here depends only on whether the clock charges anything per "
+                   "block (see the clock sources); the host-measured kernel side is in `kernel-overhead`.",
+                   100 * kNearBest, verdicts),
+       clock_sources(a100_40gb().device), facts},
+      t);
 }
 }  // namespace
 

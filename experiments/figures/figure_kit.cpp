@@ -105,13 +105,9 @@ void write_readme(const FigureContext& ctx, const ReadmeText& text, const Table&
     << "- scale: " << (ctx.full ? "paper (--full)" : "smoke (default; --full for paper scale)") << "\n"
     << "- machine: " << machine() << "\n";
   if (ctx.device != nullptr) f << "- device: " << ctx.device->describe() << "\n";
-  f
-    << "- device and clock: " << text.clock << "\n";
+  f << "- device and clock: " << text.clock << "\n";
   if (!text.clock_sources.empty()) f << "- clock sources: " << text.clock_sources << "\n";
-  f
-    << "- setup: " << text.setup << "\n\n"
-    << table.markdown() << "\n"
-    << text.notes << "\n\n";
+  f << "- setup: " << text.setup << "\n\n" << table.markdown() << "\n" << text.notes << "\n\n";
   if (const Table claims = text.facts.claims(); !claims.rows.empty())
     f << "Claims against the paper, ours from the data above (facts.csv):\n\n" << claims.markdown() << "\n";
   f << "Files: `data.csv` (the table above), "
@@ -124,7 +120,8 @@ void write_readme(const FigureContext& ctx, const ReadmeText& text, const Table&
 void plot(const FigureContext& ctx, const std::string& name) {
   std::string error;
   switch (run_plot_script({"figure", name, ctx.out.string(), "--format", ctx.formats}, /*quiet=*/false, &error)) {
-    case PlotOutcome::drawn: return;
+    case PlotOutcome::drawn:
+      return;
     case PlotOutcome::failed: {
       std::error_code ec;
       for (const char* ext : {".png", ".pdf", ".svg"})  // what a failed script left is no plot
@@ -134,13 +131,14 @@ void plot(const FigureContext& ctx, const std::string& name) {
                                      shell_quote(ctx.out.string()), error));
     }
     case PlotOutcome::no_python:
-      std::cerr << fmt::format("kvlab figure: no python3 with matplotlib; {}.png not drawn (scripts/setup.sh installs it)\n",
-                               name);
+      std::cerr << fmt::format(
+          "kvlab figure: no python3 with matplotlib; {}.png not drawn (scripts/setup.sh installs it)\n", name);
       return;
     case PlotOutcome::no_script:
-      std::cerr << fmt::format("kvlab figure: warning: scripts/plot.py not found beside kvlab or in its source tree "
-                               "(set KVLAB_PLOT_SCRIPT); {}.png not drawn, the data stand\n",
-                               name);
+      std::cerr << fmt::format(
+          "kvlab figure: warning: scripts/plot.py not found beside kvlab or in its source tree "
+          "(set KVLAB_PLOT_SCRIPT); {}.png not drawn, the data stand\n",
+          name);
   }
 }
 
@@ -284,18 +282,20 @@ ReplayConfig a100_40gb() {
 
 std::string modelled_a100() {
   const DeviceModel d = a100_40gb().device;
-  return fmt::format("modelled: per-operation clock on the `{}` device model ({:.4g} TB/s, {:.4g} TFLOP/s; "
-                     "docs/clock.md); no GPU was used",
-                     d.name, d.memory_bandwidth / 1e12, d.peak_flops / 1e12);
+  return fmt::format(
+      "modelled: per-operation clock on the `{}` device model ({:.4g} TB/s, {:.4g} TFLOP/s; "
+      "docs/clock.md); no GPU was used",
+      d.name, d.memory_bandwidth / 1e12, d.peak_flops / 1e12);
 }
 
 std::string clock_sources(const DeviceModel& d) {
   // Every number and every source comes from the device model itself (its file names a source for
   // each constant), so a README can never cite a source the clock did not use.
-  return fmt::format("device model `{}` ({}; memory_bandwidth {:.4g} TB/s, peak_flops {:.4g} TFLOP/s, host_bandwidth "
-                     "{:.4g} GB/s; formulas in docs/clock.md); sources: {}",
-                     d.name, d.origin.empty() ? "built in code" : d.origin, d.memory_bandwidth / 1e12,
-                     d.peak_flops / 1e12, d.host_bandwidth / 1e9, describe_sources(d));
+  return fmt::format(
+      "device model `{}` ({}; memory_bandwidth {:.4g} TB/s, peak_flops {:.4g} TFLOP/s, host_bandwidth "
+      "{:.4g} GB/s; formulas in docs/clock.md); sources: {}",
+      d.name, d.origin.empty() ? "built in code" : d.origin, d.memory_bandwidth / 1e12, d.peak_flops / 1e12,
+      d.host_bandwidth / 1e9, describe_sources(d));
 }
 
 std::vector<double> geometric_rates(double from, double to, int n) {

@@ -128,7 +128,8 @@ inline constexpr double kVllmAlpacaMeanPrompt = 19.31, kVllmAlpacaMeanOutput = 5
 /// linearly between the last point at or below it and the first above and rounded to 3 decimals
 /// (as the figures print it, so what a README derives from it follows from the file); NaN when
 /// the first point is above already, +inf when none is.
-[[nodiscard]] double crossing_rate(const std::vector<double>& rates, const std::vector<double>& latency, double threshold);
+[[nodiscard]] double crossing_rate(const std::vector<double>& rates, const std::vector<double>& latency,
+                                   double threshold);
 /// The normalized latency at which a rate counts as sustained: this many times the latency at the
 /// lowest rate swept (the unloaded latency); past it, queueing dominates (request-rate, block-size).
 inline constexpr double kSaturationLatencyFactor = 4.0;

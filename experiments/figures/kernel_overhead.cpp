@@ -102,7 +102,8 @@ Measured measure(const FigureContext& ctx, const ModelGeometry& m, const std::st
   o.max_seq_len = std::max<std::int64_t>(8192, pt.context);
   o.capacity_bytes = static_cast<std::size_t>(pt.batch) * (pt.context + 512) * m.kv_bytes_per_token();
   if (backend == "vmm-2m")  // at least one 2 MiB page per sequence for each layer's K and V
-    o.capacity_bytes = std::max(o.capacity_bytes, static_cast<std::size_t>(pt.batch + 1) * 2 * m.num_layers * (2 << 20));
+    o.capacity_bytes =
+        std::max(o.capacity_bytes, static_cast<std::size_t>(pt.batch + 1) * 2 * m.num_layers * (2 << 20));
   o.memory = ctx.device != nullptr ? &ctx.device->memory() : &host_memory_resource();
   o.device = ctx.device;
   auto b = make_backend(backend, o);
@@ -155,18 +156,22 @@ Scale scale_of(const FigureContext& ctx) {
 }
 
 std::string clock_text(const FigureContext& ctx, int reps) {
-  const std::string spread = fmt::format("latency_ms is the median of {} runs after a warm-up, min/q1/q3/max their "
-                                         "spread (a ratio within the spread is noise)", reps);
+  const std::string spread = fmt::format(
+      "latency_ms is the median of {} runs after a warm-up, min/q1/q3/max their "
+      "spread (a ratio within the spread is noise)",
+      reps);
   switch (device_of(ctx)) {
     case Device::cuda:
-      return fmt::format("measured on {} with kvlab's CUDA attention kernel and{} FlashInfer's (the kernel column: "
-                         "flashinfer-ragged is its non-paged kernel over a contiguous view, flashinfer-paged its paged "
-                         "kernel, over a contiguous view cut into 16-token logical pages) over device memory, timed by "
-                         "CUDA events: {}",
-                         ctx.device->describe(), flashinfer_built() ? "" : " (not built into this binary)", spread);
+      return fmt::format(
+          "measured on {} with kvlab's CUDA attention kernel and{} FlashInfer's (the kernel column: "
+          "flashinfer-ragged is its non-paged kernel over a contiguous view, flashinfer-paged its paged "
+          "kernel, over a contiguous view cut into 16-token logical pages) over device memory, timed by "
+          "CUDA events: {}",
+          ctx.device->describe(), flashinfer_built() ? "" : " (not built into this binary)", spread);
     case Device::emulated:
       return "the CUDA code path on the emulated GPU (driver double, CUDA kernels under the SIMT emulator): it proves "
-             "the path; the times are the emulator's and say nothing about a GPU; " + spread;
+             "the path; the times are the emulator's and say nothing about a GPU; " +
+             spread;
     case Device::host:
       break;
   }
@@ -179,8 +184,8 @@ void kernel_overhead(const FigureContext& ctx) {
   m.name = "llama-3-8b (1 layer)";
   m.num_layers = 1;
   const Scale sc = scale_of(ctx);
-  Table t{{"kernels", "kernel", "phase", "context_tokens", "backend", "latency_ms", "min_ms", "q1_ms", "q3_ms", "max_ms", "runs",
-           "latency_vs_contiguous_ratio"}};
+  Table t{{"kernels", "kernel", "phase", "context_tokens", "backend", "latency_ms", "min_ms", "q1_ms", "q3_ms",
+           "max_ms", "runs", "latency_vs_contiguous_ratio"}};
   // On a GPU kvlab's kernel and FlashInfer's (where built: its ragged kernel over the contiguous
   // and vmm views, then its paged kernel over every view) on the same views; elsewhere kvlab's only.
   std::vector<GpuKernel> kernels{GpuKernel::kvlab};
@@ -212,7 +217,8 @@ void kernel_overhead(const FigureContext& ctx) {
   const std::string claims = fmt::format(
       "Paper (GPU): the paged attention kernel is {}-{} % slower than FasterTransformer's contiguous one (vLLM) and "
       "paged prefill up to {}-{} % slower (vAttention). ",
-      f.quote("vLLM: paged kernel slowdown, low (%)", 20, 0, vllm), f.quote("vLLM: paged kernel slowdown, high (%)", 26, 0, vllm),
+      f.quote("vLLM: paged kernel slowdown, low (%)", 20, 0, vllm),
+      f.quote("vLLM: paged kernel slowdown, high (%)", 26, 0, vllm),
       f.quote("vAttention: paged prefill slowdown, low (%)", 37, 0, vattention),
       f.quote("vAttention: paged prefill slowdown, high (%)", 42, 0, vattention));
   for (const auto& [phase, ratio] : paged16_vs_contiguous)
@@ -228,10 +234,11 @@ void kernel_overhead(const FigureContext& ctx) {
                        "cache bytes in each backend's own memory layout",
                        sc.batch, sc.prefill_q),
            clock_text(ctx, sc.reps),
-           claims + "Layouts differ as well as views: the "
-           "contiguous backend stores a layer's K and V rows of a token side by side (one stream, the common base "
-           "FlashInfer's kernels need), while paged and vmm keep K and V in separate planes (two streams), so on "
-           "the host part of any difference is the layout's, not the view's. " +
+           claims +
+               "Layouts differ as well as views: the "
+               "contiguous backend stores a layer's K and V rows of a token side by side (one stream, the common base "
+               "FlashInfer's kernels need), while paged and vmm keep K and V in separate planes (two streams), so on "
+               "the host part of any difference is the layout's, not the view's. " +
                std::string(device_of(ctx) == Device::host
                                ? "On the host the paged view costs one block-table lookup per block; at block size 1 "
                                  "that is one per token, which is where it shows. The vmm backend hands out the "

@@ -27,7 +27,8 @@ struct OrcaVsVllm {
 [[nodiscard]] std::vector<Request> orca_sharegpt(const FigureContext& ctx);
 
 inline constexpr const char* kOrcaSetup =
-    "OPT-13B, 12 GB of KV cache (A100-40GB), ShareGPT request lengths (sharegpt_8k_filtered_stats_llama2_tokenizer.csv; "
+    "OPT-13B, 12 GB of KV cache (A100-40GB), ShareGPT request lengths "
+    "(sharegpt_8k_filtered_stats_llama2_tokenizer.csv; "
     "requests longer than OPT's 2048-token context or with prompts over 1024 tokens dropped first, as vLLM's "
     "benchmarks filter ShareGPT), Poisson "
     "arrivals at 2 req/s drawn after the filter (so 2 req/s is the load offered to every system), "

@@ -18,7 +18,7 @@ namespace {
 /// at which the synchronous replay of the same workload mapped pages with the other decode steps.
 struct StepSummary {
   double mean = 0, median = 0, p99 = 0, max = 0, mapping = 0;  ///< mapping: mean critical-path mapping
-  double at_mapping = 0, elsewhere = 0;  ///< mean step at the mapping steps / at the others
+  double at_mapping = 0, elsewhere = 0;                        ///< mean step at the mapping steps / at the others
   int mapping_steps = 0, other_steps = 0, mixed = 0;
   [[nodiscard]] double spike() const { return elsewhere > 0 && mapping_steps > 0 ? at_mapping / elsewhere - 1 : 0; }
 };
@@ -103,16 +103,16 @@ std::string measured_half(const FigureContext& ctx, const BackendOptions& o, con
       if (mode == "synchronous") {
         sync = r;
       } else {
-        measured += fmt::format("\n- measured, {} pages: background mapping's mean decode step {:.3f} ms is {}x the "
-                                "synchronous {:.3f} ms (p99 {:.3f} vs {:.3f} ms, max {:.3f} vs {:.3f} ms); critical-path "
-                                "mapping {:.4f} vs {:.4f} ms a step; at the {} steps that map, synchronous steps are "
-                                "{:+.1f} % over the others, background ones {:+.1f} %",
-                                page, r.mean,
-                                f.quote(fmt::format("measured, {} pages: mean decode step, background / synchronous", page),
-                                        sync.mean > 0 ? r.mean / sync.mean : 0.0, 3, "this run (mean_step_ms)"),
-                                sync.mean, r.p99, sync.p99,
-                                r.max, sync.max, r.mapping, sync.mapping, sync.mapping_steps, 100 * sync.spike(),
-                                100 * r.spike());
+        measured += fmt::format(
+            "\n- measured, {} pages: background mapping's mean decode step {:.3f} ms is {}x the "
+            "synchronous {:.3f} ms (p99 {:.3f} vs {:.3f} ms, max {:.3f} vs {:.3f} ms); critical-path "
+            "mapping {:.4f} vs {:.4f} ms a step; at the {} steps that map, synchronous steps are "
+            "{:+.1f} % over the others, background ones {:+.1f} %",
+            page, r.mean,
+            f.quote(fmt::format("measured, {} pages: mean decode step, background / synchronous", page),
+                    sync.mean > 0 ? r.mean / sync.mean : 0.0, 3, "this run (mean_step_ms)"),
+            sync.mean, r.p99, sync.p99, r.max, sync.max, r.mapping, sync.mapping, sync.mapping_steps,
+            100 * sync.spike(), 100 * r.spike());
       }
     }
   }
@@ -167,11 +167,54 @@ std::string modelled_half(const FigureContext& ctx, const DeviceModel& gpu, cons
           "{}- modelled {}, {} pages, {} mapping: at the {} decode steps that map, {:.3f} ms against {:.3f} ms at the "
           "other {} ({} %; {} steps that also prefill left out); {}\n",
           spikes.empty() ? "\n\n" : "", gpu.name, page, mode, r.mapping_steps, r.at_mapping, r.elsewhere,
-          f.quote(fmt::format("modelled, {} pages, {} mapping: other decode steps", page, mode), r.other_steps, 0, "this run"),
+          f.quote(fmt::format("modelled, {} pages, {} mapping: other decode steps", page, mode), r.other_steps, 0,
+                  "this run"),
           with_sign(fixed(100 * r.spike(), 1)), r.mixed, paper);
     }
   }
   return spikes;
+}
+
+/// How to read the figure against the paper, and how the spike is measured; every number quoted
+/// recorded in `facts`.
+std::string overlap_notes(const FigureContext& ctx, Facts& facts) {
+  const std::string sequences = facts.quote("modelled workload: sequences", ctx.full ? 64 : 32, 0, "setup");
+  const std::string prompt = facts.quote("modelled workload: prompt tokens", 100, 0, "setup (crossing_workload)");
+  const std::string output = facts.quote("modelled workload: output tokens", 2500, 0, "setup (crossing_workload)");
+  const std::string per_page =
+      facts.quote("Llama-3-8B tokens per 2 MiB per-layer page", 1024, 0, "2 MiB / (8 KV heads x 128 dims x 2 bytes)");
+  const std::string h200_map = facts.quote("H200 cuMemMap + cuMemSetAccess per 2 MiB page (us, about)", 27, 0,
+                                           "../shared/gpu-runs/2026-11-27-h200 (measured)");
+  return "Paper (GPU, Yi-6B class model): " +
+         facts.quote("paper: decode step otherwise (ms)", 25, 0, kVattentionFig11) + " ms decode steps spike to " +
+         facts.quote("paper: decode step when pages map (ms)", 41, 0, kVattentionFig11) +
+         " ms when sequences cross page boundaries and pages are mapped synchronously; background mapping "
+         "removes the spikes. " +
+         std::string(ctx.device != nullptr && ctx.device->device() == Device::cuda
+                         ? "The measured rows here ran on the GPU, where the background thread maps the next "
+                           "step's pages once this step's kernels are queued, while the GPU computes; what it "
+                           "has not finished when the next step begins is waited for and counted as that "
+                           "step's critical-path mapping. "
+                         : "On the host the attention kernels occupy every core, so the background thread maps "
+                           "once they finish and the next step waits for what is left, counted as its "
+                           "critical-path mapping: overlap cannot hide mapping there (no core is idle), and "
+                           "must cost no more than mapping synchronously. ") +
+         "The spike is measured where mapping happens: `spike_pct` compares the mean decode step at the steps "
+         "where the synchronous replay of the same page size mapped pages (`mapping_steps`, "
+         "`mean_step_at_mapping_steps_ms`) with the mean of the other decode steps; steps that also prefill "
+         "(`mixed_steps`) are left out of every column, since their time is the prompt's. The modelled rows "
+         "replay their own workload, " +
+         sequences + " sequences of " + prompt + " + " + output +
+         " tokens decoding together, so every sequence "
+         "crosses pages at both page sizes (a 2 MiB per-layer page holds " +
+         per_page +
+         " tokens) and all cross in the "
+         "same steps; the per-page map cost of the modelled clock is the host's memfd+mmap measurement "
+         "standing in for cuMemMap (an assumption until kvlab calibrate --device cuda runs on a GPU; the "
+         "H200's measured cuMemMap + cuMemSetAccess is about " +
+         h200_map +
+         " us per 2 MiB page, ../shared/gpu-runs), so "
+         "the spike's height is not the paper's.";
 }
 
 void overlap(const FigureContext& ctx) {
@@ -206,13 +249,6 @@ void overlap(const FigureContext& ctx) {
   const std::string measured = measured_half(ctx, o, workload, c, t, series, facts);
   const DeviceModel gpu = device_model_preset("h100-sxm");
   const std::string spikes = modelled_half(ctx, gpu, o, t, series, facts);
-  const std::string sequences = facts.quote("modelled workload: sequences", ctx.full ? 64 : 32, 0, "setup");
-  const std::string prompt = facts.quote("modelled workload: prompt tokens", 100, 0, "setup (crossing_workload)");
-  const std::string output = facts.quote("modelled workload: output tokens", 2500, 0, "setup (crossing_workload)");
-  const std::string per_page = facts.quote("Llama-3-8B tokens per 2 MiB per-layer page", 1024, 0,
-                                           "2 MiB / (8 KV heads x 128 dims x 2 bytes)");
-  const std::string h200_map = facts.quote("H200 cuMemMap + cuMemSetAccess per 2 MiB page (us, about)", 27, 0,
-                                           "../shared/gpu-runs/2026-11-27-h200 (measured)");
   series.write_csv(ctx.out / "steps.csv");
   publish(ctx,
           {"overlap", "vAttention (ASPLOS'25) Figure 11: decode step latency, synchronous vs background mapping",
@@ -223,33 +259,9 @@ void overlap(const FigureContext& ctx) {
                        fmt::format("{}", fmt::join(measured_pages(ctx), " and vmm-"))),
            (ctx.device != nullptr ? "measured on " + ctx.device->describe() : std::string("measured on the host CPU")) +
                " (execute mode: step = attention kernel time + critical-path mapping time)" +
-               (emulated ? ", which proves the code path and says nothing about a GPU" : "") +
-               ", and modelled on " + gpu.name + " (docs/clock.md; sources: " + describe_sources(gpu) + ")",
-           "Paper (GPU, Yi-6B class model): " + facts.quote("paper: decode step otherwise (ms)", 25, 0, kVattentionFig11) +
-               " ms decode steps spike to " + facts.quote("paper: decode step when pages map (ms)", 41, 0, kVattentionFig11) +
-               " ms when sequences cross page boundaries and pages are mapped synchronously; background mapping "
-               "removes the spikes. " +
-               std::string(ctx.device != nullptr && ctx.device->device() == Device::cuda
-                               ? "The measured rows here ran on the GPU, where the background thread maps the next "
-                                 "step's pages once this step's kernels are queued, while the GPU computes; what it "
-                                 "has not finished when the next step begins is waited for and counted as that "
-                                 "step's critical-path mapping. "
-                               : "On the host the attention kernels occupy every core, so the background thread maps "
-                                 "once they finish and the next step waits for what is left, counted as its "
-                                 "critical-path mapping: overlap cannot hide mapping there (no core is idle), and "
-                                 "must cost no more than mapping synchronously. ") +
-               "The spike is measured where mapping happens: `spike_pct` compares the mean decode step at the steps "
-               "where the synchronous replay of the same page size mapped pages (`mapping_steps`, "
-               "`mean_step_at_mapping_steps_ms`) with the mean of the other decode steps; steps that also prefill "
-               "(`mixed_steps`) are left out of every column, since their time is the prompt's. The modelled rows "
-               "replay their own workload, " + sequences + " sequences of " + prompt + " + " + output +
-               " tokens decoding together, so every sequence "
-               "crosses pages at both page sizes (a 2 MiB per-layer page holds " + per_page + " tokens) and all cross in the "
-               "same steps; the per-page map cost of the modelled clock is the host's memfd+mmap measurement "
-               "standing in for cuMemMap (an assumption until kvlab calibrate --device cuda runs on a GPU; the "
-               "H200's measured cuMemMap + cuMemSetAccess is about " + h200_map + " us per 2 MiB page, ../shared/gpu-runs), so "
-               "the spike's height is not the paper's." + measured + spikes,
-           "", facts},
+               (emulated ? ", which proves the code path and says nothing about a GPU" : "") + ", and modelled on " +
+               gpu.name + " (docs/clock.md; sources: " + describe_sources(gpu) + ")",
+           overlap_notes(ctx, facts) + measured + spikes, "", facts},
           t);
 }
 }  // namespace

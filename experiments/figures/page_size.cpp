@@ -106,7 +106,8 @@ std::string mapping_setup(const FigureContext& ctx) {
     return "mapping: the vmm backend over host memory (the POSIX VM driver: memfd + mmap MAP_FIXED|MAP_SHARED + "
            "mprotect) mapping and unmapping up to 256 MiB in pages of each size, timed by the backend's own "
            "critical-path counters";
-  return "mapping: the vmm backend on " + ctx.device->describe() + " (vmm/cuda_vm_driver: cuMemMap + cuMemSetAccess, "
+  return "mapping: the vmm backend on " + ctx.device->describe() +
+         " (vmm/cuda_vm_driver: cuMemMap + cuMemSetAccess, "
          "cuCtxSynchronize + cuMemUnmap) mapping and unmapping up to 256 MiB in pages of each size, timed by the "
          "backend's own critical-path counters" +
          (ctx.device->device() == Device::cuda ? "; the CPU cannot write device memory, so no map_touch columns"
@@ -126,7 +127,8 @@ std::string mapping_clock(const FigureContext& ctx) {
 void page_size(const FigureContext& ctx) {
   const auto pages = page_sizes(ctx);
   Table t{{"page", "layout", "map_per_page_us", "unmap_per_page_us", "map_bandwidth_gb_per_s", "map_touch_per_page_us",
-           "map_touch_bandwidth_gb_per_s", "token_states_pct", "internal_fragmentation_pct", "reserved_pct", "mean_batch"}};
+           "map_touch_bandwidth_gb_per_s", "token_states_pct", "internal_fragmentation_pct", "reserved_pct",
+           "mean_batch"}};
   const auto w = sharegpt(ctx, 4.0, ctx.full ? 2000 : 300);
   BackendOptions o;
   o.model = model_preset("llama-3-8b");
@@ -145,10 +147,10 @@ void page_size(const FigureContext& ctx) {
     for (const std::string layout : {"per-layer", "megacache"}) {
       const std::string name = fmt::format("vmm-{}{}", label, layout == "megacache" ? "-mega" : "");
       const ReplaySummary s = run(ctx, name, o, w, ReplayConfig{}).summary;
-      t.add({label, layout, fixed(m.map_us, 2), fixed(m.unmap_us, 2), fixed(static_cast<double>(bytes) / m.map_us / 1e3, 1),
-             maybe(m.touch_map_us, 2), maybe(static_cast<double>(bytes) / m.touch_map_us / 1e3, 2),
-             pct(s.mean_fractions.token_states), pct(s.mean_fractions.internal_fragmentation),
-             pct(s.mean_fractions.reserved), fixed(s.mean_batch)});
+      t.add({label, layout, fixed(m.map_us, 2), fixed(m.unmap_us, 2),
+             fixed(static_cast<double>(bytes) / m.map_us / 1e3, 1), maybe(m.touch_map_us, 2),
+             maybe(static_cast<double>(bytes) / m.touch_map_us / 1e3, 2), pct(s.mean_fractions.token_states),
+             pct(s.mean_fractions.internal_fragmentation), pct(s.mean_fractions.reserved), fixed(s.mean_batch)});
     }
   }
   publish(ctx,
@@ -157,19 +159,20 @@ void page_size(const FigureContext& ctx) {
                "; fragmentation: Llama-3-8B, 8 GiB of KV, ShareGPT lengths at 4 req/s through vmm at each page "
                "size, per-layer tensors and the layer-interleaved megacache",
            mapping_clock(ctx),
-           "vAttention measured ~" + f.quote("vAttention: cuMemMap + cuMemSetAccess per page (us, about)", 40, 0, vattention) +
+           "vAttention measured ~" +
+               f.quote("vAttention: cuMemMap + cuMemSetAccess per page (us, about)", 40, 0, vattention) +
                " us per cuMemMap+cuMemSetAccess on a GPU and " +
                f.quote("vAttention: mapping bandwidth with 64 KiB pages (GB/s)", 7.6, 1, vattention) +
                " GB/s of mapping bandwidth with 64 KiB pages, against a serving need of at most ~" +
                f.quote("vAttention: serving's mapping need (MB/s, at most)", 750, 0, vattention) +
                " MB/s. On the host, mapping without "
-           "touching is nearly free per page (the kernel defers the work), so `map_touch_*` — which includes "
-           "committing the page on first write — is the fair comparison. Fragmentation: with per-layer tensors "
-           "every sequence holds at least one page per layer for K and V (2 x " +
+               "touching is nearly free per page (the kernel defers the work), so `map_touch_*` — which includes "
+               "committing the page on first write — is the fair comparison. Fragmentation: with per-layer tensors "
+               "every sequence holds at least one page per layer for K and V (2 x " +
                f.quote("Llama-3-8B layers", o.model.num_layers, 0, "model preset llama-3-8b") +
                " pages), so 2 MiB pages waste "
-           "most of a page per tensor; the megacache puts all layers of a token in one tensor and brings that "
-           "back to one page per sequence.",
+               "most of a page per tensor; the megacache puts all layers of a token in one tensor and brings that "
+               "back to one page per sequence.",
            "", f},
           t);
 }

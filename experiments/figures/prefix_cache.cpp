@@ -54,7 +54,9 @@ Point measure(const FigureContext& ctx, const Source& src, const std::vector<Req
   c.max_batched_tokens = 32768;
   c.chunked_prefill = true;
   const ReplaySummary s = run(ctx, backend, o, w, c).summary;
-  const auto ratio = [](std::int64_t a, std::int64_t b) { return b > 0 ? static_cast<double>(a) / static_cast<double>(b) : 0; };
+  const auto ratio = [](std::int64_t a, std::int64_t b) {
+    return b > 0 ? static_cast<double>(a) / static_cast<double>(b) : 0;
+  };
   // Across requests: admissions after a preemption (mostly re-hitting their own KV) left out, as
   // vLLM v1 leaves its preempted_* stats out of the hit rate.
   Point p{src.label, backend, lpm ? "lpm" : "fcfs", capacity_gib, max_batch};
@@ -68,8 +70,8 @@ Point measure(const FigureContext& ctx, const Source& src, const std::vector<Req
   t.add({src.label, backend, p.schedule, std::to_string(capacity_gib), std::to_string(max_batch),
          std::to_string(p.prompt_tokens), std::to_string(p.hit_tokens), pct(p.of_prompt),
          std::to_string(p.looked_up_tokens), pct(p.of_looked_up), std::to_string(p.readmission_hit_tokens),
-         std::to_string(p.preemptions),
-         fixed(counter(s, "prefix_inserted_blocks"), 0), fixed(counter(s, "prefix_evictions"), 0), fixed(s.mean_batch),
+         std::to_string(p.preemptions), fixed(counter(s, "prefix_inserted_blocks"), 0),
+         fixed(counter(s, "prefix_evictions"), 0), fixed(s.mean_batch),
          fixed(s.makespan_s > 0 ? static_cast<double>(s.generated_tokens) / s.makespan_s : 0, 0),
          fixed(s.mean_ttft_s, 3), fixed(src.anchor_pct, 2), src.anchor});
   return p;
@@ -102,8 +104,10 @@ std::string notes(Facts& f, int small, int home) {
       "counters have the host tier's own (prefix_host_*). "
       "The anchors are what the trace owners report: Mooncake's cache ratios assume a large distributed cache "
       "over the whole trace; LLMServingSim's {} % is for the same ShareGPT file at 16-token blocks.",
-      f.quote("smallest KV capacity (GiB)", small, 0, "setup"), f.quote("batch sweep's KV capacity (GiB)", home, 0, "setup"),
-      f.quote("lpm: waiting requests reordered", static_cast<double>(lpm.window), 0, "SchedulePolicyOptions (SGLang's 128)"),
+      f.quote("smallest KV capacity (GiB)", small, 0, "setup"),
+      f.quote("batch sweep's KV capacity (GiB)", home, 0, "setup"),
+      f.quote("lpm: waiting requests reordered", static_cast<double>(lpm.window), 0,
+              "SchedulePolicyOptions (SGLang's 128)"),
       f.quote("lpm: fairness bound (s)", lpm.max_wait_s, 0, "SchedulePolicyOptions"),
       f.quote("host tier (GiB)", 512, 0, "setup (paged-16-hash-host512)"),
       f.quote("host link bandwidth (GB/s)", clock.host_bandwidth / 1e9, 0, "device model " + clock.name),
@@ -125,7 +129,8 @@ std::string findings(const std::vector<Point>& pts, int home, int top, int small
     const Point* r = at(src.label, "paged-16-radix", home);
     const Point *rs = at(src.label, "paged-16-radix", small), *rl = at(src.label, "paged-16-radix", large);
     const Point *hs = at(src.label, "paged-16-hash", small), *hl = at(src.label, "paged-16-hash", large);
-    const Point *ls = at(src.label, "paged-16-radix", small, "lpm"), *ll = at(src.label, "paged-16-radix", large, "lpm");
+    const Point *ls = at(src.label, "paged-16-radix", small, "lpm"),
+                *ll = at(src.label, "paged-16-radix", large, "lpm");
     const Point *os = at(src.label, kHostBackend, small), *ol = at(src.label, kHostBackend, large);
     if (!r || !rs || !rl || !hs || !hl || !ls || !ll || !os || !ol) continue;
     out += fmt::format(
@@ -150,8 +155,8 @@ void prefix_cache(const FigureContext& ctx) {
   o.max_seq_len = 200'000;  // Mooncake prompts reach 191k tokens
   Table t{{"trace", "backend", "schedule", "capacity_gib", "max_batch", "prompt_tokens", "prefix_hit_tokens",
            "hit_rate_of_prompt_tokens_pct", "looked_up_tokens", "hit_rate_of_looked_up_tokens_pct",
-           "readmission_hit_tokens", "preemptions", "inserted_blocks", "evicted_blocks", "mean_batch", "throughput_tokens_per_s",
-           "ttft_mean_s", "anchor_pct", "anchor"}};
+           "readmission_hit_tokens", "preemptions", "inserted_blocks", "evicted_blocks", "mean_batch",
+           "throughput_tokens_per_s", "ttft_mean_s", "anchor_pct", "anchor"}};
   std::vector<Point> pts;
   for (const Source& src : sources()) {
     TraceOptions topt;
@@ -175,7 +180,8 @@ void prefix_cache(const FigureContext& ctx) {
            "SGLang (Fig. 8 style): prefix-cache hit rate against batch size, KV capacity and cache policy, and "
            "throughput",
            fmt::format("Llama-3-8B geometry with max_seq_len 200k, paged backend (block 16) with the radix (SGLang) "
-                       "and hash (vLLM v1) prefix caches, the hash cache with a 512 GiB host tier, and without; batch sweep at {} GiB of KV, capacity sweep at "
+                       "and hash (vLLM v1) prefix caches, the hash cache with a 512 GiB host tier, and without; batch "
+                       "sweep at {} GiB of KV, capacity sweep at "
                        "batch {}; Mooncake traces (hash_ids per 512-token block, turned into token ids) and the "
                        "LLMServingSim ShareGPT file (real token ids); trace arrival times; chunked prefill, 32k "
                        "tokens per step{}",

@@ -27,7 +27,8 @@ std::vector<RateWorkload> workloads(const FigureContext& ctx) {
   const std::int64_t n = ctx.full ? 2000 : 300;
   const int points = ctx.full ? 16 : 10;
   return {
-      {"ShareGPT (vLLM's lengths)", [n](double r) { return sharegpt_vllm_lengths(r, n); }, geometric_rates(0.1, 8, points), true},
+      {"ShareGPT (vLLM's lengths)", [n](double r) { return sharegpt_vllm_lengths(r, n); },
+       geometric_rates(0.1, 8, points), true},
       {"ShareGPT (shared trace)", [&ctx, n](double r) { return sharegpt_vllm_filtered(ctx, r, n); },
        geometric_rates(0.05, 4, points), false},
       {"Alpaca-like", [n](double r) { return alpaca_like(r, n); }, geometric_rates(1, 120, points), false},
@@ -37,7 +38,8 @@ std::vector<RateWorkload> workloads(const FigureContext& ctx) {
 /// vLLM's sustained rate over another system's, as a text ("1.89x"), or why there is none; the
 /// ratio recorded in `f` as `quantity`.
 std::string ratio_text(double vllm, double other, Facts& f, const std::string& quantity) {
-  if (std::isnan(vllm) || std::isnan(other) || std::isinf(vllm) || std::isinf(other)) return "n/a (a rate outside the sweep)";
+  if (std::isnan(vllm) || std::isnan(other) || std::isinf(vllm) || std::isinf(other))
+    return "n/a (a rate outside the sweep)";
   return f.quote(quantity, vllm / other, 2, "this run (sustained_rate)") + "x";
 }
 
@@ -47,13 +49,38 @@ std::string rate_text(double r) {
   return fixed(r, 3);
 }
 
+/// vLLM's sustained rate against Orca (Oracle)'s and Orca (Max)'s beside the paper's ranges, on the
+/// workload with the paper's lengths: the claims, and the README's sentence.
+std::string against_paper(const std::string& label, const std::vector<double>& sustained, Facts& f) {
+  const std::string sec62 = "vLLM (SOSP'23) sec. 6.2, ShareGPT, OPT-13B/66B/175B";
+  const double v = sustained.back();
+  // Inside or outside, from the ratios as printed.
+  const auto within = [](double vllm, double other, double lo, double hi) {
+    if (!std::isfinite(vllm) || !std::isfinite(other)) return std::string("not comparable");
+    const double r = std::round(vllm / other * 100) / 100;
+    return std::string(r >= lo && r <= hi ? "inside" : r < lo ? "below" : "above");
+  };
+  if (std::isfinite(v) && std::isfinite(sustained[2]) && std::isfinite(sustained[0])) {
+    f.claim(label + ": vLLM / Orca (Oracle) sustained rate, against the range's low end", v / sustained[2], 1.7, 2,
+            sec62 + ": 1.7x-2.7x");
+    f.claim(label + ": vLLM / Orca (Max) sustained rate, against the range's low end", v / sustained[0], 2.7, 2,
+            sec62 + ": 2.7x-8x");
+  }
+  return fmt::format(
+      " The paper (sec. 6.2, ShareGPT, over its OPT-13B/66B/175B settings): {}x-{}x Orca (Oracle)'s rate and "
+      "{}x-{}x Orca (Max)'s at similar latency; ours is {} the first range and {} the second.",
+      f.quote("paper: vLLM / Orca (Oracle), low", 1.7, 1, sec62),
+      f.quote("paper: vLLM / Orca (Oracle), high", 2.7, 1, sec62),
+      f.quote("paper: vLLM / Orca (Max), low", 2.7, 1, sec62), f.quote("paper: vLLM / Orca (Max), high", 8, 0, sec62),
+      within(v, sustained[2], 1.7, 2.7), within(v, sustained[0], 2.7, 8.0));
+}
+
 void request_rate(const FigureContext& ctx) {
   Table t{{"workload", "system", "backend", "arena", "request_rate_per_s", "mean_normalized_latency_s", "ttft_mean_s",
            "tpot_mean_s", "completed", "rejected", "preemptions", "mean_batch", "threshold_normalized_latency_s",
            "sustained_rate_per_s"}};
   std::string findings;
   Facts f;
-  const std::string sec62 = "vLLM (SOSP'23) sec. 6.2, ShareGPT, OPT-13B/66B/175B";
   for (const RateWorkload& w : workloads(ctx)) {
     std::vector<OrcaVsVllm> runs;
     for (double rate : w.rates) runs.push_back(orca_vs_vllm(ctx, w.make(rate)));
@@ -75,14 +102,14 @@ void request_rate(const FigureContext& ctx) {
                fixed(r.mean_batch), fixed(threshold, 4), rate_text(sustained[s])});
       }
     const auto [prompt, output] = mean_lengths(w.make(w.rates.front()));
-    findings += fmt::format("\n\n{} (mean prompt {}, output {} tokens): at {} s/token ({}x vLLM's at {} req/s) "
-                            "the sustained rates (req/s) are ",
-                            w.label, f.quote(w.label + ": mean prompt tokens", prompt, 1, "this run's workload"),
-                            f.quote(w.label + ": mean output tokens", output, 1, "this run's workload"),
-                            fixed(threshold, 4),
-                            f.quote("sustained: latency factor over the unloaded", kSaturationLatencyFactor, 0,
-                                    "setup (kSaturationLatencyFactor)"),
-                            fixed(w.rates.front(), 3));
+    findings += fmt::format(
+        "\n\n{} (mean prompt {}, output {} tokens): at {} s/token ({}x vLLM's at {} req/s) "
+        "the sustained rates (req/s) are ",
+        w.label, f.quote(w.label + ": mean prompt tokens", prompt, 1, "this run's workload"),
+        f.quote(w.label + ": mean output tokens", output, 1, "this run's workload"), fixed(threshold, 4),
+        f.quote("sustained: latency factor over the unloaded", kSaturationLatencyFactor, 0,
+                "setup (kSaturationLatencyFactor)"),
+        fixed(w.rates.front(), 3));
     for (std::size_t s = 0; s < first.backends.size(); ++s)
       findings += fmt::format("{}{} {}", s ? ", " : "", first.labels[s], rate_text(sustained[s]));
     const double v = sustained.back();
@@ -90,26 +117,7 @@ void request_rate(const FigureContext& ctx) {
                             ratio_text(v, sustained[2], f, w.label + ": vLLM / Orca (Oracle) sustained rate"),
                             ratio_text(v, sustained[1], f, w.label + ": vLLM / Orca (Pow2) sustained rate"),
                             ratio_text(v, sustained[0], f, w.label + ": vLLM / Orca (Max) sustained rate"));
-    if (w.paper_lengths) {
-      // Inside or outside, from the ratios as printed.
-      const auto within = [](double vllm, double other, double lo, double hi) {
-        if (!std::isfinite(vllm) || !std::isfinite(other)) return std::string("not comparable");
-        const double r = std::round(vllm / other * 100) / 100;
-        return std::string(r >= lo && r <= hi ? "inside" : r < lo ? "below" : "above");
-      };
-      if (std::isfinite(v) && std::isfinite(sustained[2]) && std::isfinite(sustained[0])) {
-        f.claim(w.label + ": vLLM / Orca (Oracle) sustained rate, against the range's low end", v / sustained[2], 1.7, 2,
-                sec62 + ": 1.7x-2.7x");
-        f.claim(w.label + ": vLLM / Orca (Max) sustained rate, against the range's low end", v / sustained[0], 2.7, 2,
-                sec62 + ": 2.7x-8x");
-      }
-      findings += fmt::format(
-          " The paper (sec. 6.2, ShareGPT, over its OPT-13B/66B/175B settings): {}x-{}x Orca (Oracle)'s rate and "
-          "{}x-{}x Orca (Max)'s at similar latency; ours is {} the first range and {} the second.",
-          f.quote("paper: vLLM / Orca (Oracle), low", 1.7, 1, sec62), f.quote("paper: vLLM / Orca (Oracle), high", 2.7, 1, sec62),
-          f.quote("paper: vLLM / Orca (Max), low", 2.7, 1, sec62), f.quote("paper: vLLM / Orca (Max), high", 8, 0, sec62),
-          within(v, sustained[2], 1.7, 2.7), within(v, sustained[0], 2.7, 8.0));
-    }
+    if (w.paper_lengths) findings += against_paper(w.label, sustained, f);
   }
   const std::string notes = fmt::format(
       "Normalized latency = a request's end-to-end latency over its output tokens, averaged over the completed "
@@ -124,11 +132,13 @@ void request_rate(const FigureContext& ctx) {
       "pool. The shared trace's requests are longer than the paper's (its means above; batch-size explains the "
       "effect on memory), so every system saturates at a lower rate there and the gap between them is set by how "
       "much KV each layout wastes at that length.{}",
-      f.quote("sustained: latency factor over the unloaded", kSaturationLatencyFactor, 0, "setup (kSaturationLatencyFactor)"),
+      f.quote("sustained: latency factor over the unloaded", kSaturationLatencyFactor, 0,
+              "setup (kSaturationLatencyFactor)"),
       f.quote("requests per rate", ctx.full ? 2000 : 300, 0, "setup"), findings);
-  publish(ctx, {"request-rate", "vLLM (SOSP'23) Figure 12: normalized latency against request rate",
-                std::string(kOrcaSetup) + "; request rates swept per workload (the rows)", modelled_a100(), notes,
-                clock_sources(a100_40gb().device), f},
+  publish(ctx,
+          {"request-rate", "vLLM (SOSP'23) Figure 12: normalized latency against request rate",
+           std::string(kOrcaSetup) + "; request rates swept per workload (the rows)", modelled_a100(), notes,
+           clock_sources(a100_40gb().device), f},
           t);
 }
 }  // namespace

@@ -32,7 +32,8 @@ void sharing(const FigureContext& ctx) {
     }
   publish(ctx,
           {"sharing", "vLLM (SOSP'23) Figure 15: memory saved by sharing KV blocks",
-           "OPT-13B, 12 GB of KV, vLLM v0 scheduling (prompt steps and decode steps apart), paged backend (block 16), Alpaca-like lengths (lognormal, means ~19 / ~58 "
+           "OPT-13B, 12 GB of KV, vLLM v0 scheduling (prompt steps and decode steps apart), paged backend (block 16), "
+           "Alpaca-like lengths (lognormal, means ~19 / ~58 "
            "tokens); parallel sampling forks the prompt into n sequences; beam search is modelled as beams that, "
            "after every step, each continue from another beam with probability 0.5 (a seeded stand-in for top-k "
            "beam selection)",

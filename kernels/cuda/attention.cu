@@ -92,8 +92,9 @@ void cuda_attention(const AttentionParams& p, const KvView& kv, const CudaAttent
     cudaError_t launched = cudaGetLastError();
     if (launched == cudaSuccess && P > 1) {
       const simt::AttentionMergeArgs merge{p, P, args.part_out, args.part_ml};
-      attention_merge<D><<<dim3(static_cast<unsigned>(p.batch), static_cast<unsigned>(p.num_q_heads)),
-                           kMergeThreads, 0, stream>>>(merge);
+      attention_merge<D>
+          <<<dim3(static_cast<unsigned>(p.batch), static_cast<unsigned>(p.num_q_heads)), kMergeThreads, 0, stream>>>(
+              merge);
       launched = cudaGetLastError();
     }
     if (owned) KVLAB_CUDA_TRY(cudaFreeAsync(owned, stream));

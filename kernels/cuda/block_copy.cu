@@ -29,10 +29,18 @@ void cuda_block_copy(const simt::BlockCopyParams& c, cudaStream_t stream, unsign
   if (c.num_pairs == 0 || c.block_bytes == 0) return;
   KVLAB_EXPECTS(c.src_pool && c.dst_pool && c.src_blocks && c.dst_blocks, "pools and block lists must be set");
   switch (simt::block_copy_word_bytes(c)) {
-    case 16: launch<simt::Copy16>(c, stream, block_threads); break;
-    case 8: launch<simt::Copy8>(c, stream, block_threads); break;
-    case 4: launch<std::uint32_t>(c, stream, block_threads); break;
-    default: launch<unsigned char>(c, stream, block_threads); break;
+    case 16:
+      launch<simt::Copy16>(c, stream, block_threads);
+      break;
+    case 8:
+      launch<simt::Copy8>(c, stream, block_threads);
+      break;
+    case 4:
+      launch<std::uint32_t>(c, stream, block_threads);
+      break;
+    default:
+      launch<unsigned char>(c, stream, block_threads);
+      break;
   }
   KVLAB_CUDA_TRY(cudaGetLastError());
 }

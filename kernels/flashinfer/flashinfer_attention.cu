@@ -87,7 +87,8 @@ __global__ void fill_page_indices(std::int32_t* indices, const std::int32_t* kv_
 /// dst row r = src row rows[r] (rows null: r), converted to the KV dtype. Rows of `width` elements.
 template <class T>
 __global__ void to_storage(T* dst, const float* src, std::int64_t n, const std::int32_t* rows, std::int32_t width) {
-  for (std::int64_t i = blockIdx.x * std::int64_t{blockDim.x} + threadIdx.x; i < n; i += std::int64_t{gridDim.x} * blockDim.x) {
+  for (std::int64_t i = blockIdx.x * std::int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += std::int64_t{gridDim.x} * blockDim.x) {
     const std::int64_t r = i / width, from = rows ? std::int64_t{rows[r]} * width + i % width : i;
     dst[i] = static_cast<T>(src[from]);
   }
@@ -96,7 +97,8 @@ __global__ void to_storage(T* dst, const float* src, std::int64_t n, const std::
 /// dst row rows[r] (rows null: r) = src row r, converted to fp32.
 template <class T>
 __global__ void to_float(float* dst, const T* src, std::int64_t n, const std::int32_t* rows, std::int32_t width) {
-  for (std::int64_t i = blockIdx.x * std::int64_t{blockDim.x} + threadIdx.x; i < n; i += std::int64_t{gridDim.x} * blockDim.x) {
+  for (std::int64_t i = blockIdx.x * std::int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += std::int64_t{gridDim.x} * blockDim.x) {
     const std::int64_t r = i / width, to = rows ? std::int64_t{rows[r]} * width + i % width : i;
     dst[to] = static_cast<float>(src[i]);
   }
@@ -115,7 +117,8 @@ void host_lengths(const AttentionParams& p, std::vector<std::int32_t>& lens, std
   if (p.host_seq_lens) {
     std::copy_n(p.host_seq_lens, p.batch, lens.begin());
   } else {
-    KVLAB_CUDA_TRY(cudaMemcpyAsync(lens.data(), p.seq_lens, lens.size() * sizeof(std::int32_t), cudaMemcpyDeviceToHost, stream));
+    KVLAB_CUDA_TRY(
+        cudaMemcpyAsync(lens.data(), p.seq_lens, lens.size() * sizeof(std::int32_t), cudaMemcpyDeviceToHost, stream));
     KVLAB_CUDA_TRY(cudaStreamSynchronize(stream));
   }
   if (!p.q_indptr) {
@@ -130,7 +133,8 @@ void host_lengths(const AttentionParams& p, std::vector<std::int32_t>& lens, std
   for (int s = 0; s < p.batch; ++s) {
     const std::int32_t q_len = qo_indptr[s + 1] - qo_indptr[s];
     KVLAB_EXPECTS(q_len >= 0 && q_len <= lens[s], "sequence " + std::to_string(s) + " has " + std::to_string(q_len) +
-                                                      " queries but only " + std::to_string(lens[s]) + " cached tokens");
+                                                      " queries but only " + std::to_string(lens[s]) +
+                                                      " cached tokens");
   }
 }
 
@@ -140,7 +144,8 @@ void check_alignment(const void* k, const void* v, std::initializer_list<std::in
   KVLAB_EXPECTS(reinterpret_cast<std::uintptr_t>(k) % 16 == 0 && reinterpret_cast<std::uintptr_t>(v) % 16 == 0,
                 "FlashInfer needs K and V bases on 16-byte boundaries");
   for (const std::int64_t s : strides_in_elements)
-    KVLAB_EXPECTS(s % 8 == 0, "FlashInfer needs strides of whole 16-byte vectors (got " + std::to_string(s) + " elements)");
+    KVLAB_EXPECTS(s % 8 == 0,
+                  "FlashInfer needs strides of whole 16-byte vectors (got " + std::to_string(s) + " elements)");
 }
 
 /// Where FlashInfer's paged_kv_t finds the rows of this view.
@@ -174,8 +179,9 @@ PageGeometry page_geometry(const KvView& kv) {
   }
   g.strides[1] = kv.token_stride;
   g.strides[2] = kv.head_stride;
-  KVLAB_EXPECTS(g.strides[0] > 0 && g.strides[0] <= INT32_MAX && kv.token_stride <= INT32_MAX && kv.head_stride <= INT32_MAX,
-                "FlashInfer's strides are 32-bit: page stride " + std::to_string(g.strides[0]));
+  KVLAB_EXPECTS(
+      g.strides[0] > 0 && g.strides[0] <= INT32_MAX && kv.token_stride <= INT32_MAX && kv.head_stride <= INT32_MAX,
+      "FlashInfer's strides are 32-bit: page stride " + std::to_string(g.strides[0]));
   check_alignment(g.k_data, g.v_data, {g.strides[0], g.strides[1], g.strides[2]});
   return g;
 }
@@ -209,7 +215,8 @@ PageList upload_page_list(State& st, const AttentionParams& p, const KvView& kv,
     l.last_page_len[s] = lens[s] == 0 ? 0 : static_cast<std::int32_t>(lens[s] - (pages - 1) * g.page_size);
   }
   const std::size_t head = (batch + 1) + batch + (batch + 1);
-  auto* d = static_cast<std::int32_t*>(st.meta.reserve((head + static_cast<std::size_t>(total_pages) + 1) * sizeof(std::int32_t)));
+  auto* d = static_cast<std::int32_t*>(
+      st.meta.reserve((head + static_cast<std::size_t>(total_pages) + 1) * sizeof(std::int32_t)));
   std::vector<std::int32_t> host(head);
   std::copy(l.kv_indptr.begin(), l.kv_indptr.end(), host.begin());
   std::copy(l.last_page_len.begin(), l.last_page_len.end(), host.begin() + static_cast<std::ptrdiff_t>(batch + 1));
@@ -235,8 +242,13 @@ PageList upload_page_list(State& st, const AttentionParams& p, const KvView& kv,
 template <class T>
 void plan_if_new(State& st, const AttentionParams& p, std::uint32_t page_size, bool ragged,
                  std::vector<std::int32_t>& qo_indptr, std::vector<std::int32_t>& kv_indptr, cudaStream_t stream) {
-  PlanKey key{qo_indptr, kv_indptr, page_size, static_cast<std::uint32_t>(p.num_q_heads),
-              static_cast<std::uint32_t>(p.num_kv_heads), sizeof(T), ragged};
+  PlanKey key{qo_indptr,
+              kv_indptr,
+              page_size,
+              static_cast<std::uint32_t>(p.num_q_heads),
+              static_cast<std::uint32_t>(p.num_kv_heads),
+              sizeof(T),
+              ragged};
   if (st.has_plan && key == st.planned) return;
   st.float_ws.reserve(kFloatWorkspaceBytes);
   st.int_ws.reserve(kIntWorkspaceBytes);
@@ -258,10 +270,10 @@ void plan_if_new(State& st, const AttentionParams& p, std::uint32_t page_size, b
 
 template <class T>
 flashinfer::paged_kv_t<T, fi::IdType> paged_kv(const AttentionParams& p, const PageGeometry& g, const PageList& l) {
-  return flashinfer::paged_kv_t<T, fi::IdType>(
-      static_cast<std::uint32_t>(p.num_kv_heads), g.page_size, fi::kHeadDim, static_cast<std::uint32_t>(p.batch),
-      flashinfer::QKVLayout::kNHD, static_cast<T*>(g.k_data), static_cast<T*>(g.v_data), g.strides, l.d_indices,
-      l.d_kv_indptr, l.d_last_page_len);
+  return flashinfer::paged_kv_t<T, fi::IdType>(static_cast<std::uint32_t>(p.num_kv_heads), g.page_size, fi::kHeadDim,
+                                               static_cast<std::uint32_t>(p.batch), flashinfer::QKVLayout::kNHD,
+                                               static_cast<T*>(g.k_data), static_cast<T*>(g.v_data), g.strides,
+                                               l.d_indices, l.d_kv_indptr, l.d_last_page_len);
 }
 
 /// The plan's arrays into either params struct; returns the split-KV buffers (null without split).
@@ -306,10 +318,17 @@ void run_kernel(State& st, P& params, cudaStream_t stream) {
   };
   cudaError_t status = cudaErrorInvalidValue;
   switch (st.plan.cta_tile_q) {
-    case 16: status = launch(std::integral_constant<std::uint32_t, 16>{}); break;
-    case 64: status = launch(std::integral_constant<std::uint32_t, 64>{}); break;
-    case 128: status = launch(std::integral_constant<std::uint32_t, 128>{}); break;
-    default: unsupported_tile(st.plan.cta_tile_q);
+    case 16:
+      status = launch(std::integral_constant<std::uint32_t, 16>{});
+      break;
+    case 64:
+      status = launch(std::integral_constant<std::uint32_t, 64>{});
+      break;
+    case 128:
+      status = launch(std::integral_constant<std::uint32_t, 128>{});
+      break;
+    default:
+      unsupported_tile(st.plan.cta_tile_q);
   }
   KVLAB_CUDA_TRY(status);
 }
@@ -318,7 +337,7 @@ void run_kernel(State& st, P& params, cudaStream_t stream) {
 /// and room for the output; returns {q, out, elements}.
 template <class T>
 std::tuple<T*, T*, std::int64_t> stage_queries(State& st, const AttentionParams& p, std::int64_t total_q,
-                                                const std::int32_t* rows, cudaStream_t stream) {
+                                               const std::int32_t* rows, cudaStream_t stream) {
   const std::int64_t elems = total_q * p.num_q_heads * p.head_dim;
   auto* q = static_cast<T*>(st.q.reserve(static_cast<std::size_t>(elems) * sizeof(T)));
   auto* out = static_cast<T*>(st.out.reserve(static_cast<std::size_t>(elems) * sizeof(T)));
@@ -437,8 +456,9 @@ void run_typed(const AttentionParams& p, const KvView& kv, FlashInferPath path, 
   std::optional<RaggedLayout> ragged;
   if (path != FlashInferPath::paged) ragged = ragged_layout(p, kv, lens, qo_indptr);
   if (path == FlashInferPath::ragged && !ragged)
-    KVLAB_THROW(InvalidArgument, "FlashInfer's ragged kernel cannot address this view (not contiguous, rows off the "
-                                 "token grid or overlapping, or offsets past 2^32 elements)");
+    KVLAB_THROW(InvalidArgument,
+                "FlashInfer's ragged kernel cannot address this view (not contiguous, rows off the "
+                "token grid or overlapping, or offsets past 2^32 elements)");
   if (ragged) {
     ++st.calls.ragged;
     return run_ragged<T>(st, p, kv, *ragged, stream);
@@ -457,9 +477,12 @@ void flashinfer_attention(const AttentionParams& p, const KvView& kv, cudaStream
                                      "); run --kernels kvlab for other head dims");
   try {
     switch (kv.dtype) {
-      case DType::f16: return run_typed<half>(p, kv, path, stream);
-      case DType::bf16: return run_typed<nv_bfloat16>(p, kv, path, stream);
-      case DType::f32: break;
+      case DType::f16:
+        return run_typed<half>(p, kv, path, stream);
+      case DType::bf16:
+        return run_typed<nv_bfloat16>(p, kv, path, stream);
+      case DType::f32:
+        break;
     }
   } catch (const flashinfer::Error& e) {
     KVLAB_THROW(InvalidArgument, std::string("FlashInfer refused the batch: ") + e.what());

@@ -59,7 +59,6 @@ enum class FlashInferPath { automatic, ragged, paged };
 void flashinfer_attention(const AttentionParams& p, const KvView& kv, cudaStream_t stream = nullptr,
                           FlashInferPath path = FlashInferPath::automatic);
 
-
 /// Frees FlashInfer's workspace and staging buffers (they are allocated on first use).
 void flashinfer_release_workspace();
 

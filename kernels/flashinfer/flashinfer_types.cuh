@@ -20,7 +20,7 @@ using Params = flashinfer::BatchPrefillPagedParams<T, T, T, IdType>;
 template <class T>
 using RaggedParams = flashinfer::BatchPrefillRaggedParams<T, T, T, IdType>;
 using Variant = flashinfer::DefaultAttention</*custom_mask=*/false, /*sliding_window=*/false,
-                                            /*logits_soft_cap=*/false, /*alibi=*/false>;
+                                             /*logits_soft_cap=*/false, /*alibi=*/false>;
 
 }  // namespace kvlab::fi
 
@@ -28,24 +28,23 @@ namespace flashinfer {
 // Defined in <flashinfer/attention/prefill.cuh>, instantiated in the instance files only (each
 // takes minutes of nvcc; the launcher must not instantiate them again).
 template <bool SAME_KV_STRIDES, uint32_t CTA_TILE_Q, uint32_t HEAD_DIM_QK, uint32_t HEAD_DIM_VO,
-          PosEncodingMode POS_ENCODING_MODE, bool USE_FP16_QK_REDUCTION, MaskMode MASK_MODE,
-          typename AttentionVariant, typename Params>
-cudaError_t BatchPrefillWithPagedKVCacheDispatched(Params params, typename Params::DTypeO* tmp_v,
-                                                   float* tmp_s, bool enable_pdl, cudaStream_t stream);
+          PosEncodingMode POS_ENCODING_MODE, bool USE_FP16_QK_REDUCTION, MaskMode MASK_MODE, typename AttentionVariant,
+          typename Params>
+cudaError_t BatchPrefillWithPagedKVCacheDispatched(Params params, typename Params::DTypeO* tmp_v, float* tmp_s,
+                                                   bool enable_pdl, cudaStream_t stream);
 template <uint32_t CTA_TILE_Q, uint32_t HEAD_DIM_QK, uint32_t HEAD_DIM_VO, PosEncodingMode POS_ENCODING_MODE,
           bool USE_FP16_QK_REDUCTION, MaskMode MASK_MODE, typename AttentionVariant, typename Params>
-cudaError_t BatchPrefillWithRaggedKVCacheDispatched(Params params, typename Params::DTypeO* tmp_v,
-                                                    float* tmp_s, bool enable_pdl, cudaStream_t stream);
+cudaError_t BatchPrefillWithRaggedKVCacheDispatched(Params params, typename Params::DTypeO* tmp_v, float* tmp_s,
+                                                    bool enable_pdl, cudaStream_t stream);
 }  // namespace flashinfer
 
 /// The one instantiation per (kernel, dtype, CTA tile): causal, no positional encoding, fp32 QK
 /// reduction, K and V at the same strides.
-#define KVLAB_FLASHINFER_PREFILL(T, TILE)                                                        \
-  flashinfer::BatchPrefillWithPagedKVCacheDispatched<                                            \
-      true, TILE, kvlab::fi::kHeadDim, kvlab::fi::kHeadDim, flashinfer::PosEncodingMode::kNone, \
-      false, flashinfer::MaskMode::kCausal, kvlab::fi::Variant, kvlab::fi::Params<T>>
-#define KVLAB_FLASHINFER_RAGGED(T, TILE)                                                                  \
-  flashinfer::BatchPrefillWithRaggedKVCacheDispatched<TILE, kvlab::fi::kHeadDim, kvlab::fi::kHeadDim,       \
-                                                      flashinfer::PosEncodingMode::kNone, false,            \
-                                                      flashinfer::MaskMode::kCausal, kvlab::fi::Variant,    \
-                                                      kvlab::fi::RaggedParams<T>>
+#define KVLAB_FLASHINFER_PREFILL(T, TILE)                                                              \
+  flashinfer::BatchPrefillWithPagedKVCacheDispatched<                                                  \
+      true, TILE, kvlab::fi::kHeadDim, kvlab::fi::kHeadDim, flashinfer::PosEncodingMode::kNone, false, \
+      flashinfer::MaskMode::kCausal, kvlab::fi::Variant, kvlab::fi::Params<T>>
+#define KVLAB_FLASHINFER_RAGGED(T, TILE)                                                         \
+  flashinfer::BatchPrefillWithRaggedKVCacheDispatched<                                           \
+      TILE, kvlab::fi::kHeadDim, kvlab::fi::kHeadDim, flashinfer::PosEncodingMode::kNone, false, \
+      flashinfer::MaskMode::kCausal, kvlab::fi::Variant, kvlab::fi::RaggedParams<T>>

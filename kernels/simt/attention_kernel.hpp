@@ -51,9 +51,9 @@ struct AttentionKernelArgs {
   AttentionParams p;
   View kv;
   int num_partitions = 1;
-  int row_blocks = 1;           ///< grid.y == num_kv_heads * row_blocks
-  float* part_out = nullptr;    ///< [total_q][num_q_heads][P][head_dim] when P > 1
-  float* part_ml = nullptr;     ///< [total_q][num_q_heads][P][2] = (max, sum) when P > 1
+  int row_blocks = 1;         ///< grid.y == num_kv_heads * row_blocks
+  float* part_out = nullptr;  ///< [total_q][num_q_heads][P][head_dim] when P > 1
+  float* part_ml = nullptr;   ///< [total_q][num_q_heads][P][2] = (max, sum) when P > 1
 };
 
 struct AttentionMergeArgs {

@@ -15,14 +15,14 @@
 namespace kvlab::simt {
 
 struct BlockCopyParams {
-  const void* src_pool = nullptr;              ///< block b starts at src_pool + b * src_block_stride bytes
-  void* dst_pool = nullptr;                    ///< block b starts at dst_pool + b * dst_block_stride bytes
-  const std::int32_t* src_blocks = nullptr;    ///< [num_pairs]
-  const std::int32_t* dst_blocks = nullptr;    ///< [num_pairs]
+  const void* src_pool = nullptr;            ///< block b starts at src_pool + b * src_block_stride bytes
+  void* dst_pool = nullptr;                  ///< block b starts at dst_pool + b * dst_block_stride bytes
+  const std::int32_t* src_blocks = nullptr;  ///< [num_pairs]
+  const std::int32_t* dst_blocks = nullptr;  ///< [num_pairs]
   std::int64_t num_pairs = 0;
-  std::int64_t block_bytes = 0;                ///< bytes copied per pair
-  std::int64_t src_block_stride = 0;           ///< bytes; 0 means block_bytes
-  std::int64_t dst_block_stride = 0;           ///< bytes; 0 means block_bytes
+  std::int64_t block_bytes = 0;       ///< bytes copied per pair
+  std::int64_t src_block_stride = 0;  ///< bytes; 0 means block_bytes
+  std::int64_t dst_block_stride = 0;  ///< bytes; 0 means block_bytes
 };
 
 struct alignas(16) Copy16 {
@@ -34,8 +34,9 @@ struct alignas(8) Copy8 {
 
 /// The widest copy word (bytes) allowed by the pools' addresses, strides and block size.
 [[nodiscard]] inline int block_copy_word_bytes(const BlockCopyParams& c) {
-  const std::uint64_t bits = reinterpret_cast<std::uintptr_t>(c.src_pool) | reinterpret_cast<std::uintptr_t>(c.dst_pool) |
-                             static_cast<std::uint64_t>(c.block_bytes) | static_cast<std::uint64_t>(c.src_block_stride) |
+  const std::uint64_t bits = reinterpret_cast<std::uintptr_t>(c.src_pool) |
+                             reinterpret_cast<std::uintptr_t>(c.dst_pool) | static_cast<std::uint64_t>(c.block_bytes) |
+                             static_cast<std::uint64_t>(c.src_block_stride) |
                              static_cast<std::uint64_t>(c.dst_block_stride);
   for (int w : {16, 8, 4})
     if (bits % static_cast<std::uint64_t>(w) == 0) return w;
@@ -49,8 +50,8 @@ KVLAB_HD void block_copy_kernel(Exec& ex, const BlockCopyParams& c) {
   const std::int64_t dst_stride = c.dst_block_stride ? c.dst_block_stride : c.block_bytes;
   const std::int64_t tid = ex.thread_idx().x, nthreads = ex.block_dim().x;
   for (std::int64_t i = ex.block_idx().x; i < c.num_pairs; i += ex.grid_dim().x) {
-    const Word* src = reinterpret_cast<const Word*>(static_cast<const unsigned char*>(c.src_pool) +
-                                                    c.src_blocks[i] * src_stride);
+    const Word* src =
+        reinterpret_cast<const Word*>(static_cast<const unsigned char*>(c.src_pool) + c.src_blocks[i] * src_stride);
     Word* dst = reinterpret_cast<Word*>(static_cast<unsigned char*>(c.dst_pool) + c.dst_blocks[i] * dst_stride);
     for (std::int64_t w = tid; w < words; w += nthreads) dst[w] = src[w];
   }

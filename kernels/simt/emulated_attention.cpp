@@ -30,9 +30,9 @@ void emulated_attention(const AttentionParams& p, const KvView& kv, int num_part
     using T = std::remove_cv_t<std::remove_pointer_t<decltype(view.k(0, 0, 0))>>;
     constexpr int D = decltype(dim)::value;
     using Tr = simt::AttentionTraits<T, D>;
-    KVLAB_EXPECTS(options.block_threads % Tr::kDotLanes == 0,
-                  "block_threads must be a multiple of " + std::to_string(Tr::kDotLanes) + " for head dim " +
-                      std::to_string(D));
+    KVLAB_EXPECTS(
+        options.block_threads % Tr::kDotLanes == 0,
+        "block_threads must be a multiple of " + std::to_string(Tr::kDotLanes) + " for head dim " + std::to_string(D));
     const int rows = max_q * p.group();
     const int row_blocks = std::max(1, (rows + Tr::kRows - 1) / Tr::kRows);
     KVLAB_EXPECTS(static_cast<std::int64_t>(p.num_kv_heads) * row_blocks <= 65535, "too many query rows for grid.y");
@@ -48,13 +48,14 @@ void emulated_attention(const AttentionParams& p, const KvView& kv, int num_part
     }
     const simt::Dim3 grid{static_cast<unsigned>(p.batch), static_cast<unsigned>(p.num_kv_heads * row_blocks),
                           static_cast<unsigned>(num_partitions)};
-    simt::launch(grid, {options.block_threads, 1, 1}, Tr::shared_bytes(),
-                 [&](simt::EmulatedExec& ex) { simt::attention_partial_kernel<T, D>(ex, args); }, launch_options);
+    simt::launch(
+        grid, {options.block_threads, 1, 1}, Tr::shared_bytes(),
+        [&](simt::EmulatedExec& ex) { simt::attention_partial_kernel<T, D>(ex, args); }, launch_options);
     if (num_partitions > 1) {
       const simt::AttentionMergeArgs merge{p, num_partitions, part_out.data(), part_ml.data()};
-      simt::launch({static_cast<unsigned>(p.batch), static_cast<unsigned>(p.num_q_heads), 1},
-                   {options.block_threads, 1, 1}, 0,
-                   [&](simt::EmulatedExec& ex) { simt::attention_merge_kernel<D>(ex, merge); }, launch_options);
+      simt::launch(
+          {static_cast<unsigned>(p.batch), static_cast<unsigned>(p.num_q_heads), 1}, {options.block_threads, 1, 1}, 0,
+          [&](simt::EmulatedExec& ex) { simt::attention_merge_kernel<D>(ex, merge); }, launch_options);
     }
   });
 }
@@ -69,17 +70,20 @@ void emulated_block_copy(const simt::BlockCopyParams& c, const EmulatedLaunchOpt
   const simt::LaunchOptions launch_options{options.shuffle_seed};
   switch (simt::block_copy_word_bytes(c)) {
     case 16:
-      return simt::launch(grid, block, 0, [&](simt::EmulatedExec& ex) { simt::block_copy_kernel<simt::Copy16>(ex, c); },
-                          launch_options);
+      return simt::launch(
+          grid, block, 0, [&](simt::EmulatedExec& ex) { simt::block_copy_kernel<simt::Copy16>(ex, c); },
+          launch_options);
     case 8:
-      return simt::launch(grid, block, 0, [&](simt::EmulatedExec& ex) { simt::block_copy_kernel<simt::Copy8>(ex, c); },
-                          launch_options);
+      return simt::launch(
+          grid, block, 0, [&](simt::EmulatedExec& ex) { simt::block_copy_kernel<simt::Copy8>(ex, c); }, launch_options);
     case 4:
-      return simt::launch(grid, block, 0, [&](simt::EmulatedExec& ex) { simt::block_copy_kernel<std::uint32_t>(ex, c); },
-                          launch_options);
+      return simt::launch(
+          grid, block, 0, [&](simt::EmulatedExec& ex) { simt::block_copy_kernel<std::uint32_t>(ex, c); },
+          launch_options);
     default:
-      return simt::launch(grid, block, 0, [&](simt::EmulatedExec& ex) { simt::block_copy_kernel<unsigned char>(ex, c); },
-                          launch_options);
+      return simt::launch(
+          grid, block, 0, [&](simt::EmulatedExec& ex) { simt::block_copy_kernel<unsigned char>(ex, c); },
+          launch_options);
   }
 }
 

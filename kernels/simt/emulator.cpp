@@ -44,8 +44,8 @@ class Team {
     num_warps_ = (threads_ + kWarpSize - 1) / kWarpSize;
     warps_ = std::make_unique<Warp[]>(num_warps_);
     shared_bytes_ = shared_bytes;
-    arena_.reset(static_cast<unsigned char*>(
-        ::operator new[](std::max<std::size_t>(shared_bytes, 1), std::align_val_t(64))));
+    arena_.reset(
+        static_cast<unsigned char*>(::operator new[](std::max<std::size_t>(shared_bytes, 1), std::align_val_t(64))));
     order_.resize(volume(grid));
     std::iota(order_.begin(), order_.end(), 0ull);
     if (options.shuffle_seed != 0) {
@@ -69,7 +69,8 @@ class Team {
 
   std::uint64_t shuffle(EmulatedExec& me, std::uint64_t bits, int mode, int b, int width, Site site) {
     if (width < 1 || width > kWarpSize || (width & (width - 1)) != 0)
-      misuse_from_kernel("shuffle width " + std::to_string(width) + " is not a power of two <= 32 at " + describe(site));
+      misuse_from_kernel("shuffle width " + std::to_string(width) + " is not a power of two <= 32 at " +
+                         describe(site));
     Warp& w = warps_[me.warp_];
     std::unique_lock lock(mutex_);
     throw_if_aborted();
@@ -78,8 +79,8 @@ class Team {
     if (w.arrived_mask == 0) {
       w.site = site;
     } else if (!same_site(w.site, site)) {
-      abort_locked(misuse("divergent shuffle in block " + describe(me.block_idx_) + " warp " + std::to_string(me.warp_) +
-                          ": lanes at " + describe(w.site) + " and " + describe(site)));
+      abort_locked(misuse("divergent shuffle in block " + describe(me.block_idx_) + " warp " +
+                          std::to_string(me.warp_) + ": lanes at " + describe(w.site) + " and " + describe(site)));
       throw Aborted{};
     }
     w.arrived_mask |= 1u << me.lane_;
@@ -125,8 +126,8 @@ class Team {
 
  private:
   struct Warp {
-    std::uint32_t live_mask = 0;      // lanes that exist and have not exited
-    std::uint32_t arrived_mask = 0;   // lanes waiting in the current shuffle
+    std::uint32_t live_mask = 0;     // lanes that exist and have not exited
+    std::uint32_t arrived_mask = 0;  // lanes waiting in the current shuffle
     std::uint32_t participants[2] = {0, 0};
     int parity = 0;
     std::atomic<std::uint64_t> generation{0};
@@ -260,7 +261,9 @@ class Team {
     }
     lock.lock();
     ++sleepers_;
-    cv.wait(lock, [&] { return generation.load(std::memory_order_acquire) != old || aborted_.load(std::memory_order_relaxed); });
+    cv.wait(lock, [&] {
+      return generation.load(std::memory_order_acquire) != old || aborted_.load(std::memory_order_relaxed);
+    });
     --sleepers_;
     lock.unlock();
     throw_if_aborted();
@@ -316,12 +319,13 @@ std::uint64_t EmulatedExec::shuffle_bits(std::uint64_t bits, int mode, int b, in
 void EmulatedExec::check_shared(std::size_t at, std::size_t bytes) const {
   if (at + bytes > shared_bytes_)
     team_->misuse_from_kernel("shared memory overflow in block (" + std::to_string(block_idx_.x) + "," +
-                              std::to_string(block_idx_.y) + "," + std::to_string(block_idx_.z) + "): " +
-                              std::to_string(at + bytes) + " bytes needed, launch passed " +
+                              std::to_string(block_idx_.y) + "," + std::to_string(block_idx_.z) +
+                              "): " + std::to_string(at + bytes) + " bytes needed, launch passed " +
                               std::to_string(shared_bytes_));
 }
 
-void launch(Dim3 grid, Dim3 block, std::size_t shared_bytes, const EmulatedKernel& kernel, const LaunchOptions& options) {
+void launch(Dim3 grid, Dim3 block, std::size_t shared_bytes, const EmulatedKernel& kernel,
+            const LaunchOptions& options) {
   KVLAB_EXPECTS(volume(block) >= 1 && volume(block) <= 1024, "block must hold 1..1024 threads");
   KVLAB_EXPECTS(grid.y <= 65535 && grid.z <= 65535, "grid.y and grid.z must be <= 65535");
   KVLAB_EXPECTS(kernel != nullptr, "kernel must be callable");

@@ -125,10 +125,22 @@ template <int Width = kWarpSize, class Exec, class T>
   int j = 0;
   bool ok = false;
   switch (mode) {
-    case 0: j = min_lane | (b & ~segmask & 0x1f); ok = j <= max_lane; break;
-    case 1: j = lane - b; ok = j >= max_lane; break;
-    case 2: j = lane + b; ok = j <= max_lane; break;
-    default: j = lane ^ (b & 0x1f); ok = j <= max_lane; break;
+    case 0:
+      j = min_lane | (b & ~segmask & 0x1f);
+      ok = j <= max_lane;
+      break;
+    case 1:
+      j = lane - b;
+      ok = j >= max_lane;
+      break;
+    case 2:
+      j = lane + b;
+      ok = j <= max_lane;
+      break;
+    default:
+      j = lane ^ (b & 0x1f);
+      ok = j <= max_lane;
+      break;
   }
   return ok ? j : -1;
 }
@@ -215,26 +227,43 @@ class CudaExec {
  private:
   template <class T>
   KVLAB_HD KVLAB_FORCEINLINE T exchange(T v, int mode, int b, int width) {
-    static_assert(std::is_trivially_copyable_v<T> && sizeof(T) <= 8, "shuffles move trivially copyable values of <= 8 bytes");
+    static_assert(std::is_trivially_copyable_v<T> && sizeof(T) <= 8,
+                  "shuffles move trivially copyable values of <= 8 bytes");
 #if defined(__CUDA_ARCH__)
     if constexpr (sizeof(T) <= 4) {
       unsigned u = 0;
       memcpy(&u, &v, sizeof(T));
       switch (mode) {
-        case 0: u = __shfl_sync(warp_mask_, u, b, width); break;
-        case 1: u = __shfl_up_sync(warp_mask_, u, static_cast<unsigned>(b), width); break;
-        case 2: u = __shfl_down_sync(warp_mask_, u, static_cast<unsigned>(b), width); break;
-        default: u = __shfl_xor_sync(warp_mask_, u, b, width); break;
+        case 0:
+          u = __shfl_sync(warp_mask_, u, b, width);
+          break;
+        case 1:
+          u = __shfl_up_sync(warp_mask_, u, static_cast<unsigned>(b), width);
+          break;
+        case 2:
+          u = __shfl_down_sync(warp_mask_, u, static_cast<unsigned>(b), width);
+          break;
+        default:
+          u = __shfl_xor_sync(warp_mask_, u, b, width);
+          break;
       }
       memcpy(&v, &u, sizeof(T));
     } else {
       unsigned long long u = 0;
       memcpy(&u, &v, sizeof(T));
       switch (mode) {
-        case 0: u = __shfl_sync(warp_mask_, u, b, width); break;
-        case 1: u = __shfl_up_sync(warp_mask_, u, static_cast<unsigned>(b), width); break;
-        case 2: u = __shfl_down_sync(warp_mask_, u, static_cast<unsigned>(b), width); break;
-        default: u = __shfl_xor_sync(warp_mask_, u, b, width); break;
+        case 0:
+          u = __shfl_sync(warp_mask_, u, b, width);
+          break;
+        case 1:
+          u = __shfl_up_sync(warp_mask_, u, static_cast<unsigned>(b), width);
+          break;
+        case 2:
+          u = __shfl_down_sync(warp_mask_, u, static_cast<unsigned>(b), width);
+          break;
+        default:
+          u = __shfl_xor_sync(warp_mask_, u, b, width);
+          break;
       }
       memcpy(&v, &u, sizeof(T));
     }

@@ -148,9 +148,7 @@ double reference_error(const ggml_tensor* q, const ggml_tensor* k, const ggml_te
   return err;
 }
 
-double now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
+double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 }  // namespace
 
@@ -202,8 +200,8 @@ int main(int argc, char** argv) {
   for (const auto& [seq, head] : pairs) max_err = std::max(max_err, reference_error(q, k, v, out, seq, head, scale));
   std::printf("max_abs_err=%.3e pairs=%zu tolerance=%.0e\n", max_err, std::size(pairs), kTolerance);
   if (!(max_err <= kTolerance)) {
-    std::fprintf(stderr, "ggml_attention_driver: result differs from the float64 reference by %.3e (> %.0e)\n",
-                 max_err, kTolerance);
+    std::fprintf(stderr, "ggml_attention_driver: result differs from the float64 reference by %.3e (> %.0e)\n", max_err,
+                 kTolerance);
     return 1;
   }
 

@@ -14,7 +14,7 @@ namespace {
 using Hole = std::pair<std::size_t, std::size_t>;
 
 TEST(BuddyArena, SplitsTheSmallestBlockAndRoundsToPowersOfTwo) {
-  BuddyArena a(16 * 100, 100);  // one root of 16 units
+  BuddyArena a(16 * 100, 100);     // one root of 16 units
   const auto x = a.allocate(100);  // 1 unit
   const auto y = a.allocate(250);  // 3 units -> a block of 4
   const auto z = a.allocate(101);  // 2 units
@@ -74,10 +74,10 @@ TEST(BuddyArena, RejectsUnknownOffsets) {
   const auto x = a.allocate(1);
   EXPECT_THROW(a.deallocate(*x + 1), InvalidArgument);  // not a block start
   a.deallocate(*x);
-  EXPECT_THROW(a.deallocate(*x), InvalidArgument);  // double free
-  const auto y = a.allocate(128);                  // a block of two units
+  EXPECT_THROW(a.deallocate(*x), InvalidArgument);       // double free
+  const auto y = a.allocate(128);                        // a block of two units
   EXPECT_THROW(a.deallocate(*y + 64), InvalidArgument);  // a unit inside it, not its start
-  EXPECT_EQ(a.rounded(9 * 64), 0u);                       // larger than any block of the region
+  EXPECT_EQ(a.rounded(9 * 64), 0u);                      // larger than any block of the region
   EXPECT_FALSE(a.can_allocate(SIZE_MAX));
   EXPECT_THROW(BuddyArena(100, 0), InvalidArgument);
 }

@@ -57,7 +57,7 @@ TEST(ContiguousBackend, BreakdownMatchesGeometry) {
   const MemoryBreakdown m = b.breakdown();
   EXPECT_EQ(m.capacity, 400 * kToken);
   EXPECT_EQ(m.token_states, 13 * kToken);
-  EXPECT_EQ(m.reserved, 7 * kToken);               // will be filled up to the final 20
+  EXPECT_EQ(m.reserved, 7 * kToken);                // will be filled up to the final 20
   EXPECT_EQ(m.internal_fragmentation, 6 * kToken);  // 26 - 20, never filled
   EXPECT_EQ(m.external_fragmentation, 0u);
   EXPECT_EQ(m.free(), 374 * kToken);

@@ -46,7 +46,7 @@ TEST(CopyStream, CopiesLandInTheOrderEnqueued) {
   std::vector<int> a = iota(16, 100), b(16, -1), c(16, -2);
   s.copy(b.data(), a.data(), 16 * sizeof(int));  // b <- a
   s.copy(c.data(), b.data(), 16 * sizeof(int));  // c <- b: must read what the first one wrote
-  a.assign(16, 7);                                // changed after enqueueing: the emulated copy reads it late
+  a.assign(16, 7);                               // changed after enqueueing: the emulated copy reads it late
   s.synchronize();
   EXPECT_EQ(b, std::vector<int>(16, 7));
   EXPECT_EQ(c, b);

@@ -23,7 +23,9 @@
 namespace kvlab {
 namespace {
 
-void* double_entry(const char* name, int abi, std::string& why) { return CudaDriverDouble::entry_point(name, abi, why); }
+void* double_entry(const char* name, int abi, std::string& why) {
+  return CudaDriverDouble::entry_point(name, abi, why);
+}
 
 CudaDriverDoubleConfig small_granules() {
   CudaDriverDoubleConfig c;
@@ -46,7 +48,8 @@ TEST(CudaDriverAbi, EveryEntryIsAskedForOnceAtItsOwnAbi) {
   EXPECT_EQ(asked["cuDevicePrimaryCtxRelease"], std::vector<int>{11000});
   EXPECT_EQ(asked["cuMemMap"], std::vector<int>{10020});
   std::string why;
-  EXPECT_EQ(reinterpret_cast<void*>(api.cuCtxSynchronize), CudaDriverDouble::entry_point("cuCtxSynchronize", 2000, why));
+  EXPECT_EQ(reinterpret_cast<void*>(api.cuCtxSynchronize),
+            CudaDriverDouble::entry_point("cuCtxSynchronize", 2000, why));
 }
 
 TEST(CudaDriverAbi, AMissingEntryNamesItselfAndLeavesTheTableEmpty) {

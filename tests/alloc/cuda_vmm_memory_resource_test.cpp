@@ -63,7 +63,8 @@ TEST(CudaVmmMemoryResource, RefusedDeallocationsAreRetriedNotLeaked) {
   CudaDriverDouble dbl(config());
   {
     CudaVmmMemoryResource mr(dbl.api(), Device::emulated);
-    for (CuEntry e : {CuEntry::cuCtxSynchronize, CuEntry::cuMemUnmap, CuEntry::cuMemRelease, CuEntry::cuMemAddressFree}) {
+    for (CuEntry e :
+         {CuEntry::cuCtxSynchronize, CuEntry::cuMemUnmap, CuEntry::cuMemRelease, CuEntry::cuMemAddressFree}) {
       void* p = mr.allocate(kG);
       dbl.fail_nth_call(e, 1);
       mr.deallocate(p, kG);  // noexcept: the block waits on the pending list

@@ -68,7 +68,8 @@ TEST(Names, DeviceSpecParse) {
   EXPECT_EQ(parse_device_spec("cuda:3").index, 3);
   EXPECT_EQ(parse_device_spec("cuda:3").name(), "cuda:3");
   EXPECT_EQ(parse_device_spec("emulated").name(), "emulated");
-  for (const char* bad : {"", "gpu", "cuda:", "cuda:x", "cuda:-1", "cuda:1x", "cuda:1024", "emulated:0", "host:0", "CUDA"}) {
+  for (const char* bad :
+       {"", "gpu", "cuda:", "cuda:x", "cuda:-1", "cuda:1x", "cuda:1024", "emulated:0", "host:0", "CUDA"}) {
     try {
       (void)parse_device_spec(bad);
       ADD_FAILURE() << "'" << bad << "' was accepted";

@@ -91,7 +91,8 @@ TEST(AtomicFile, AMissingDirectoryIsNamed) {
     write_file_atomically(d.path / "no-such-dir" / "x.csv", "x\n");
     FAIL() << "wrote into a missing directory";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("no-such-dir/x.csv: No such file or directory"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("no-such-dir/x.csv: No such file or directory"), std::string::npos)
+        << e.what();
   }
   EXPECT_EQ(d.entries(), 0);
 }

@@ -177,20 +177,51 @@ struct BadCall {
   std::string error;
 };
 
-TEST_P(BackendConformance, BadInputsGetTheSameErrorFromTheFrontDoor) {
-  auto b = make(1000);
-  b->admit(1, {10, 20}, 10);
-  const std::vector<std::int32_t> three_ids = {1, 2, 3};
-  const SeqId unknown = 99;
-  const std::vector<BadCall> calls = {
-      {"negative initial tokens", [](KvBackend& k) { k.admit(2, {10, 20}, -1); }, "initial tokens must not be negative"},
-      {"negative prompt", [](KvBackend& k) { k.admit(2, {-1, 20}, 0); }, "prompt tokens must not be negative"},
-      {"final below initial", [](KvBackend& k) { k.admit(2, {10, 5}, 10); }, "final tokens must be at least the initial tokens"},
-      {"final past max_seq_len", [](KvBackend& k) { k.admit(2, {10, 129}, 10); }, "sequence of 129 tokens exceeds max_seq_len 128"},
-      {"too few token ids", [&](KvBackend& k) { k.admit(2, {10, 20, three_ids}, 10); }, "3 prompt token ids for a prompt of 10 tokens"},
-      {"can_admit checks too", [](KvBackend& k) { (void)k.can_admit({10, 5}, 10); }, "final tokens must be at least the initial tokens"},
-      {"cached_prefix_tokens checks too", [](KvBackend& k) { (void)k.cached_prefix_tokens({10, 200}); }, "sequence of 200 tokens exceeds max_seq_len 128"},
-      {"duplicate id", [](KvBackend& k) { k.admit(1, {10, 20}, 10); }, "sequence 1 already exists"},
+/// Every bad call of the front door, for backend `b` (which holds sequence 1 of 10 tokens).
+std::vector<BadCall> front_door_bad_calls(const KvBackend& b) {
+  static const std::vector<std::int32_t> three_ids = {1, 2, 3};
+  static const SeqId unknown = 99;
+  return {
+      {"negative initial tokens",
+       [](KvBackend& k) {
+         k.admit(2, {10, 20}, -1);
+       },
+       "initial tokens must not be negative"},
+      {"negative prompt",
+       [](KvBackend& k) {
+         k.admit(2, {-1, 20}, 0);
+       },
+       "prompt tokens must not be negative"},
+      {"final below initial",
+       [](KvBackend& k) {
+         k.admit(2, {10, 5}, 10);
+       },
+       "final tokens must be at least the initial tokens"},
+      {"final past max_seq_len",
+       [](KvBackend& k) {
+         k.admit(2, {10, 129}, 10);
+       },
+       "sequence of 129 tokens exceeds max_seq_len 128"},
+      {"too few token ids",
+       [&](KvBackend& k) {
+         k.admit(2, {10, 20, three_ids}, 10);
+       },
+       "3 prompt token ids for a prompt of 10 tokens"},
+      {"can_admit checks too",
+       [](KvBackend& k) {
+         (void)k.can_admit({10, 5}, 10);
+       },
+       "final tokens must be at least the initial tokens"},
+      {"cached_prefix_tokens checks too",
+       [](KvBackend& k) {
+         (void)k.cached_prefix_tokens({10, 200});
+       },
+       "sequence of 200 tokens exceeds max_seq_len 128"},
+      {"duplicate id",
+       [](KvBackend& k) {
+         k.admit(1, {10, 20}, 10);
+       },
+       "sequence 1 already exists"},
       {"grow unknown", [&](KvBackend& k) { k.grow(unknown, 1); }, "unknown sequence 99"},
       {"can_grow unknown", [&](KvBackend& k) { (void)k.can_grow(unknown, 1); }, "unknown sequence 99"},
       {"negative growth", [](KvBackend& k) { k.grow(1, -1); }, "growth must not be negative"},
@@ -200,18 +231,35 @@ TEST_P(BackendConformance, BadInputsGetTheSameErrorFromTheFrontDoor) {
       {"length unknown", [&](KvBackend& k) { (void)k.length(unknown); }, "unknown sequence 99"},
       {"cached_tokens unknown", [&](KvBackend& k) { (void)k.cached_tokens(unknown); }, "unknown sequence 99"},
       {"is_swapped unknown", [&](KvBackend& k) { (void)k.is_swapped(unknown); }, "unknown sequence 99"},
-      {"prepare_batch unknown", [&](KvBackend& k) { (void)k.prepare_batch({&unknown, 1}); }, "unknown sequence 99"},
-      {"prefetch unknown", [&](KvBackend& k) { k.prefetch({&unknown, 1}); }, "unknown sequence 99"},
-      {"view without storage", [](KvBackend& k) { (void)k.layer_view(0); }, "accounting-only backend has no KV to view"},
+      {"prepare_batch unknown",
+       [&](KvBackend& k) {
+         (void)k.prepare_batch({&unknown, 1});
+       },
+       "unknown sequence 99"},
+      {"prefetch unknown",
+       [&](KvBackend& k) {
+         k.prefetch({&unknown, 1});
+       },
+       "unknown sequence 99"},
+      {"view without storage", [](KvBackend& k) { (void)k.layer_view(0); },
+       "accounting-only backend has no KV to view"},
       {"swap in a resident sequence", [](KvBackend& k) { k.swap_in(1); },
-       b->supports_swap() ? "sequence 1 is not swapped out" : "backend " + b->name() + " cannot swap"},
+       b.supports_swap() ? "sequence 1 is not swapped out" : "backend " + b.name() + " cannot swap"},
       {"view before any batch", [](KvBackend& k) { (void)k.layer_view(0); },
-       b->has_storage() ? "no prepared batch to view" : "accounting-only backend has no KV to view"},
-      {"blocked spec checked too", [](KvBackend& k) {
+       b.has_storage() ? "no prepared batch to view" : "accounting-only backend has no KV to view"},
+      {"blocked spec checked too",
+       [](KvBackend& k) {
          const SequenceSpec bad{10, 200};
          (void)k.breakdown(&bad);
-       }, "sequence of 200 tokens exceeds max_seq_len 128"},
+       },
+       "sequence of 200 tokens exceeds max_seq_len 128"},
   };
+}
+
+TEST_P(BackendConformance, BadInputsGetTheSameErrorFromTheFrontDoor) {
+  auto b = make(1000);
+  b->admit(1, {10, 20}, 10);
+  const std::vector<BadCall> calls = front_door_bad_calls(*b);
   const MemoryBreakdown before = b->breakdown();
   for (const BadCall& c : calls) {
     try {
@@ -238,9 +286,14 @@ TEST_P(BackendConformance, SwappedSequencesAreNotResident) {
   }
   b->swap_out(1);
   const SeqId one = 1;
-  for (const auto& call : std::vector<std::function<void()>>{
-           [&] { b->swap_out(1); }, [&] { b->grow(1, 1); }, [&] { b->fork(1, 2); },
-           [&] { (void)b->prepare_batch({&one, 1}); }, [&] { b->prefetch({&one, 1}); }}) {
+  for (const auto& call :
+       std::vector<std::function<void()>>{[&] { b->swap_out(1); }, [&] { b->grow(1, 1); }, [&] { b->fork(1, 2); },
+                                          [&] {
+                                            (void)b->prepare_batch({&one, 1});
+                                          },
+                                          [&] {
+                                            b->prefetch({&one, 1});
+                                          }}) {
     try {
       call();
       ADD_FAILURE() << "a swapped-out sequence was used";
@@ -291,13 +344,12 @@ TEST_P(BackendConformance, KvSurvivesGrowthAndFork) {
   EXPECT_EQ(b->breakdown().allocated(), 0u);
 }
 
-INSTANTIATE_TEST_SUITE_P(EveryBackend, BackendConformance, ::testing::ValuesIn(backend_forms()),
-                         [](const auto& info) {
-                           std::string n = info.param;
-                           for (char& c : n)
-                             if (c == '-') c = '_';
-                           return n;
-                         });
+INSTANTIATE_TEST_SUITE_P(EveryBackend, BackendConformance, ::testing::ValuesIn(backend_forms()), [](const auto& info) {
+  std::string n = info.param;
+  for (char& c : n)
+    if (c == '-') c = '_';
+  return n;
+});
 
 TEST(BackendFactory, UnknownNameFailsLoudly) {
   BackendOptions o;

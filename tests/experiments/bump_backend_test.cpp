@@ -54,7 +54,8 @@ class BumpBackend final : public TableBackend<BumpSequence> {
   }
   /// Takes `tokens` tokens at the top, or throws OutOfMemory changing nothing.
   std::size_t bump(std::int64_t tokens) {
-    if (top_ + bytes(tokens) > capacity_) KVLAB_THROW(OutOfMemory, "bump: " + std::to_string(tokens) + " tokens do not fit");
+    if (top_ + bytes(tokens) > capacity_)
+      KVLAB_THROW(OutOfMemory, "bump: " + std::to_string(tokens) + " tokens do not fit");
     const std::size_t at = top_;
     top_ += bytes(tokens);
     return at;
@@ -88,7 +89,8 @@ class BumpBackend final : public TableBackend<BumpSequence> {
     if (region_ != nullptr) {
       const std::size_t written = bytes(c.length) / (2 * static_cast<std::size_t>(model().num_layers));
       for (int layer = 0; layer < model().num_layers; ++layer)
-        for (int kv = 0; kv < 2; ++kv) copy_bytes(device(), layer_base(c, layer, kv), layer_base(at(parent), layer, kv), written);
+        for (int kv = 0; kv < 2; ++kv)
+          copy_bytes(device(), layer_base(c, layer, kv), layer_base(at(parent), layer, kv), written);
     }
     seqs_.insert(child, c);
   }
@@ -130,7 +132,8 @@ class BumpBackend final : public TableBackend<BumpSequence> {
 // and in the conformance suite's list of forms.
 const bool registered = [] {
   register_backend_family({"bump", "bump", {"bump"}, [](std::string_view name, const BackendOptions& o) {
-                             KVLAB_EXPECTS(name == "bump", "unknown backend '" + std::string(name) + "' (bump takes no options)");
+                             KVLAB_EXPECTS(name == "bump",
+                                           "unknown backend '" + std::string(name) + "' (bump takes no options)");
                              return std::unique_ptr<KvBackend>(std::make_unique<BumpBackend>(o));
                            }});
   return true;

@@ -93,7 +93,8 @@ TEST(Calibrate, QuickHostFileReadsBackWithEveryKeyAndAMeasuredSource) {
   EXPECT_NE(back.description.find("kvlab calibrate --device host --quick"), std::string::npos) << back.description;
   EXPECT_GT(back.memory_bandwidth, 1e8);
   EXPECT_GT(back.peak_flops, 1e8);
-  for (const int b : {1, 2, 4, 8, 16, 32, 64, 128, 256}) EXPECT_TRUE(back.paged_attention_factor.points.contains(b)) << b;
+  for (const int b : {1, 2, 4, 8, 16, 32, 64, 128, 256})
+    EXPECT_TRUE(back.paged_attention_factor.points.contains(b)) << b;
   for (std::int64_t p = 4096; p <= 2 << 20; p *= 2) {
     EXPECT_TRUE(back.map_s.points.contains(p)) << p;
     EXPECT_TRUE(back.unmap_s.points.contains(p)) << p;
@@ -105,7 +106,9 @@ TEST(Calibrate, QuickHostFileReadsBackWithEveryKeyAndAMeasuredSource) {
     const bool measured = source.rfind("measured by kvlab calibrate on " + machine + ", ", 0) == 0;
     const bool declared = key.starts_with("linear_") && source.rfind("not calibrated on the host", 0) == 0;
     EXPECT_TRUE(measured || declared) << key << ": " << source;
-    if (measured) EXPECT_NE(source.find("median"), std::string::npos) << key << ": " << source;
+    if (measured) {
+      EXPECT_NE(source.find("median"), std::string::npos) << key << ": " << source;
+    }
   }
   // Every key of the format has its own source (none fell back to "unspecified").
   EXPECT_EQ(format_device_model(m).find("unspecified"), std::string::npos);
@@ -206,7 +209,8 @@ TEST(Calibrate, TheGpuPathRunsOnTheEmulatedDevice) {
     EXPECT_TRUE(back.unmap_s.points.contains(page)) << page;
   }
   EXPECT_EQ(pages, (std::vector<std::int64_t>{2 << 20, 4 << 20, 8 << 20}));
-  for (const int b : {1, 2, 4, 8, 16, 32, 64, 128, 256}) EXPECT_TRUE(back.paged_attention_factor.points.contains(b)) << b;
+  for (const int b : {1, 2, 4, 8, 16, 32, 64, 128, 256})
+    EXPECT_TRUE(back.paged_attention_factor.points.contains(b)) << b;
   for (const auto& [key, source] : back.sources) {
     if (key == "format" || key == "name" || key == "description") continue;
     const bool measured = source.rfind("measured by kvlab calibrate on emulated GPU", 0) == 0;

@@ -40,7 +40,9 @@ TEST(CudaPathEndToEnd, ReplayThroughTheDriverDoubleAndTheSimtEmulator) {
       VmmBackend backend(c);
       ReplayConfig rc;
       rc.execute = true;
-      rc.attention = [](const AttentionParams& p, const KvView& kv) { emulated_attention(p, kv, /*num_partitions=*/2); };
+      rc.attention = [](const AttentionParams& p, const KvView& kv) {
+        emulated_attention(p, kv, /*num_partitions=*/2);
+      };
       rc.verify_kv = true;
       rc.chunked_prefill = true;
       rc.max_batched_tokens = 128;
@@ -59,5 +61,7 @@ TEST(CudaPathEndToEnd, ReplayThroughTheDriverDoubleAndTheSimtEmulator) {
 }  // namespace
 }  // namespace kvlab
 #else
-TEST(CudaPathEndToEnd, NeedsToolkitHeaders) { GTEST_SKIP() << "CUDA toolkit headers not found: the driver double is not built"; }
+TEST(CudaPathEndToEnd, NeedsToolkitHeaders) {
+  GTEST_SKIP() << "CUDA toolkit headers not found: the driver double is not built";
+}
 #endif

@@ -103,8 +103,7 @@ TEST_P(EmulatedDevice, ReplaysVerifiedOnDeviceMemory) {
 INSTANTIATE_TEST_SUITE_P(EveryFamily, EmulatedDevice,
                          ::testing::Values(Case{"contiguous-max"}, Case{"contiguous-oracle", 3}, Case{"paged-16", 3},
                                            Case{"paged-16", 1, true}, Case{"paged-16", 3, true}, Case{"paged-16-hash"},
-                                           Case{"vmm-2m"},
-                                           Case{"vmm-2m-mega-overlap"}),
+                                           Case{"vmm-2m"}, Case{"vmm-2m-mega-overlap"}),
                          [](const auto& info) {
                            std::string n = info.param.backend + (info.param.samples > 1 ? "_beams" : "") +
                                            (info.param.swap ? "_swap" : "");
@@ -232,13 +231,13 @@ TEST(EmulatedDevice, AHostTierRestoreWaitsForTheSwapCopiesBeforeIt) {
     b.release(1);
     b.admit(2, {64, 64, other}, 64);  // all 4 blocks: the 3 cached ones move to the host tier
     tokens(b, 2, 2, 64, false);
-    b.swap_out(2);                              // copies enqueued, blocks freed
-    b.admit(3, {49, 49, prefix}, 49);           // a host-tier hit: 48 tokens copied back into them
+    b.swap_out(2);                     // copies enqueued, blocks freed
+    b.admit(3, {49, 49, prefix}, 49);  // a host-tier hit: 48 tokens copied back into them
     EXPECT_EQ(b.cached_tokens(3), 48);
-    EXPECT_EQ(tokens(b, 3, 1, 48, true), 0);    // the prefix came back from the host intact
+    EXPECT_EQ(tokens(b, 3, 1, 48, true), 0);  // the prefix came back from the host intact
     b.release(3);
     b.swap_in(2);
-    EXPECT_EQ(tokens(b, 2, 2, 64, true), 0);    // and the swapped-out sequence kept its own bytes
+    EXPECT_EQ(tokens(b, 2, 2, 64, true), 0);  // and the swapped-out sequence kept its own bytes
     b.begin_step();
     b.release(2);
   }

@@ -66,7 +66,8 @@ TEST(DeviceModel, UnknownKeyNamesFileLineAndKey) {
   const std::string text = model_text("", "memory_bandwith = 1e12  # a typo\n");
   const std::string e = error_of(text);
   EXPECT_NE(e.find("dev.txt:" + std::to_string(line_of(text, "memory_bandwith")) + ": key 'memory_bandwith': unknown"),
-            std::string::npos) << e;
+            std::string::npos)
+      << e;
   EXPECT_NE(error_of(model_text("", "map_s.abc = 1e-6  # x\n")).find("key 'map_s.abc'"), std::string::npos);
   EXPECT_NE(error_of(model_text("", "map_s.0 = 1e-6  # x\n")).find("positive whole size"), std::string::npos);
 }
@@ -84,7 +85,8 @@ TEST(DeviceModel, BadNumberNamesFileLineAndKey) {
     const std::string text = model_text("host_bandwidth", "host_bandwidth = " + v + "  # x");
     const std::string e = error_of(text);
     EXPECT_NE(e.find("dev.txt:" + std::to_string(line_of(text, "host_bandwidth")) + ": key 'host_bandwidth'"),
-              std::string::npos) << v << ": " << e;
+              std::string::npos)
+        << v << ": " << e;
     EXPECT_NE(e.find("not a finite number"), std::string::npos) << v << ": " << e;
   }
 }
@@ -99,8 +101,9 @@ TEST(DeviceModel, MissingKeyIsNamed) {
   EXPECT_EQ(error_of(old_file), "");
   EXPECT_EQ(parse_device_model(old_file, "old.txt").attention_layer_overhead_s, 0);
   EXPECT_EQ(format_device_model(parse_device_model(old_file, "old.txt")).find("unspecified"), std::string::npos);
-  EXPECT_DOUBLE_EQ(parse_device_model(model_text("attention_layer_overhead_s", "attention_layer_overhead_s = 2.5e-5  # x"),
-                                      "new.txt").attention_layer_overhead_s,
+  EXPECT_DOUBLE_EQ(parse_device_model(
+                       model_text("attention_layer_overhead_s", "attention_layer_overhead_s = 2.5e-5  # x"), "new.txt")
+                       .attention_layer_overhead_s,
                    2.5e-5);
   EXPECT_NE(error_of(model_text("attention_layer_overhead_s", "attention_layer_overhead_s = -1e-6  # x"))
                 .find("key 'attention_layer_overhead_s'"),
@@ -117,7 +120,8 @@ TEST(DeviceModel, OutOfRangeNamesFileLineKeyAndRange) {
   const std::string e = error_of(text);
   EXPECT_NE(e.find("dev.txt:" + std::to_string(line_of(text, "attention_bandwidth_efficiency")) +
                    ": key 'attention_bandwidth_efficiency': 3 is outside [0.001, 2]"),
-            std::string::npos) << e;
+            std::string::npos)
+      << e;
   EXPECT_NE(error_of(model_text("step_overhead_s", "step_overhead_s = -1e-6  # x")).find("outside"), std::string::npos);
   EXPECT_NE(error_of(model_text("", "paged_attention_factor.16 = 0.01  # x\n")).find("key 'paged_attention_factor.16'"),
             std::string::npos);
@@ -136,12 +140,12 @@ TEST(DeviceModel, ReadingAMissingFileNamesIt) {
 TEST(SizeTable, InterpolatesInLog2AndClampsOutside) {
   SizeTable t;
   t.points = {{4, 1.0}, {16, 3.0}, {256, 7.0}};
-  EXPECT_DOUBLE_EQ(t.at(4), 1.0);    // a point
+  EXPECT_DOUBLE_EQ(t.at(4), 1.0);  // a point
   EXPECT_DOUBLE_EQ(t.at(16), 3.0);
-  EXPECT_DOUBLE_EQ(t.at(8), 2.0);    // halfway in log2 between 4 and 16
-  EXPECT_DOUBLE_EQ(t.at(64), 5.0);   // halfway in log2 between 16 and 256
+  EXPECT_DOUBLE_EQ(t.at(8), 2.0);   // halfway in log2 between 4 and 16
+  EXPECT_DOUBLE_EQ(t.at(64), 5.0);  // halfway in log2 between 16 and 256
   EXPECT_NEAR(t.at(32), 4.0, 1e-12);
-  EXPECT_DOUBLE_EQ(t.at(1), 1.0);    // below the first point: the first value
+  EXPECT_DOUBLE_EQ(t.at(1), 1.0);  // below the first point: the first value
   EXPECT_DOUBLE_EQ(t.at(3), 1.0);
   EXPECT_DOUBLE_EQ(t.at(1 << 20), 7.0);  // above the last: the last value
   SizeTable one;

@@ -36,7 +36,8 @@ void expect_one_corruption_found(KvBackend& b) {
   EXPECT_EQ(check.tokens_checked(), 20);
   b.prepare_batch({&one, 1});
   const KvView view = b.layer_view(1);
-  half_t* v = view.layout == KvLayout::paged ? as_paged<half_t>(view).v(0, 13, 1) : as_contiguous<half_t>(view).v(0, 13, 1);
+  half_t* v =
+      view.layout == KvLayout::paged ? as_paged<half_t>(view).v(0, 13, 1) : as_contiguous<half_t>(view).v(0, 13, 1);
   v[5] = from_float<half_t>(1000.f);
   EXPECT_EQ(check.verify({&one, 1}), 1);
   EXPECT_EQ(check.mismatches(), 1);

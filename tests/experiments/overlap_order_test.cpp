@@ -27,7 +27,9 @@ class SlowMapDriver final : public VmDriver {
   [[nodiscard]] std::string name() const override { return "slow-posix"; }
   [[nodiscard]] Device device() const noexcept override { return inner_.device(); }
   [[nodiscard]] std::size_t granularity() const noexcept override { return inner_.granularity(); }
-  [[nodiscard]] void* reserve(std::size_t bytes, std::size_t alignment) override { return inner_.reserve(bytes, alignment); }
+  [[nodiscard]] void* reserve(std::size_t bytes, std::size_t alignment) override {
+    return inner_.reserve(bytes, alignment);
+  }
   void free_reservation(void* base, std::size_t bytes) override { inner_.free_reservation(base, bytes); }
   [[nodiscard]] std::optional<PhysHandle> create(std::size_t bytes) override { return inner_.create(bytes); }
   void release(PhysHandle handle) override { inner_.release(handle); }

@@ -103,7 +103,7 @@ INSTANTIATE_TEST_SUITE_P(Backends, PrefixReplay, ::testing::Values("paged-16-has
 // from the host for c, byte for byte (verify_kv), and c hits what it hit with a device big enough.
 TEST(PrefixReplayHost, ANextTurnFindsThePreviousAnswerOnTheHost) {
   auto w = chat();
-  w[1].arrival_s = 50.0;  // a alone, then b, then c: b's blocks push a's tail off the device
+  w[1].arrival_s = 50.0;          // a alone, then b, then c: b's blocks push a's tail off the device
   w[1].prefix_hashes = {77, 78};  // b shares nothing: it needs 45 fresh blocks, 18 are unused
   const auto paged = [](std::size_t host_blocks) {
     PagedConfig c;

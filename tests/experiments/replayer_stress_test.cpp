@@ -17,7 +17,8 @@ namespace kvlab {
 namespace {
 
 TEST(ReplayerStress, TinyCapacitiesLoseAndCorruptNothing) {
-  const char* names[] = {"paged-16", "paged-8", "contiguous-oracle", "paged-16-hash", "paged-16-radix", "vmm-4k-prefix"};
+  const char* names[] = {"paged-16",      "paged-8",        "contiguous-oracle",
+                         "paged-16-hash", "paged-16-radix", "vmm-4k-prefix"};
   int rejected_runs = 0, preempting_runs = 0;
   for (int seed = 0; seed < 360; ++seed) {
     SCOPED_TRACE("seed " + std::to_string(seed));

@@ -30,8 +30,11 @@ TEST(Replayer, OneRequestByHand) {
   const ModelGeometry m = testing::tiny_model();
   // One sequence in every step.
   const auto work = [](std::int64_t prefill, std::int64_t decode, std::int64_t kv_read, std::int64_t pairs) {
-    return StepWork{.prefill_tokens = prefill, .decode_tokens = decode, .kv_tokens_read = kv_read,
-                    .attention_pairs = pairs, .sequences = 1};
+    return StepWork{.prefill_tokens = prefill,
+                    .decode_tokens = decode,
+                    .kv_tokens_read = kv_read,
+                    .attention_pairs = pairs,
+                    .sequences = 1};
   };
   const double d1 = step_seconds(m, cfg.device, work(4, 0, 4, 10));
   const double d2 = step_seconds(m, cfg.device, work(0, 1, 5, 5));
@@ -499,11 +502,13 @@ TEST(Replayer, VmmOverlapTakesMappingOffTheCriticalPath) {
       // The modelled clock charges the mapping it counted: it is a part of the step's time.
       EXPECT_DOUBLE_EQ(s.mapping_s, s.parts.mapping);
       EXPECT_NEAR(s.duration_s, s.parts.total(), 1e-15);
-      if (s.mapping_s > 0) EXPECT_GT(s.duration_s, s.parts.linear + s.parts.attention + s.parts.cpu);
+      if (s.mapping_s > 0) {
+        EXPECT_GT(s.duration_s, s.parts.linear + s.parts.attention + s.parts.cpu);
+      }
     }
   }
-  EXPECT_GT(decode_steps_mapping[0], 3);   // sequences cross page boundaries while decoding
-  EXPECT_EQ(decode_steps_mapping[1], 0);   // the background mapper had every page ready
+  EXPECT_GT(decode_steps_mapping[0], 3);  // sequences cross page boundaries while decoding
+  EXPECT_EQ(decode_steps_mapping[1], 0);  // the background mapper had every page ready
 }
 
 }  // namespace

@@ -77,7 +77,8 @@ TEST(CompletionMarker, ValidOnlyWhileEveryNamedFileHasItsRecordedSize) {
 
 TEST(CollectSweep, MergesCompletePointsOfTheGridByColumnNameWithAColumnPerAxis) {
   const fs::path d = fresh_dir("collect");
-  const std::vector<SweepPoint> points = expand_sweep({{"backend", {"paged-16", "vmm-64k"}, 1}, {"fixed", {"--requests 5"}, 2}});
+  const std::vector<SweepPoint> points =
+      expand_sweep({{"backend", {"paged-16", "vmm-64k"}, 1}, {"fixed", {"--requests 5"}, 2}});
   ASSERT_EQ(points.size(), 2u);
   write_sweep_grid(points, d);
   write(d / "point-0001/compare.csv", "# kvlab replay a\nbackend,cow_copies\npaged-b16,3\n");

@@ -13,7 +13,8 @@ namespace kvlab {
 namespace {
 
 TEST(SchedulePolicy, NamesRoundTripAndUnknownOnesFailLoudly) {
-  for (SchedulePolicy p : {SchedulePolicy::fcfs, SchedulePolicy::lpm}) EXPECT_EQ(parse_schedule_policy(to_string(p)), p);
+  for (SchedulePolicy p : {SchedulePolicy::fcfs, SchedulePolicy::lpm})
+    EXPECT_EQ(parse_schedule_policy(to_string(p)), p);
   EXPECT_THROW((void)parse_schedule_policy("sjf"), InvalidArgument);
   EXPECT_THROW((void)parse_schedule_policy(""), InvalidArgument);
 }

@@ -34,7 +34,7 @@ TEST(Goodput, ParsesVllmsSyntaxAndRefusesTheRest) {
   EXPECT_DOUBLE_EQ(slo.ttft_ms, 500);
   EXPECT_TRUE(std::isinf(slo.tpot_ms));
   EXPECT_DOUBLE_EQ(slo.e2el_ms, 3000);
-  EXPECT_TRUE(slo.met(0.5, 10.0, 3.0));    // on the bounds; no TPOT objective
+  EXPECT_TRUE(slo.met(0.5, 10.0, 3.0));  // on the bounds; no TPOT objective
   EXPECT_FALSE(slo.met(0.501, 0.01, 1.0));
   EXPECT_FALSE(slo.met(0.1, 0.01, 3.001));
   EXPECT_TRUE(parse_goodput("tpot:20").met(1.0, -1, 9.0));  // a one-token request has no TPOT to miss

@@ -29,8 +29,9 @@ std::vector<std::string> words_bash_reads(const std::string& command_text) {
 }
 
 TEST(Shell, RecordedCommandsStayOnOneLineAndReadBackExactly) {
-  const std::vector<std::string> words = {"kvlab", "replay", "--out", "dir with\nnewline", "tab\there",
-                                          "esc\x1b[31mred", "quote'and\\back", "plain-word_1.csv", ""};
+  const std::vector<std::string> words = {"kvlab",     "replay",         "--out",           "dir with\nnewline",
+                                          "tab\there", "esc\x1b[31mred", "quote'and\\back", "plain-word_1.csv",
+                                          ""};
   const std::string line = shell_join_one_line(words);
   EXPECT_EQ(line.find('\n'), std::string::npos) << line;
   EXPECT_EQ(line.find('\x1b'), std::string::npos) << line;

@@ -35,7 +35,8 @@ TEST(SummaryJson, CarriesTheBackendsNamedCounters) {
   double cow = -1;
   for (const auto& [name, value] : r.summary.backend_counters) cow = name == "cow_copies" ? value : cow;
   EXPECT_GT(cow, 0);  // three samples share a partly filled last block: each write copies it
-  const auto j = nlohmann::json::parse(summary_json(RunInfo{"kvlab test", "tiny", "synthetic", "modelled", "none"}, r.summary));
+  const auto j =
+      nlohmann::json::parse(summary_json(RunInfo{"kvlab test", "tiny", "synthetic", "modelled", "none"}, r.summary));
   EXPECT_EQ(j.at("counters").at("cow_copies").get<double>(), cow);
   EXPECT_EQ(j.at("backend"), "paged-b7");
   EXPECT_EQ(j.at("device"), "host");

@@ -131,10 +131,11 @@ TEST_F(TraceFiles, VidurLengthOnlyArrivesAtZeroOrFromAPoissonProcess) {
 }
 
 TEST_F(TraceFiles, MooncakeJsonlKeepsPrefixHashes) {
-  const auto p = write("m.jsonl",
-                       "{\"timestamp\": 0, \"input_length\": 1025, \"output_length\": 5, \"hash_ids\": [0, 1, 2]}\n"
-                       "{\"hash_ids\": [0, 7], \"output_length\": 9, \"input_length\": 1024, \"timestamp\": 0}\n"
-                       "{\"timestamp\": 1500, \"input_length\": 1, \"output_length\": 1, \"hash_ids\": [9223372036854775807]}\n");
+  const auto p =
+      write("m.jsonl",
+            "{\"timestamp\": 0, \"input_length\": 1025, \"output_length\": 5, \"hash_ids\": [0, 1, 2]}\n"
+            "{\"hash_ids\": [0, 7], \"output_length\": 9, \"input_length\": 1024, \"timestamp\": 0}\n"
+            "{\"timestamp\": 1500, \"input_length\": 1, \"output_length\": 1, \"hash_ids\": [9223372036854775807]}\n");
   const Trace t = read_trace(p);
   EXPECT_EQ(t.info.format, TraceFormat::mooncake);
   ASSERT_EQ(t.requests.size(), 3u);
@@ -152,7 +153,8 @@ TEST_F(TraceFiles, LlmServingSimJsonlKeepsTokenIdsAndSkipsUnknownValues) {
   const auto p = write("s.jsonl",
                        "{\"input_toks\": 3, \"output_toks\": 2, \"arrival_time_ns\": 46926808, "
                        "\"input_tok_ids\": [5971, 0, 2147483647], \"output_tok_ids\": [1, 2], "
-                       "\"meta\": {\"a\": [1, -2.5e3, {\"b\": \"x\\\"y\\u00e9\\ud83d\\ude00\"}], \"c\": null, \"d\": [true, false, []]}}\n"
+                       "\"meta\": {\"a\": [1, -2.5e3, {\"b\": \"x\\\"y\\u00e9\\ud83d\\ude00\"}], \"c\": null, \"d\": "
+                       "[true, false, []]}}\n"
                        "{\"arrival_time_ns\": 347938951, \"input_toks\": 2, \"output_toks\": 1}\n");
   const Trace t = read_trace(p);
   EXPECT_EQ(t.info.format, TraceFormat::llmservingsim);
@@ -325,17 +327,20 @@ TEST_F(TraceFiles, EmptyHeaderOnlyAndWrongHeaders) {
   expect_error("w.csv", "time,prompt,output\n1,2,3\n",
                "1: cannot tell the trace format from the first line 'time,prompt,output' (expected an Azure, Vidur or "
                "kvlab CSV header or a Mooncake or LLMServingSim JSON object); pass the format explicitly");
-  expect_error("w.csv", "arrived_at,num_prefill_tokens,num_decode_tokens\n0,1,1\n",
-               "1: field 'TIMESTAMP': missing column in the Azure header 'arrived_at,num_prefill_tokens,num_decode_tokens'",
-               TraceFormat::azure);
+  expect_error(
+      "w.csv", "arrived_at,num_prefill_tokens,num_decode_tokens\n0,1,1\n",
+      "1: field 'TIMESTAMP': missing column in the Azure header 'arrived_at,num_prefill_tokens,num_decode_tokens'",
+      TraceFormat::azure);
   expect_error("w.csv", "TIMESTAMP,ContextTokens\n2023-11-16 18:17:03.9,1\n",
                "1: field 'GeneratedTokens': missing column in the Azure header 'TIMESTAMP,ContextTokens'");
-  expect_error("w.csv", "arrived_at,num_prefill_tokens,decode\n0,1,1\n",
-               "1: field 'num_decode_tokens': missing column in the Vidur header 'arrived_at,num_prefill_tokens,decode'");
+  expect_error(
+      "w.csv", "arrived_at,num_prefill_tokens,decode\n0,1,1\n",
+      "1: field 'num_decode_tokens': missing column in the Vidur header 'arrived_at,num_prefill_tokens,decode'");
   expect_error("w.csv", "num_prefill_tokens,num_decode_tokens,num_decode_tokens\n1,1,1\n",
                "1: field 'num_decode_tokens': duplicate column in the header");
   expect_error("w.csv", "arrival_s,output_tokens,prompt_tokens\n0,1,1\n",
-               "1: field 'prompt_tokens': expected the kvlab header 'arrival_s,prompt_tokens,output_tokens[,prefix_hashes_<B>]', "
+               "1: field 'prompt_tokens': expected the kvlab header "
+               "'arrival_s,prompt_tokens,output_tokens[,prefix_hashes_<B>]', "
                "found 'arrival_s,output_tokens,prompt_tokens'");
   expect_error("w.csv", "arrival_s,prompt_tokens,output_tokens,prefix_hashes_0\n0,1,1,1\n",
                "1: field 'prefix_hashes_0': the block size after 'prefix_hashes_' must be a whole number 1..10000000");
@@ -352,10 +357,12 @@ TEST_F(TraceFiles, BadCsvValuesNameFileLineAndField) {
                "3: field 'ContextTokens': '10000001' is out of range (a token count must be 1..10000000)");
   expect_error("a.csv", h + r + "2023-11-16 18:17:04.0,5,0\n",
                "3: field 'GeneratedTokens': '0' is out of range (a token count must be 1..10000000)");
-  expect_error("a.csv", h + r + "2023-11-16 18:17:04.0,5,99999999999999999999999\n",
-               "3: field 'GeneratedTokens': '99999999999999999999999' is out of range (a token count must be 1..10000000)");
+  expect_error(
+      "a.csv", h + r + "2023-11-16 18:17:04.0,5,99999999999999999999999\n",
+      "3: field 'GeneratedTokens': '99999999999999999999999' is out of range (a token count must be 1..10000000)");
   expect_error("a.csv", h + r + "2023-11-16 18:17:04.0,abc,10\n", "3: field 'ContextTokens': 'abc' is not a number");
-  expect_error("a.csv", h + r + "2023-11-16 18:17:04.0,,10\n", "3: field 'ContextTokens': empty value, expected a token count");
+  expect_error("a.csv", h + r + "2023-11-16 18:17:04.0,,10\n",
+               "3: field 'ContextTokens': empty value, expected a token count");
   expect_error("a.csv", h + r + "2023-11-16 18:17:04.0,nan,10\n", "3: field 'ContextTokens': 'nan' is not a number");
   expect_error("a.csv", h + r + "2023-11-16 18:17:04.0,12.5,10\n",
                "3: field 'ContextTokens': '12.5' is not a whole number of tokens");
@@ -364,16 +371,18 @@ TEST_F(TraceFiles, BadCsvValuesNameFileLineAndField) {
   expect_error("a.csv", h + r + "2023-11-16 18:17:03.0,12,1\n",
                "3: field 'TIMESTAMP': '2023-11-16 18:17:03.0' is earlier than '2023-11-16 18:17:03.9799600' on line 2 "
                "(Azure traces are in time order)");
-  expect_error("a.csv", h + "2023-02-30 18:17:03.0,12,1\n",
-               "2: field 'TIMESTAMP': '2023-02-30 18:17:03.0' is not a YYYY-MM-DD HH:MM:SS.fffffff time (no such date)");
+  expect_error(
+      "a.csv", h + "2023-02-30 18:17:03.0,12,1\n",
+      "2: field 'TIMESTAMP': '2023-02-30 18:17:03.0' is not a YYYY-MM-DD HH:MM:SS.fffffff time (no such date)");
   expect_error("a.csv", h + "2023-11-16 18:17:03.0123456789,12,1\n",
                "2: field 'TIMESTAMP': '2023-11-16 18:17:03.0123456789' is not a YYYY-MM-DD HH:MM:SS.fffffff time "
                "(1 to 9 fraction digits expected)");
   expect_error("a.csv", h + "1700000000,12,1\n",
                "2: field 'TIMESTAMP': '1700000000' is not a YYYY-MM-DD HH:MM:SS.fffffff time (too short)");
-  expect_error("a.csv", h + "2023-11-16 1a:17:03.0,12,1\n",
-               "2: field 'TIMESTAMP': '2023-11-16 1a:17:03.0' is not a YYYY-MM-DD HH:MM:SS.fffffff time (digit expected "
-               "at character 13)");
+  expect_error(
+      "a.csv", h + "2023-11-16 1a:17:03.0,12,1\n",
+      "2: field 'TIMESTAMP': '2023-11-16 1a:17:03.0' is not a YYYY-MM-DD HH:MM:SS.fffffff time (digit expected "
+      "at character 13)");
   expect_error("a.csv", h + r + "\n" + r, "3: blank line inside the trace");
   expect_error("v.csv", "arrived_at,num_prefill_tokens,num_decode_tokens\n0,1,1\n-0.5,1,1\n",
                "3: field 'arrived_at': '-0.5' is negative (expected a time in seconds >= 0)");
@@ -381,8 +390,9 @@ TEST_F(TraceFiles, BadCsvValuesNameFileLineAndField) {
                "3: field 'arrived_at': 'inf' is not a number (expected a time in seconds)");
   expect_error("v.csv", "num_prefill_tokens,num_decode_tokens,num_total_tokens,pd_ratio\n7564.0,192.5,7756.5,39.3\n",
                "2: field 'num_decode_tokens': '192.5' is not a whole number of tokens");
-  expect_error("k.csv", "arrival_s,prompt_tokens,output_tokens,prefix_hashes_16\n0,17,1,5 x\n",
-               "2: field 'prefix_hashes_16': entry 1 'x' is not a 64-bit integer (entries are separated by single spaces)");
+  expect_error(
+      "k.csv", "arrival_s,prompt_tokens,output_tokens,prefix_hashes_16\n0,17,1,5 x\n",
+      "2: field 'prefix_hashes_16': entry 1 'x' is not a 64-bit integer (entries are separated by single spaces)");
   expect_error("k.csv", "arrival_s,prompt_tokens,output_tokens,prefix_hashes_16\n0,17,1,5\n",
                "2: field 'prefix_hashes_16': has 1 entries, expected ceil(prompt_tokens / 16) = 2");
   // Trailing blank lines are fine.
@@ -391,52 +401,70 @@ TEST_F(TraceFiles, BadCsvValuesNameFileLineAndField) {
 
 TEST_F(TraceFiles, BadJsonLinesNameFileLineAndField) {
   const std::string good = "{\"timestamp\": 0, \"input_length\": 600, \"output_length\": 5, \"hash_ids\": [1, 2]}\n";
-  expect_error("m.jsonl", good + "{\"timestamp\": 0, \"input_length\": 600, \"output_length\": 5, \"hash_ids\": [1, 2",
-               "2: field 'hash_ids': malformed JSON at column 76: syntax error while parsing array - unexpected end of input; "
-               "expected ']'");
-  expect_error("m.jsonl", good + "{\"timestamp\": 0, \"input_length\": 600, \"output_length\": 5, \"hash_ids\": [1, 2]\n",
-               "2: malformed JSON at column 77: syntax error while parsing object - unexpected end of input; expected '}'");
-  expect_error("m.jsonl", good + "{\"timestamp\": 0, \"input_length\": 600, \"output_len",
-               "2: malformed JSON at column 50: syntax error while parsing object key - invalid string: missing closing quote; "
-               "last read: '\"output_len'; expected string literal");
+  expect_error(
+      "m.jsonl", good + "{\"timestamp\": 0, \"input_length\": 600, \"output_length\": 5, \"hash_ids\": [1, 2",
+      "2: field 'hash_ids': malformed JSON at column 76: syntax error while parsing array - unexpected end of input; "
+      "expected ']'");
+  expect_error(
+      "m.jsonl", good + "{\"timestamp\": 0, \"input_length\": 600, \"output_length\": 5, \"hash_ids\": [1, 2]\n",
+      "2: malformed JSON at column 77: syntax error while parsing object - unexpected end of input; expected '}'");
+  expect_error(
+      "m.jsonl", good + "{\"timestamp\": 0, \"input_length\": 600, \"output_len",
+      "2: malformed JSON at column 50: syntax error while parsing object key - invalid string: missing closing quote; "
+      "last read: '\"output_len'; expected string literal");
   expect_error("m.jsonl", good + "{\"timestamp\": 0, \"input_length\": 600, \"hash_ids\": [1, 2]}\n",
                "2: field 'output_length': missing");
   // A line of carriage returns is not blank to the line splitter (fuzz finding): one-line error.
   expect_error("m.jsonl", good + "\r\r\n" + good,
                "2: malformed JSON at column 1: expected a JSON object starting with '{', found only whitespace");
-  expect_error("m.jsonl", good + "{\"timestamp\": 0, \"input_length\": 600, \"input_length\": 6, \"output_length\": 5, \"hash_ids\": [1, 2]}\n",
+  expect_error("m.jsonl",
+               good +
+                   "{\"timestamp\": 0, \"input_length\": 600, \"input_length\": 6, \"output_length\": 5, \"hash_ids\": "
+                   "[1, 2]}\n",
                "2: field 'input_length': duplicate key");
   expect_error("m.jsonl", good + "{\"timestamp\": 0, \"input_length\": 600, \"output_length\": 5, \"hash_ids\": [1]}\n",
                "2: field 'hash_ids': has 1 entries, expected ceil(input_length / 512) = 2");
-  expect_error("m.jsonl", good + "{\"timestamp\": 0, \"input_length\": \"600\", \"output_length\": 5, \"hash_ids\": [1, 2]}\n",
+  expect_error("m.jsonl",
+               good + "{\"timestamp\": 0, \"input_length\": \"600\", \"output_length\": 5, \"hash_ids\": [1, 2]}\n",
                "2: field 'input_length': expected a number, found a JSON string");
-  expect_error("m.jsonl", good + "{\"timestamp\": 0, \"input_length\": -600, \"output_length\": 5, \"hash_ids\": [1, 2]}\n",
+  expect_error("m.jsonl",
+               good + "{\"timestamp\": 0, \"input_length\": -600, \"output_length\": 5, \"hash_ids\": [1, 2]}\n",
                "2: field 'input_length': '-600' is out of range (a token count must be 1..10000000)");
-  expect_error("m.jsonl", good + "{\"timestamp\": 0, \"input_length\": 600, \"output_length\": 5, \"hash_ids\": [1, 2.5]}\n",
+  expect_error("m.jsonl",
+               good + "{\"timestamp\": 0, \"input_length\": 600, \"output_length\": 5, \"hash_ids\": [1, 2.5]}\n",
                "2: field 'hash_ids': malformed JSON at column 75: array element 1 is not an integer");
-  expect_error("m.jsonl", good + "{\"timestamp\": 0, \"input_length\": 600, \"output_length\": 5, \"hash_ids\": [1, 2,]}\n",
+  expect_error("m.jsonl",
+               good + "{\"timestamp\": 0, \"input_length\": 600, \"output_length\": 5, \"hash_ids\": [1, 2,]}\n",
                "2: field 'hash_ids': malformed JSON at column 77: syntax error while parsing value - unexpected ']'; "
                "expected '[', '{', or a literal");
-  expect_error("m.jsonl", good + "{\"timestamp\": 0, \"input_length\": 600, \"output_length\": 5, \"hash_ids\": [1, 2]} x\n",
-               "2: malformed JSON at column 79: syntax error while parsing value - invalid literal; last read: '2]} x'; "
-               "expected end of input");
-  expect_error("m.jsonl", good + "{\"timestamp\": 01, \"input_length\": 600, \"output_length\": 5, \"hash_ids\": [1, 2]}\n",
-               "2: field 'timestamp': malformed JSON at column 16: syntax error while parsing object - unexpected number literal; "
+  expect_error(
+      "m.jsonl", good + "{\"timestamp\": 0, \"input_length\": 600, \"output_length\": 5, \"hash_ids\": [1, 2]} x\n",
+      "2: malformed JSON at column 79: syntax error while parsing value - invalid literal; last read: '2]} x'; "
+      "expected end of input");
+  expect_error("m.jsonl",
+               good + "{\"timestamp\": 01, \"input_length\": 600, \"output_length\": 5, \"hash_ids\": [1, 2]}\n",
+               "2: field 'timestamp': malformed JSON at column 16: syntax error while parsing object - unexpected "
+               "number literal; "
                "expected '}'");
   expect_error("m.jsonl", good + "[1, 2]\n",
                "2: malformed JSON at column 1: expected a JSON object starting with '{', found '['");
-  expect_error("m.jsonl", "{\"timestamp\": 5, \"input_length\": 600, \"output_length\": 5, \"hash_ids\": [1, 2]}\n" + good,
+  expect_error("m.jsonl",
+               "{\"timestamp\": 5, \"input_length\": 600, \"output_length\": 5, \"hash_ids\": [1, 2]}\n" + good,
                "2: field 'timestamp': 0 ms is earlier than 5 ms on line 1 (Mooncake traces are in time order)");
   expect_error("m.jsonl", good + "\n" + good, "2: blank line inside the trace");
   std::string deep = "{\"timestamp\": 0, \"x\": ";
   for (int i = 0; i < 300; ++i) deep += "[";
-  expect_error("m.jsonl", good + deep + "\n", "2: field 'x': malformed JSON at column 279: JSON nested deeper than 256 levels");
+  expect_error("m.jsonl", good + deep + "\n",
+               "2: field 'x': malformed JSON at column 279: JSON nested deeper than 256 levels");
 
-  const std::string sim = "{\"input_toks\": 3, \"output_toks\": 2, \"arrival_time_ns\": 5, \"input_tok_ids\": [1, 2]}\n";
+  const std::string sim =
+      "{\"input_toks\": 3, \"output_toks\": 2, \"arrival_time_ns\": 5, \"input_tok_ids\": [1, 2]}\n";
   expect_error("s.jsonl", sim, "1: field 'input_tok_ids': has 2 entries, expected input_toks = 3");
-  expect_error("s.jsonl", "{\"input_toks\": 3, \"output_toks\": 2, \"arrival_time_ns\": 5, \"input_tok_ids\": [1, 2, -3]}\n",
-               "1: field 'input_tok_ids': malformed JSON at column 83: array element 2 (-3) is out of range [0, 2147483647]");
-  expect_error("s.jsonl", "{\"input_toks\": 1, \"output_toks\": 2, \"arrival_time_ns\": 5, \"output_tok_ids\": [1, 2, 3]}\n",
+  expect_error(
+      "s.jsonl", "{\"input_toks\": 3, \"output_toks\": 2, \"arrival_time_ns\": 5, \"input_tok_ids\": [1, 2, -3]}\n",
+      "1: field 'input_tok_ids': malformed JSON at column 83: array element 2 (-3) is out of range [0, 2147483647]");
+  expect_error("s.jsonl",
+               "{\"input_toks\": 1, \"output_toks\": 2, \"arrival_time_ns\": 5, \"output_tok_ids\": [1, 2, 3]}\n",
                "1: field 'output_tok_ids': has 3 entries, expected output_toks = 2");
   expect_error("s.jsonl", "{\"input_toks\": 1, \"output_toks\": 2, \"arrival_time_ns\": -5}\n",
                "1: field 'arrival_time_ns': '-5' is negative (expected a time in nanoseconds >= 0)");
@@ -445,23 +473,29 @@ TEST_F(TraceFiles, BadJsonLinesNameFileLineAndField) {
                "1: field 'x': malformed JSON at column 67: syntax error while parsing value - invalid literal; "
                "last read: '\"x\": tru}'");
   expect_error("s.jsonl", "{\"input_toks\": 1, \"output_toks\": 2, \"arrival_time_ns\": 5, \"x\": \"a\\qb\"}\n",
-               "1: field 'x': malformed JSON at column 67: syntax error while parsing value - invalid string: forbidden character "
+               "1: field 'x': malformed JSON at column 67: syntax error while parsing value - invalid string: "
+               "forbidden character "
                "after backslash; last read: '\"a\\q'");
   expect_error("s.jsonl", "{\"input_toks\": 1, \"output_toks\": 2, \"arrival_time_ns\": 5,}\n",
-               "1: malformed JSON at column 58: syntax error while parsing object key - unexpected '}'; expected string literal");
+               "1: malformed JSON at column 58: syntax error while parsing object key - unexpected '}'; expected "
+               "string literal");
 }
 
 TEST_F(TraceFiles, JsonLinesSkipAnyUnknownValueAndCountOutputIdsAsTopLevelElements) {
   // output_tok_ids counts its top-level elements whatever they are; unknown keys hold any value.
-  const auto p = write("s.jsonl",
-                       " {\"input_toks\": 1, \"output_toks\": 5, \"arrival_time_ns\": 0, "
-                       "\"output_tok_ids\": [1, [2, 3], {\"k\": [4]}, \"s\", null], \"b\": \"x\\ty\\u0041\", \"c\": [], "
-                       "\"d\": -0.5e-3, \"e\": {}, \"f\": [[], {\"g\": [true, false, -0]}]}\r\n");
+  const auto p =
+      write("s.jsonl",
+            " {\"input_toks\": 1, \"output_toks\": 5, \"arrival_time_ns\": 0, "
+            "\"output_tok_ids\": [1, [2, 3], {\"k\": [4]}, \"s\", null], \"b\": \"x\\ty\\u0041\", \"c\": [], "
+            "\"d\": -0.5e-3, \"e\": {}, \"f\": [[], {\"g\": [true, false, -0]}]}\r\n");
   const Trace t = read_trace(p);
   ASSERT_EQ(t.requests.size(), 1u);
   EXPECT_EQ(t.requests[0].output_tokens, 5);
   // A negative zero is a time of 0; as a token count it is out of range, named as written.
-  EXPECT_EQ(read_trace(write("z.jsonl", "{\"input_toks\": 1, \"output_toks\": 1, \"arrival_time_ns\": -0}\n")).requests[0].arrival_s, 0.0);
+  EXPECT_EQ(read_trace(write("z.jsonl", "{\"input_toks\": 1, \"output_toks\": 1, \"arrival_time_ns\": -0}\n"))
+                .requests[0]
+                .arrival_s,
+            0.0);
   expect_error("z.jsonl", "{\"input_toks\": -0, \"output_toks\": 1, \"arrival_time_ns\": 0}\n",
                "1: field 'input_toks': '-0' is out of range (a token count must be 1..10000000)");
   expect_error("e.jsonl", " {} \n", "1: field 'input_toks': missing", TraceFormat::llmservingsim);
@@ -469,8 +503,9 @@ TEST_F(TraceFiles, JsonLinesSkipAnyUnknownValueAndCountOutputIdsAsTopLevelElemen
 
 TEST_F(TraceFiles, JsonLinesRejectEveryMalformedValueWithOneLineNamingFileAndLine) {
   const std::string head = "{\"input_toks\": 1, \"output_toks\": 1, \"arrival_time_ns\": 0";
-  for (const char* bad : {"", ", \"a\" 1}", ", \"a\": 1,", ", \"a\": [1 2]}", ", \"a\": \"\x01\"}", ", \"a\": 1.}", ", \"a\": -}",
-                          ", \"a\": \"\\ud800\"}", ", \"a\": {\"b\": 1,}}", ", \"a\": 12abc}", ", \"a\": 1e999}", "}}", "} {}"}) {
+  for (const char* bad :
+       {"", ", \"a\" 1}", ", \"a\": 1,", ", \"a\": [1 2]}", ", \"a\": \"\x01\"}", ", \"a\": 1.}", ", \"a\": -}",
+        ", \"a\": \"\\ud800\"}", ", \"a\": {\"b\": 1,}}", ", \"a\": 12abc}", ", \"a\": 1e999}", "}}", "} {}"}) {
     SCOPED_TRACE(bad);
     try {
       (void)parse_trace(head + bad + "\n", "s.jsonl");
@@ -493,9 +528,11 @@ TEST_F(TraceFiles, JsonLinesRejectEveryMalformedValueWithOneLineNamingFileAndLin
                "1: field 'hash_ids': malformed JSON at column 73: array element 1: expected an integer, found 'n'");
   expect_error("m.jsonl", "{\"timestamp\": 0, \"input_length\": 1, \"output_length\": 1, \"hash_ids\": [[7]]}\n",
                "1: field 'hash_ids': malformed JSON at column 70: array element 0: expected an integer, found '['");
-  expect_error("m.jsonl", "{\"timestamp\": 0, \"input_length\": 1, \"output_length\": 1, \"hash_ids\": [-9223372036854775809]}\n",
-               "1: field 'hash_ids': malformed JSON at column 70: array element 0 (-9223372036854775809) is out of range "
-               "[-9223372036854775808, 9223372036854775807]");
+  expect_error(
+      "m.jsonl",
+      "{\"timestamp\": 0, \"input_length\": 1, \"output_length\": 1, \"hash_ids\": [-9223372036854775809]}\n",
+      "1: field 'hash_ids': malformed JSON at column 70: array element 0 (-9223372036854775809) is out of range "
+      "[-9223372036854775808, 9223372036854775807]");
 }
 
 TEST_F(TraceFiles, JsonLinesNestingIsCappedAt256LevelsWithoutRecursion) {
@@ -508,19 +545,22 @@ TEST_F(TraceFiles, JsonLinesNestingIsCappedAt256LevelsWithoutRecursion) {
       (void)parse_trace(deep, "s.jsonl");
       ADD_FAILURE() << "accepted";
     } catch (const TraceError& e) {
-      EXPECT_EQ(std::string(e.what()), "s.jsonl:1: field 'x': malformed JSON at column " + std::to_string(head.size() + 257) +
-                                           ": JSON nested deeper than 256 levels");
+      EXPECT_EQ(std::string(e.what()), "s.jsonl:1: field 'x': malformed JSON at column " +
+                                           std::to_string(head.size() + 257) + ": JSON nested deeper than 256 levels");
     }
   }
 }
 
 TEST(TraceReader, MutatedInputIsReadOrRejectedWithATraceErrorNeverAnythingElse) {
   const std::string samples[] = {
-      "TIMESTAMP,ContextTokens,GeneratedTokens\r\n2023-11-16 18:17:03.9799600,4808,10\r\n2023-11-16 18:17:04.0319600,3180,8",
+      "TIMESTAMP,ContextTokens,GeneratedTokens\r\n2023-11-16 18:17:03.9799600,4808,10\r\n2023-11-16 "
+      "18:17:04.0319600,3180,8",
       "arrived_at,num_prefill_tokens,num_decode_tokens,pd_ratio\n0.0,7564.0,192,1.5\n0.5,10,100,0.1\n",
       "{\"timestamp\": 0, \"input_length\": 1025, \"output_length\": 5, \"hash_ids\": [0, 1, 2]}\n"
-      "{\"timestamp\": 10, \"input_length\": 3, \"output_length\": 1, \"hash_ids\": [4], \"x\": {\"y\": [\"\\u00e9\", null]}}\n",
-      "{\"input_toks\": 3, \"output_toks\": 2, \"arrival_time_ns\": 5, \"input_tok_ids\": [1, 2, 3], \"output_tok_ids\": [4, 5]}\n",
+      "{\"timestamp\": 10, \"input_length\": 3, \"output_length\": 1, \"hash_ids\": [4], \"x\": {\"y\": [\"\\u00e9\", "
+      "null]}}\n",
+      "{\"input_toks\": 3, \"output_toks\": 2, \"arrival_time_ns\": 5, \"input_tok_ids\": [1, 2, 3], "
+      "\"output_tok_ids\": [4, 5]}\n",
       "# c\narrival_s,prompt_tokens,output_tokens,prefix_hashes_16\n0,33,4,1 2 3\n0.125,16,1,1\n",
   };
   const char alphabet[] = "\"\\,[]{}:-.eE0159 \t\n\rxnu#";
@@ -534,10 +574,18 @@ TEST(TraceReader, MutatedInputIsReadOrRejectedWithATraceErrorNeverAnythingElse) 
       for (int k = 0; k < edits && !text.empty(); ++k) {
         const std::size_t at = rng() % text.size();
         switch (rng() % 4) {
-          case 0: text.resize(at); break;
-          case 1: text.erase(at, 1); break;
-          case 2: text[at] = alphabet[rng() % (sizeof alphabet - 1)]; break;
-          default: text.insert(at, 1, alphabet[rng() % (sizeof alphabet - 1)]); break;
+          case 0:
+            text.resize(at);
+            break;
+          case 1:
+            text.erase(at, 1);
+            break;
+          case 2:
+            text[at] = alphabet[rng() % (sizeof alphabet - 1)];
+            break;
+          default:
+            text.insert(at, 1, alphabet[rng() % (sizeof alphabet - 1)]);
+            break;
         }
       }
       try {
@@ -569,7 +617,8 @@ fs::path shared_traces() { return fs::path(KVLAB_SOURCE_DIR) / ".." / "shared" /
 
 TEST(RealTraces, EveryFileReadsFullyWithItsDocumentedRowCount) {
   const fs::path dir = shared_traces();
-  if (!fs::is_directory(dir)) GTEST_SKIP() << "no public traces in " << dir << " (scripts/download_traces.sh fetches them)";
+  if (!fs::is_directory(dir))
+    GTEST_SKIP() << "no public traces in " << dir << " (scripts/download_traces.sh fetches them)";
   struct Expect {
     const char* file;
     TraceFormat format;
@@ -626,7 +675,8 @@ TEST(RealTraces, EveryFileReadsFullyWithItsDocumentedRowCount) {
 
 TEST(RealTraces, AzureAndItsVidurCopyAgreeRowByRow) {
   const fs::path dir = shared_traces();
-  if (!fs::is_directory(dir)) GTEST_SKIP() << "no public traces in " << dir << " (scripts/download_traces.sh fetches them)";
+  if (!fs::is_directory(dir))
+    GTEST_SKIP() << "no public traces in " << dir << " (scripts/download_traces.sh fetches them)";
   for (const char* kind : {"code", "conv"}) {
     const Trace a = read_trace(dir / (std::string("AzureLLMInferenceTrace_") + kind + ".csv"));
     const Trace v = read_trace(dir / (std::string("splitwise_") + kind + ".csv"));
@@ -684,7 +734,8 @@ TEST(TraceFilter, TooLongRequestsGoBeforeArrivalsAreDrawn) {
   plain.poisson_rate = 2.0;
   plain.seed = 11;
   plain.max_requests = 3;
-  const Trace g = parse_trace("# kvlab trace\narrival_s,prompt_tokens,output_tokens\n0,10,5\n0,16,1\n0,3,1\n", "kept", plain);
+  const Trace g =
+      parse_trace("# kvlab trace\narrival_s,prompt_tokens,output_tokens\n0,10,5\n0,16,1\n0,3,1\n", "kept", plain);
   for (std::size_t i = 0; i < 3; ++i) EXPECT_DOUBLE_EQ(f.requests[i].arrival_s, g.requests[i].arrival_s) << i;
   EXPECT_NE(f.info.describe().find("2 over the length limits dropped"), std::string::npos);
   o.max_sequence_tokens = -1;

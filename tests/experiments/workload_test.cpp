@@ -28,8 +28,8 @@ TEST(LengthDistribution, ParsesEveryForm) {
 }
 
 TEST(LengthDistribution, BadTextNamesTheInput) {
-  for (const char* bad : {"", "fixed", "fixed:0", "fixed:abc", "uniform:9:3", "uniform:1", "zipf:1:2",
-                          "lognormal:1:-1", "fixed:1e999"}) {
+  for (const char* bad :
+       {"", "fixed", "fixed:0", "fixed:abc", "uniform:9:3", "uniform:1", "zipf:1:2", "lognormal:1:-1", "fixed:1e999"}) {
     try {
       (void)LengthDistribution::parse(bad, "--prompt-len");
       ADD_FAILURE() << "accepted '" << bad << "'";

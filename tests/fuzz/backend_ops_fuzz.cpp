@@ -1,7 +1,7 @@
 // libFuzzer target: bytes decode into a sequence of KvBackend operations (admit, grow, fork,
 // release, swap_out, swap_in, the can_* questions, prepare_batch, misuse) on a backend chosen by
-// the first byte from backend_forms() (and a few vmm option variants), with a tiny model, a small capacity and no memory resource
-// (accounting only). Every operation is checked against a reference model of the contract in
+// the first byte from backend_forms() (and a few vmm option variants), with a tiny model, a small capacity and no
+// memory resource (accounting only). Every operation is checked against a reference model of the contract in
 // alloc/kv_backend.hpp:
 //   * sequences, their lengths and swap state match the model after every call;
 //   * the breakdown is consistent: used() <= capacity, the five fractions sum to 1,
@@ -96,7 +96,10 @@ std::string describe(const MemoryBreakdown& m) {
 class Harness {
  public:
   Harness(std::string name, std::unique_ptr<KvBackend> b, bool paged, bool prefix_cache)
-      : name_(std::move(name)), b_(std::move(b)), paged_(paged), prefix_cache_(prefix_cache),
+      : name_(std::move(name)),
+        b_(std::move(b)),
+        paged_(paged),
+        prefix_cache_(prefix_cache),
         bpt_(b_->model().kv_bytes_per_token()) {
     skip_swapped_misuse_ = std::getenv("KVLAB_FUZZ_SKIP_SWAPPED_MISUSE") != nullptr;
   }
@@ -109,9 +112,11 @@ class Harness {
     if (m.capacity > capacity_bytes_) fail(name_, "capacity above the configured bytes" + at);
     if (m.capacity != capacity0_) fail(name_, "capacity changed" + at);
     const double sum = MemoryFractions::of(m).sum();
-    if (m.capacity > 0 && !(sum > 1.0 - 1e-9 && sum < 1.0 + 1e-9)) fail(name_, "fractions sum to " + std::to_string(sum) + at);
+    if (m.capacity > 0 && !(sum > 1.0 - 1e-9 && sum < 1.0 + 1e-9))
+      fail(name_, "fractions sum to " + std::to_string(sum) + at);
     if (b_->num_sequences() != seqs_.size()) {
-      fail(name_, "num_sequences " + std::to_string(b_->num_sequences()) + " != model " + std::to_string(seqs_.size()) + at);
+      fail(name_,
+           "num_sequences " + std::to_string(b_->num_sequences()) + " != model " + std::to_string(seqs_.size()) + at);
     }
     std::size_t sum_tokens = 0, max_tokens = 0;
     for (const auto& [id, r] : seqs_) {
@@ -132,7 +137,8 @@ class Harness {
       max_tokens = std::max(max_tokens, static_cast<std::size_t>(r.length));
     }
     for (SeqId id = 0; id < kIds; ++id) {
-      if (seqs_.count(id) == 0 && b_->contains(id)) fail(name_, "unknown sequence " + std::to_string(id) + " present" + at);
+      if (seqs_.count(id) == 0 && b_->contains(id))
+        fail(name_, "unknown sequence " + std::to_string(id) + " present" + at);
     }
     if (shared_) {
       if (m.token_states > sum_tokens * bpt_ || m.token_states < max_tokens * bpt_) {
@@ -214,15 +220,31 @@ class Harness {
       const SeqId id = in.u8() % kIds;
       switch (op % 10) {
         case 0:
-        case 1: admit(id, in); break;
+        case 1:
+          admit(id, in);
+          break;
         case 2:
-        case 3: grow(id, in.u8() % 40); break;
-        case 4: fork(id, in.u8() % kIds); break;
-        case 5: release(id); break;
-        case 6: swap_out(id); break;
-        case 7: swap_in(id); break;
-        case 8: prepare(in.u8()); break;
-        case 9: misuse(id, in.u8()); break;
+        case 3:
+          grow(id, in.u8() % 40);
+          break;
+        case 4:
+          fork(id, in.u8() % kIds);
+          break;
+        case 5:
+          release(id);
+          break;
+        case 6:
+          swap_out(id);
+          break;
+        case 7:
+          swap_in(id);
+          break;
+        case 8:
+          prepare(in.u8());
+          break;
+        case 9:
+          misuse(id, in.u8());
+          break;
       }
       check(kOpNames[op % 10]);
     }
@@ -242,8 +264,8 @@ class Harness {
 
  private:
   static constexpr SeqId kIds = 12;
-  static constexpr const char* kOpNames[10] = {"admit", "admit", "grow", "grow", "fork", "release",
-                                               "swap_out", "swap_in", "prepare_batch", "misuse"};
+  static constexpr const char* kOpNames[10] = {"admit",   "admit",    "grow",    "grow",          "fork",
+                                               "release", "swap_out", "swap_in", "prepare_batch", "misuse"};
 
   void admit(SeqId id, Bytes& in) {
     const std::uint8_t a = in.u8(), b = in.u8(), c = in.u8();
@@ -256,7 +278,8 @@ class Harness {
     const int group = (c >> 1) % 4;
     const std::int64_t shared = (c >> 3) % 2 ? prompt : prompt / 2;
     for (std::int64_t i = 0; i < prompt; ++i) {
-      ids_.push_back(i < shared ? group * 1000 + static_cast<std::int32_t>(i) : static_cast<std::int32_t>(next_token_++));
+      ids_.push_back(i < shared ? group * 1000 + static_cast<std::int32_t>(i)
+                                : static_cast<std::int32_t>(next_token_++));
     }
     SequenceSpec spec;
     spec.prompt_tokens = prompt;

@@ -46,12 +46,14 @@ void check_trace(const Trace& t, TraceFormat asked, const TraceOptions& o) {
     prev = r.arrival_s;
     if (r.prompt_tokens < 1 || r.prompt_tokens > kMaxTraceTokens) fail(asked, "prompt tokens out of range");
     if (r.output_tokens < 1 || r.output_tokens > kMaxTraceTokens) fail(asked, "output tokens out of range");
-    if (r.id < 0 || r.id >= info.rows || seen[static_cast<std::size_t>(r.id)]) fail(asked, "request ids not distinct rows");
+    if (r.id < 0 || r.id >= info.rows || seen[static_cast<std::size_t>(r.id)])
+      fail(asked, "request ids not distinct rows");
     seen[static_cast<std::size_t>(r.id)] = true;
     if (!r.prefix_hashes.empty()) {
       if (r.prefix_hash_block < 1) fail(asked, "prefix hashes without a block size");
       const std::int64_t want = (r.prompt_tokens + r.prefix_hash_block - 1) / r.prefix_hash_block;
-      if (static_cast<std::int64_t>(r.prefix_hashes.size()) != want) fail(asked, "prefix hash count != ceil(prompt / block)");
+      if (static_cast<std::int64_t>(r.prefix_hashes.size()) != want)
+        fail(asked, "prefix hash count != ceil(prompt / block)");
     }
     if (!r.prompt_token_ids.empty() && static_cast<std::int64_t>(r.prompt_token_ids.size()) != r.prompt_tokens) {
       fail(asked, "prompt token id count != prompt tokens");
@@ -90,7 +92,8 @@ void check_round_trip(const Trace& t, TraceFormat asked) {
     const Request& a = t.requests[i];
     const Request& b = back.requests[i];
     if (a.arrival_s != b.arrival_s || a.prompt_tokens != b.prompt_tokens || a.output_tokens != b.output_tokens ||
-        a.prefix_hashes != b.prefix_hashes || (!a.prefix_hashes.empty() && a.prefix_hash_block != b.prefix_hash_block)) {
+        a.prefix_hashes != b.prefix_hashes ||
+        (!a.prefix_hashes.empty() && a.prefix_hash_block != b.prefix_hash_block)) {
       fail(asked, "round trip through the kvlab format changed request " + std::to_string(i));
     }
   }

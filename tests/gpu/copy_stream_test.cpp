@@ -37,9 +37,9 @@ TEST(CudaCopyStream, RoundTripsThroughPinnedMemoryInOrder) {
     std::vector<int> last(16);
     // A synchronous copy on the default stream after the fence sees the copy stream's bytes, the
     // last ones (which land last) included.
-    ASSERT_EQ(cudaMemcpy(last.data(), static_cast<int*>(dev) + kInts - 16, last.size() * sizeof(int),
-                         cudaMemcpyDeviceToHost),
-              cudaSuccess);
+    ASSERT_EQ(
+        cudaMemcpy(last.data(), static_cast<int*>(dev) + kInts - 16, last.size() * sizeof(int), cudaMemcpyDeviceToHost),
+        cudaSuccess);
     for (std::size_t i = 0; i < 16; ++i) EXPECT_EQ(last[i], static_cast<int>(17 + kInts - 16 + i));
     EXPECT_EQ(released, 0);
     s.synchronize();

@@ -19,8 +19,8 @@
 namespace kvlab {
 namespace {
 
-#define SKIP_WITHOUT_GPU()                                                          \
-  do {                                                                              \
+#define SKIP_WITHOUT_GPU()                                                                    \
+  do {                                                                                        \
     if (!cuda_status().available) GTEST_SKIP() << "no usable GPU: " << cuda_status().message; \
   } while (0)
 
@@ -91,9 +91,12 @@ TEST_P(CudaAttention, MatchesFloat64Reference) {
   SKIP_WITHOUT_GPU();
   const GpuCase c = GetParam();
   switch (c.dtype) {
-    case DType::f16: return run_gpu_case<half_t>(c);
-    case DType::bf16: return run_gpu_case<bfloat16_t>(c);
-    case DType::f32: return run_gpu_case<float>(c);
+    case DType::f16:
+      return run_gpu_case<half_t>(c);
+    case DType::bf16:
+      return run_gpu_case<bfloat16_t>(c);
+    case DType::f32:
+      return run_gpu_case<float>(c);
   }
 }
 
@@ -135,7 +138,8 @@ TEST(CudaBlockCopy, CopiesTheListedBlocks) {
   const int pairs[3][2] = {{0, 8}, {4, 1}, {2, 3}};
   for (auto [s, d] : pairs)
     for (int i = 0; i < block_bytes; ++i)
-      ASSERT_EQ(after[static_cast<std::size_t>(d) * block_bytes + i], host[static_cast<std::size_t>(s) * block_bytes + i]);
+      ASSERT_EQ(after[static_cast<std::size_t>(d) * block_bytes + i],
+                host[static_cast<std::size_t>(s) * block_bytes + i]);
 }
 
 TEST(CudaMemory, ResourcesAllocateAndTheDriverTableResolves) {

@@ -23,10 +23,10 @@
 namespace kvlab {
 namespace {
 
-#define SKIP_WITHOUT_FLASHINFER()                                                                       \
-  do {                                                                                                  \
+#define SKIP_WITHOUT_FLASHINFER()                                                                                      \
+  do {                                                                                                                 \
     if (!flashinfer_built()) GTEST_SKIP() << "FlashInfer is not built into this binary (scripts/fetch_flashinfer.sh)"; \
-    if (!cuda_status().available) GTEST_SKIP() << "no usable GPU: " << cuda_status().message;          \
+    if (!cuda_status().available) GTEST_SKIP() << "no usable GPU: " << cuda_status().message;                          \
   } while (0)
 
 using testing::DeviceArray;
@@ -179,7 +179,7 @@ std::vector<FiCase> fi_cases() {
 
 INSTANTIATE_TEST_SUITE_P(Views, FlashInferAttention, ::testing::ValuesIn(fi_cases()), [](const auto& info) {
   const FiCase& c = info.param;
-  const std::string layout = c.block_size > 0   ? "_paged" + std::to_string(c.block_size)
+  const std::string layout = c.block_size > 0    ? "_paged" + std::to_string(c.block_size)
                              : c.block_size == 0 ? "_contiguous"
                                                  : "_contiguous_offgrid";
   return std::string(to_string(c.dtype)) + "_g" + std::to_string(c.group) + layout + "_b" + std::to_string(c.batch) +
@@ -239,7 +239,8 @@ void fill_device_view(const KvView& v, int batch, const std::vector<std::int32_t
     ASSERT_EQ(cudaMemcpy(table.data(), v.block_table, table.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
     for (int s = 0; s < batch; ++s)
       for (int t = 0; t < lens[s]; ++t) {
-        const std::int64_t off = table[s * v.block_table_stride + t / v.block_size] * v.block_stride + (t % v.block_size) * v.token_stride;
+        const std::int64_t off =
+            table[s * v.block_table_stride + t / v.block_size] * v.block_stride + (t % v.block_size) * v.token_stride;
         put(static_cast<half_t*>(v.k_pool) + off);
         put(static_cast<half_t*>(v.v_pool) + off);
       }

@@ -57,7 +57,8 @@ TEST(BlockPoolCopy, AGivenTableInALargerPoolReadsBack) {
   const std::vector<const float*> vs{v.data(), v.data() + kContext * kRowElems};
   std::vector<std::int32_t> table;
   for (int s = 0; s < kBatch; ++s)
-    for (int j = kPerSeq - 1; j >= 0; --j) table.push_back(static_cast<std::int32_t>((s * kPerSeq + j) / 2 * 3 + (s * kPerSeq + j) % 2));
+    for (int j = kPerSeq - 1; j >= 0; --j)
+      table.push_back(static_cast<std::int32_t>((s * kPerSeq + j) / 2 * 3 + (s * kPerSeq + j) % 2));
   BlockPoolCopy<float> pool(ks.data(), vs.data(), kBatch, kContext, kRowElems, kBlock, table, 12);
   EXPECT_EQ(pool.table, table);
   EXPECT_EQ(pool.k.size(), 12u * kBlock * kRowElems);
@@ -71,10 +72,13 @@ TEST(BlockPoolCopy, AGivenTableInALargerPoolReadsBack) {
       }
   auto twice = table;
   twice[1] = twice[0];
-  EXPECT_THROW(BlockPoolCopy<float>(ks.data(), vs.data(), kBatch, kContext, kRowElems, kBlock, twice, 12), std::invalid_argument);
-  EXPECT_THROW(BlockPoolCopy<float>(ks.data(), vs.data(), kBatch, kContext, kRowElems, kBlock, table, 10), std::invalid_argument);
+  EXPECT_THROW(BlockPoolCopy<float>(ks.data(), vs.data(), kBatch, kContext, kRowElems, kBlock, twice, 12),
+               std::invalid_argument);
+  EXPECT_THROW(BlockPoolCopy<float>(ks.data(), vs.data(), kBatch, kContext, kRowElems, kBlock, table, 10),
+               std::invalid_argument);
   table.pop_back();
-  EXPECT_THROW(BlockPoolCopy<float>(ks.data(), vs.data(), kBatch, kContext, kRowElems, kBlock, table, 12), std::invalid_argument);
+  EXPECT_THROW(BlockPoolCopy<float>(ks.data(), vs.data(), kBatch, kContext, kRowElems, kBlock, table, 12),
+               std::invalid_argument);
 }
 
 }  // namespace

@@ -35,13 +35,15 @@ const char* dtype_name() {
 }
 
 std::string describe(const Case& c, const char* dtype) {
-  std::string s = std::string(dtype) + (c.layout == KvLayout::paged ? " paged bs=" + std::to_string(c.shape.block_size) : " contiguous") +
+  std::string s = std::string(dtype) +
+                  (c.layout == KvLayout::paged ? " paged bs=" + std::to_string(c.shape.block_size) : " contiguous") +
                   " D=" + std::to_string(c.shape.head_dim) + " heads=" + std::to_string(c.shape.num_q_heads) + "/" +
                   std::to_string(c.shape.num_kv_heads) + " P=" + std::to_string(c.partitions) +
-                  " threads=" + std::to_string(c.launch.block_threads) + (c.shape.q_lens.empty() ? " decode" : " prefill") +
-                  " lens=";
+                  " threads=" + std::to_string(c.launch.block_threads) +
+                  (c.shape.q_lens.empty() ? " decode" : " prefill") + " lens=";
   for (std::size_t i = 0; i < c.shape.seq_lens.size(); ++i)
-    s += std::to_string(c.shape.seq_lens[i]) + (c.shape.q_lens.empty() ? "" : "/" + std::to_string(c.shape.q_lens[i])) + ",";
+    s += std::to_string(c.shape.seq_lens[i]) + (c.shape.q_lens.empty() ? "" : "/" + std::to_string(c.shape.q_lens[i])) +
+         ",";
   return s;
 }
 
@@ -59,9 +61,12 @@ void run_case(const Case& c) {
 
 void run_case_any(DType dtype, const Case& c) {
   switch (dtype) {
-    case DType::f16: return run_case<half_t>(c);
-    case DType::bf16: return run_case<bfloat16_t>(c);
-    case DType::f32: return run_case<float>(c);
+    case DType::f16:
+      return run_case<half_t>(c);
+    case DType::bf16:
+      return run_case<bfloat16_t>(c);
+    case DType::f32:
+      return run_case<float>(c);
   }
 }
 
@@ -83,18 +88,18 @@ TEST(EmulatedAttention, DecodeEveryDtypeGqaRatioAndHeadDim) {
     for (int ratio : {1, 4, 8})
       for (int dim : {32, 64, 128, 256})
         for (KvLayout layout : {KvLayout::contiguous, KvLayout::paged}) {
-        Case c;
-        c.shape.seq_lens = random_lens(5, 1, 45, ++seed);
-        c.shape.num_kv_heads = ratio == 1 ? 2 : 1;
-        c.shape.num_q_heads = c.shape.num_kv_heads * ratio;
-        c.shape.head_dim = dim;
-        c.shape.block_size = 7;
-        c.shape.seed = seed;
-        c.layout = layout;
-        c.partitions = std::array{1, 2, 3, 5}[(i + i / 4) % 4];
-        ++i;
-        run_case_any(dt, c);
-      }
+          Case c;
+          c.shape.seq_lens = random_lens(5, 1, 45, ++seed);
+          c.shape.num_kv_heads = ratio == 1 ? 2 : 1;
+          c.shape.num_q_heads = c.shape.num_kv_heads * ratio;
+          c.shape.head_dim = dim;
+          c.shape.block_size = 7;
+          c.shape.seed = seed;
+          c.layout = layout;
+          c.partitions = std::array{1, 2, 3, 5}[(i + i / 4) % 4];
+          ++i;
+          run_case_any(dt, c);
+        }
 }
 
 TEST(EmulatedAttention, PrefillEveryDtypeGqaRatioAndHeadDim) {
@@ -104,21 +109,21 @@ TEST(EmulatedAttention, PrefillEveryDtypeGqaRatioAndHeadDim) {
     for (int ratio : {1, 4, 8})
       for (int dim : {32, 64, 128, 256})
         for (KvLayout layout : {KvLayout::contiguous, KvLayout::paged}) {
-        Case c;
-        c.shape.q_lens = random_lens(3, 0, 5, ++seed);  // a sequence may have no new queries
-        c.shape.q_lens[0] = std::max(c.shape.q_lens[0], 1);
-        c.shape.seq_lens = random_lens(3, 0, 30, ++seed);
-        for (int s = 0; s < 3; ++s) c.shape.seq_lens[s] += c.shape.q_lens[s];  // cached prefix + queries
-        c.shape.num_kv_heads = 1;
-        c.shape.num_q_heads = ratio;
-        c.shape.head_dim = dim;
-        c.shape.block_size = 3;
-        c.shape.seed = seed;
-        c.layout = layout;
-        c.partitions = std::array{1, 3, 2, 5}[(i + i / 4) % 4];
-        ++i;
-        run_case_any(dt, c);
-      }
+          Case c;
+          c.shape.q_lens = random_lens(3, 0, 5, ++seed);  // a sequence may have no new queries
+          c.shape.q_lens[0] = std::max(c.shape.q_lens[0], 1);
+          c.shape.seq_lens = random_lens(3, 0, 30, ++seed);
+          for (int s = 0; s < 3; ++s) c.shape.seq_lens[s] += c.shape.q_lens[s];  // cached prefix + queries
+          c.shape.num_kv_heads = 1;
+          c.shape.num_q_heads = ratio;
+          c.shape.head_dim = dim;
+          c.shape.block_size = 3;
+          c.shape.seed = seed;
+          c.layout = layout;
+          c.partitions = std::array{1, 3, 2, 5}[(i + i / 4) % 4];
+          ++i;
+          run_case_any(dt, c);
+        }
 }
 
 TEST(EmulatedAttention, PagedBlockSizesDecodeAndPrefill) {

@@ -63,9 +63,12 @@ TEST_P(HostAttention, MatchesFloat64Reference) {
   const Case c = GetParam();
   const std::uint64_t seed = std::hash<std::string>{}(name(c));
   switch (c.dtype) {
-    case DType::f16: return run_case<half_t>(c, seed);
-    case DType::bf16: return run_case<bfloat16_t>(c, seed);
-    case DType::f32: return run_case<float>(c, seed);
+    case DType::f16:
+      return run_case<half_t>(c, seed);
+    case DType::bf16:
+      return run_case<bfloat16_t>(c, seed);
+    case DType::f32:
+      return run_case<float>(c, seed);
   }
 }
 

@@ -100,9 +100,12 @@ TEST(SimtEmulator, BlockReductionThroughSharedMemory) {
 int expected_source(int mode, int lane, int b, int width) {
   const int seg = lane / width * width;
   switch (mode) {
-    case 0: return seg + ((b % width) + width) % width;
-    case 1: return lane - seg >= b ? lane - b : lane;
-    case 2: return lane - seg + b < width ? lane + b : lane;
+    case 0:
+      return seg + ((b % width) + width) % width;
+    case 1:
+      return lane - seg >= b ? lane - b : lane;
+    case 2:
+      return lane - seg + b < width ? lane + b : lane;
     default: {
       const int j = lane ^ b;
       return j < seg + width ? j : lane;  // earlier segments may be read, later ones not
@@ -113,12 +116,14 @@ int expected_source(int mode, int lane, int b, int width) {
 TEST(SimtEmulator, ShufflesMatchCudaSemanticsForEveryWidth) {
   for (int width : {1, 2, 4, 8, 16, 32}) {
     for (int b : {0, 1, 2, 3, 5, 8, 16, 31}) {
-      const auto idx = run_per_thread({64, 1, 1}, [&](EmulatedExec& ex) { return ex.shfl(int(linear_thread_idx(ex)), b, width); });
-      const auto up = run_per_thread({64, 1, 1}, [&](EmulatedExec& ex) { return ex.shfl_up(int(linear_thread_idx(ex)), b, width); });
-      const auto down =
-          run_per_thread({64, 1, 1}, [&](EmulatedExec& ex) { return ex.shfl_down(int(linear_thread_idx(ex)), b, width); });
-      const auto bfly =
-          run_per_thread({64, 1, 1}, [&](EmulatedExec& ex) { return ex.shfl_xor(int(linear_thread_idx(ex)), b, width); });
+      const auto idx =
+          run_per_thread({64, 1, 1}, [&](EmulatedExec& ex) { return ex.shfl(int(linear_thread_idx(ex)), b, width); });
+      const auto up = run_per_thread(
+          {64, 1, 1}, [&](EmulatedExec& ex) { return ex.shfl_up(int(linear_thread_idx(ex)), b, width); });
+      const auto down = run_per_thread(
+          {64, 1, 1}, [&](EmulatedExec& ex) { return ex.shfl_down(int(linear_thread_idx(ex)), b, width); });
+      const auto bfly = run_per_thread(
+          {64, 1, 1}, [&](EmulatedExec& ex) { return ex.shfl_xor(int(linear_thread_idx(ex)), b, width); });
       for (int t = 0; t < 64; ++t) {
         const int base = t / 32 * 32, lane = t % 32;
         SCOPED_TRACE("width " + std::to_string(width) + " b " + std::to_string(b) + " thread " + std::to_string(t));
@@ -135,7 +140,7 @@ TEST(SimtEmulator, ShuffleSourceMatchesPtxForEdgeCases) {
   // xor with width 8: lane 9 ^ 4 = 13 is inside its segment; lane 9 ^ 16 = 25 is a later segment.
   EXPECT_EQ(shuffle_source(3, 9, 4, 8), 13);
   EXPECT_EQ(shuffle_source(3, 9, 16, 8), -1);
-  EXPECT_EQ(shuffle_source(3, 25, 16, 8), 9);  // an earlier segment is readable
+  EXPECT_EQ(shuffle_source(3, 25, 16, 8), 9);   // an earlier segment is readable
   EXPECT_EQ(shuffle_source(0, 13, 35, 8), 11);  // srcLane modulo width, inside the segment
   EXPECT_EQ(shuffle_source(1, 8, 1, 8), -1);
   EXPECT_EQ(shuffle_source(2, 15, 1, 8), -1);
@@ -143,7 +148,8 @@ TEST(SimtEmulator, ShuffleSourceMatchesPtxForEdgeCases) {
 
 TEST(SimtEmulator, MissingAndExitedLanesGiveTheCallerItsOwnValue) {
   // Block of 40: warp 1 has lanes 0..7 only.
-  const auto v = run_per_thread({40, 1, 1}, [](EmulatedExec& ex) { return ex.shfl_xor(int(linear_thread_idx(ex)), 8); });
+  const auto v =
+      run_per_thread({40, 1, 1}, [](EmulatedExec& ex) { return ex.shfl_xor(int(linear_thread_idx(ex)), 8); });
   for (int t = 0; t < 32; ++t) EXPECT_EQ(v[t], t ^ 8);
   for (int t = 32; t < 40; ++t) EXPECT_EQ(v[t], t) << "lane " << t - 32 << " reads a lane that does not exist";
 
@@ -218,7 +224,8 @@ TEST(SimtEmulator, SharedMemoryIsAlignedPoisonedAndBounded) {
     if (d[1] != 1.0) ++errors;
   });
   EXPECT_EQ(errors.load(), 0);
-  EXPECT_THROW(launch({1, 1, 1}, {2, 1, 1}, 16, [](EmulatedExec& ex) { (void)shared_array<float>(ex, 5); }), SimtMisuse);
+  EXPECT_THROW(launch({1, 1, 1}, {2, 1, 1}, 16, [](EmulatedExec& ex) { (void)shared_array<float>(ex, 5); }),
+               SimtMisuse);
 }
 
 TEST(SimtEmulator, ThreadsThatReturnEarlyDoNotBlockBarriers) {

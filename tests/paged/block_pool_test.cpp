@@ -45,7 +45,7 @@ TEST(BlockPool, CountsTheFreeBlocksMarkedCached) {
     const BlockId a = *pool.allocate(), b = *pool.allocate();
     pool.set_cached(a, true);
     pool.set_cached(b, true);
-    pool.set_cached(b, true);  // marking twice changes nothing
+    pool.set_cached(b, true);              // marking twice changes nothing
     EXPECT_EQ(pool.num_free_cached(), 0);  // held blocks are not free
     EXPECT_TRUE(pool.release(a));
     EXPECT_EQ(pool.num_free_cached(), 1);
@@ -88,9 +88,9 @@ TEST(BlockPool, RegionOrderKeepsEachSequenceAscendingWithinARegion) {
   EXPECT_THROW((void)pool.allocate(16), InvalidArgument);
   EXPECT_THROW((void)pool.allocate(-2), InvalidArgument);
   EXPECT_THROW(BlockPool(4, FreeOrder::region, 0), InvalidArgument);
-  EXPECT_EQ(blocks_per_region(32 << 10), 64);      // block 16 of llama-3-8b: 32 KiB per plane
-  EXPECT_EQ(blocks_per_region(3 << 20), 1);        // a block larger than a region
-  EXPECT_EQ(blocks_per_region(896, 8192), 9);      // rounded down
+  EXPECT_EQ(blocks_per_region(32 << 10), 64);  // block 16 of llama-3-8b: 32 KiB per plane
+  EXPECT_EQ(blocks_per_region(3 << 20), 1);    // a block larger than a region
+  EXPECT_EQ(blocks_per_region(896, 8192), 9);  // rounded down
 }
 
 TEST(BlockPool, LifoAndLruIgnoreTheHint) {
@@ -129,7 +129,8 @@ TEST(BlockPool, RegionOrderMatchesAScanningReference) {
       int best = -1, best_free = 0;
       for (int r = 0; r * region < blocks; ++r) {
         int n = 0;
-        for (BlockId x = r * region; x < std::min(blocks, (r + 1) * region); ++x) n += free[static_cast<std::size_t>(x)];
+        for (BlockId x = r * region; x < std::min(blocks, (r + 1) * region); ++x)
+          n += free[static_cast<std::size_t>(x)];
         if (n > best_free) best = r, best_free = n;
       }
       for (BlockId x = best * region;; ++x)

@@ -22,7 +22,8 @@ namespace {
 /// Test-only reference: scans the whole pool and every held block. Per physical block, the most
 /// tokens any holder has written into it and the most any holder will eventually write; shared
 /// blocks counted once; blocks no sequence holds are free (cached ones too).
-MemoryBreakdown full_recount(const PagedBackend& b, std::int64_t bs, const std::map<SeqId, std::int64_t>& final_tokens) {
+MemoryBreakdown full_recount(const PagedBackend& b, std::int64_t bs,
+                             const std::map<SeqId, std::int64_t>& final_tokens) {
   const std::size_t token_bytes = b.model().kv_bytes_per_token();
   const BlockPool& pool = b.pool();
   std::vector<std::int32_t> filled(static_cast<std::size_t>(pool.num_blocks()), 0);
@@ -41,9 +42,10 @@ MemoryBreakdown full_recount(const PagedBackend& b, std::int64_t bs, const std::
     for (std::size_t i = 0; i < blocks.size(); ++i) {
       const std::int64_t start = static_cast<std::int64_t>(i) * bs;
       const auto blk = static_cast<std::size_t>(blocks[i]);
-      filled[blk] = std::max<std::int32_t>(filled[blk], static_cast<std::int32_t>(std::clamp<std::int64_t>(length - start, 0, bs)));
-      eventual[blk] =
-          std::max<std::int32_t>(eventual[blk], static_cast<std::int32_t>(std::clamp<std::int64_t>(final_len - start, 0, bs)));
+      filled[blk] = std::max<std::int32_t>(filled[blk],
+                                           static_cast<std::int32_t>(std::clamp<std::int64_t>(length - start, 0, bs)));
+      eventual[blk] = std::max<std::int32_t>(
+          eventual[blk], static_cast<std::int32_t>(std::clamp<std::int64_t>(final_len - start, 0, bs)));
     }
   }
   MemoryBreakdown m;
@@ -58,7 +60,8 @@ MemoryBreakdown full_recount(const PagedBackend& b, std::int64_t bs, const std::
     m.reserved += static_cast<std::size_t>(ev - filled[blk]) * token_bytes;
     m.internal_fragmentation += static_cast<std::size_t>(bs - ev) * token_bytes;
   }
-  m.shared_savings = static_cast<std::size_t>(logical_blocks - physical_blocks) * static_cast<std::size_t>(bs) * token_bytes;
+  m.shared_savings =
+      static_cast<std::size_t>(logical_blocks - physical_blocks) * static_cast<std::size_t>(bs) * token_bytes;
   if (b.radix_cache() != nullptr) cached_free = b.num_cached_free_blocks();  // the tree's own O(1) count
   m.cached = static_cast<std::size_t>(cached_free) * static_cast<std::size_t>(bs) * token_bytes;
   return m;
@@ -92,7 +95,8 @@ class RandomDriver {
     PagedConfig cfg;
     cfg.model = testing::tiny_model();
     cfg.block_size = c.block_size;
-    cfg.capacity_bytes = static_cast<std::size_t>(40) * static_cast<std::size_t>(c.block_size) * cfg.model.kv_bytes_per_token();
+    cfg.capacity_bytes =
+        static_cast<std::size_t>(40) * static_cast<std::size_t>(c.block_size) * cfg.model.kv_bytes_per_token();
     cfg.max_seq_len = std::max<std::int64_t>(64, 8 * static_cast<std::int64_t>(c.block_size));
     cfg.prefix_cache = c.mode;
     cfg.memory = c.storage ? &host_memory_resource() : nullptr;
@@ -108,11 +112,16 @@ class RandomDriver {
   ::testing::AssertionResult step(int n) {
     int op = static_cast<int>(pick(0, 9));
     if (live_.size() > 8 || backend_->pool().num_free() == 0) op = pick(0, 1) == 0 ? 7 : op;  // keep room to move
-    if (op <= 2 || live_.empty()) admit();
-    else if (op <= 5) grow();
-    else if (op == 6) fork();
-    else if (op == 7) release();
-    else swap();
+    if (op <= 2 || live_.empty())
+      admit();
+    else if (op <= 5)
+      grow();
+    else if (op == 6)
+      fork();
+    else if (op == 7)
+      release();
+    else
+      swap();
     const std::string d = differences(backend_->breakdown(), full_recount(*backend_, bs_, live_));
     if (d.empty()) return ::testing::AssertionSuccess();
     return ::testing::AssertionFailure() << "step " << n << " (op " << op << "): " << d;
@@ -122,7 +131,9 @@ class RandomDriver {
   [[nodiscard]] std::int64_t swaps() const { return swaps_; }
 
  private:
-  std::int64_t pick(std::int64_t lo, std::int64_t hi) { return std::uniform_int_distribution<std::int64_t>(lo, hi)(rng_); }
+  std::int64_t pick(std::int64_t lo, std::int64_t hi) {
+    return std::uniform_int_distribution<std::int64_t>(lo, hi)(rng_);
+  }
   SeqId any_live() {
     auto it = live_.begin();
     std::advance(it, pick(0, static_cast<std::int64_t>(live_.size()) - 1));

@@ -330,7 +330,8 @@ std::vector<std::int32_t> twin_ids(std::mt19937& rng, std::int64_t n) {
   std::vector<std::int32_t> ids(static_cast<std::size_t>(n));
   const auto group = static_cast<std::int32_t>(rng() % 3);
   for (std::int64_t i = 0; i < n; ++i)
-    ids[static_cast<std::size_t>(i)] = i < 40 ? group * 1000 + static_cast<std::int32_t>(i) : static_cast<std::int32_t>(rng() % 50000);
+    ids[static_cast<std::size_t>(i)] =
+        i < 40 ? group * 1000 + static_cast<std::int32_t>(i) : static_cast<std::int32_t>(rng() % 50000);
   return ids;
 }
 
@@ -427,7 +428,8 @@ struct Twins {
       }
     }
     ASSERT_GT(live.size(), 3u);
-    for (std::size_t i = 0; i < live.size(); ++i) write_tokens(region, live[i], static_cast<int>(i), 0, region.length(live[i]));
+    for (std::size_t i = 0; i < live.size(); ++i)
+      write_tokens(region, live[i], static_cast<int>(i), 0, region.length(live[i]));
     for (std::size_t i = 0; i < live.size(); ++i)
       EXPECT_EQ(count_mismatches(region, live[i], static_cast<int>(i), 0, region.length(live[i])), 0);
   }

@@ -66,8 +66,8 @@ class PrefixCache : public ::testing::TestWithParam<PrefixCacheMode> {};
 TEST_P(PrefixCache, SecondSequenceReusesThe48SharedTokens) {
   PagedBackend b(config(GetParam(), 8));
   const Tokens shared = seq(100, 48);
-  const Tokens a = cat(shared, seq(5000, 16));  // 64 tokens: 4 full blocks, all entered
-  const Tokens bb = cat(shared, seq(6000, 10)); // 58 tokens: cap (58-1)/16 = 3 blocks -> 48
+  const Tokens a = cat(shared, seq(5000, 16));   // 64 tokens: 4 full blocks, all entered
+  const Tokens bb = cat(shared, seq(6000, 10));  // 58 tokens: cap (58-1)/16 = 3 blocks -> 48
   const Tokens c = shared;                       // 48 tokens: cap (48-1)/16 = 2 blocks -> 32
   const Tokens d = cat(shared, seq(7000, 1));    // 49 tokens: cap 48/16 = 3 blocks -> 48
   admit(b, 1, a);
@@ -305,7 +305,7 @@ TEST_P(PrefixCache, DecodeBlocksAreCachedAsSoonAsTheyAreFull) {
   b.admit(1, s, 55);
   ASSERT_EQ(b.block_table(1).size(), 4u);
   EXPECT_EQ(b.prefix_cache_stats().inserted_blocks, 3);  // the partial block 3 has no hash
-  b.grow(1, 4);  // 59 tokens: no new block, block 3 still partial
+  b.grow(1, 4);                                          // 59 tokens: no new block, block 3 still partial
   EXPECT_EQ(b.block_table(1).size(), 4u);
   EXPECT_EQ(b.prefix_cache_stats().inserted_blocks, 3);
   b.grow(1, 19);  // 78 tokens: block 3 full (cached), one new block 4 (partial, not cached)
@@ -377,11 +377,11 @@ TEST(PrefixCacheHash, FreedBlocksAreEvictedTailFirstInLruOrder) {
   EXPECT_EQ(b.prefix_cache_stats().evictions, 1);
   EXPECT_FALSE(b.hash_cache()->is_cached(2));
   EXPECT_EQ(peek(b, cat(a, seq(9, 1))), 32);  // blocks 0 1 still cached
-  b.admit(4, {16, 16}, 16);  // takes 1
+  b.admit(4, {16, 16}, 16);                   // takes 1
   EXPECT_EQ(b.block_table(4), (std::vector<BlockId>{1}));
   EXPECT_EQ(peek(b, cat(a, seq(9, 1))), 16);
   EXPECT_EQ(peek(b, cat(bb, seq(9, 1))), 32);  // B, freed later, is untouched
-  b.admit(5, {32, 32}, 32);  // takes 0 then 4: A is gone, B keeps its first block
+  b.admit(5, {32, 32}, 32);                    // takes 0 then 4: A is gone, B keeps its first block
   EXPECT_EQ(b.block_table(5), (std::vector<BlockId>{0, 4}));
   EXPECT_EQ(peek(b, cat(a, seq(9, 1))), 0);
   EXPECT_EQ(peek(b, cat(bb, seq(9, 1))), 16);
@@ -393,7 +393,7 @@ TEST(PrefixCacheHash, FreedBlocksAreEvictedTailFirstInLruOrder) {
   EXPECT_EQ(b.cached_tokens(6), 16);
   EXPECT_EQ(b.block_table(6)[0], 3);
   EXPECT_EQ(b.pool().free_list(), (std::vector<BlockId>{7, 6, 5}));  // 2 was taken for the rest
-  EXPECT_EQ(b.prefix_cache_stats().evictions, 4);  // block 2 had lost its entry already
+  EXPECT_EQ(b.prefix_cache_stats().evictions, 4);                    // block 2 had lost its entry already
 }
 
 TEST(PrefixCacheHash, EvictedParentInvalidatesItsCachedChildren) {
@@ -401,8 +401,8 @@ TEST(PrefixCacheHash, EvictedParentInvalidatesItsCachedChildren) {
   // child is unreachable (and must never be matched through a new block 0 holding other KV).
   PagedBackend b(config(PrefixCacheMode::hash, 4));
   const Tokens a = seq(0, 33);
-  admit(b, 1, a);   // blocks 0 1 (entered) 2 (partial)
-  b.release(1);     // queue 3 | 2 1 0
+  admit(b, 1, a);            // blocks 0 1 (entered) 2 (partial)
+  b.release(1);              // queue 3 | 2 1 0
   b.admit(2, {32, 32}, 32);  // takes 3, 2
   b.admit(3, {16, 16}, 16);  // takes 1: the child goes, parent 0 stays
   b.release(3);              // queue 0 | 1
@@ -424,7 +424,8 @@ TEST(PrefixCacheHash, KeysChainThroughTheParentAndTheSalt) {
   EXPECT_NE(hash_block(0, seq(0, 3)), hash_block(0, seq(0, 4)));
   // No collisions over many neighbouring inputs.
   std::set<std::uint64_t> seen;
-  for (std::int32_t i = 0; i < 20000; ++i) seen.insert(hash_block(static_cast<std::uint64_t>(i % 7), seq(i, 1 + i % 5)));
+  for (std::int32_t i = 0; i < 20000; ++i)
+    seen.insert(hash_block(static_cast<std::uint64_t>(i % 7), seq(i, 1 + i % 5)));
   EXPECT_EQ(seen.size(), 20000u);
 }
 
@@ -675,8 +676,10 @@ TEST(PrefixCacheAgreement, UnderMemoryPressureStaysConsistent) {
       if ((rng() % 3 == 0 || b.available_blocks() < 4) && !live.empty()) {
         const std::size_t i = rng() % live.size();
         if (rng() % 5 == 0) {
-          if (!b.is_swapped(live[i])) b.swap_out(live[i]);
-          else if (b.can_swap_in(live[i])) b.swap_in(live[i]);
+          if (!b.is_swapped(live[i]))
+            b.swap_out(live[i]);
+          else if (b.can_swap_in(live[i]))
+            b.swap_in(live[i]);
         } else {
           b.release(live[i]);
           live.erase(live.begin() + static_cast<std::ptrdiff_t>(i));

@@ -154,7 +154,8 @@ TEST_F(CudaDriverDoubleTest, OneFakeDevice) {
   EXPECT_EQ(api().cuDeviceGetName(tiny, sizeof tiny, 0), CUDA_SUCCESS);
   EXPECT_STREQ(tiny, "kvlab");
   int value = 0;
-  EXPECT_EQ(api().cuDeviceGetAttribute(&value, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, 0), CUDA_SUCCESS);
+  EXPECT_EQ(api().cuDeviceGetAttribute(&value, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, 0),
+            CUDA_SUCCESS);
   EXPECT_EQ(value, 1);
   EXPECT_EQ(api().cuDeviceGetAttribute(&value, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, 0), CUDA_SUCCESS);
   EXPECT_EQ(value, 9);
@@ -343,8 +344,8 @@ TEST(CudaDriverDoubleMapOffset, NonZeroOffsetWhenAllowedMapsThatPartOfTheHandle)
   CUmemGenericAllocationHandle h = 0;
   ASSERT_EQ(api.cuMemAddressReserve(&va, 3 * kG, 0, 0, 0), CUDA_SUCCESS);
   ASSERT_EQ(api.cuMemCreate(&h, 2 * kG, &prop, 0), CUDA_SUCCESS);
-  ASSERT_EQ(api.cuMemMap(va, 2 * kG, 0, h, 0), CUDA_SUCCESS);         // whole handle
-  ASSERT_EQ(api.cuMemMap(va + 2 * kG, kG, kG, h, 0), CUDA_SUCCESS);   // its second granule again
+  ASSERT_EQ(api.cuMemMap(va, 2 * kG, 0, h, 0), CUDA_SUCCESS);        // whole handle
+  ASSERT_EQ(api.cuMemMap(va + 2 * kG, kG, kG, h, 0), CUDA_SUCCESS);  // its second granule again
   ASSERT_EQ(api.cuMemSetAccess(va, 3 * kG, &rw, 1), CUDA_SUCCESS);
   host(va)[kG + 5] = 0x5a;
   EXPECT_EQ(host(va + 2 * kG)[5], 0x5a);
@@ -383,7 +384,7 @@ TEST_F(CudaDriverDoubleTest, MapNeverOverMappedBytes) {
   expect_violation("overlaps the mapping");
   EXPECT_EQ(double_.usage().mappings, 1u);
   EXPECT_EQ(api().cuMemMap(va + 3 * kG, kG, 0, b, 0), CUDA_SUCCESS);  // adjacent is fine
-  EXPECT_EQ(api().cuMemUnmap(va + kG, 3 * kG), CUDA_SUCCESS);        // both, in one call
+  EXPECT_EQ(api().cuMemUnmap(va + kG, 3 * kG), CUDA_SUCCESS);         // both, in one call
   EXPECT_EQ(api().cuMemRelease(a), CUDA_SUCCESS);
   EXPECT_EQ(api().cuMemRelease(b), CUDA_SUCCESS);
   EXPECT_EQ(api().cuMemAddressFree(va, 4 * kG), CUDA_SUCCESS);
@@ -553,7 +554,7 @@ TEST_F(CudaDriverDoubleTest, ReleaseWhileMappedFreesAfterTheLastUnmap) {
   EXPECT_EQ(u.handles, 0u);
   EXPECT_EQ(u.allocations, 1u);
   EXPECT_EQ(u.physical_bytes, kG);
-  EXPECT_EQ(host(va + 2 * kG)[42], 0xab);  // still there
+  EXPECT_EQ(host(va + 2 * kG)[42], 0xab);                      // still there
   EXPECT_EQ(api().cuMemRelease(h), CUDA_ERROR_INVALID_VALUE);  // but released only once
   expect_violation("already released");
 
@@ -650,7 +651,7 @@ TEST_F(CudaDriverDoubleTest, CreateBeyondCapacityIsOutOfMemoryWithNoPartialState
   EXPECT_EQ(api().cuMemCreate(&h, 2 * kG, &prop, 0), CUDA_ERROR_OUT_OF_MEMORY);
   EXPECT_EQ(h, 777u);  // output untouched
   EXPECT_EQ(double_.usage(), before);
-  expect_no_violation();  // running out is not a misuse
+  expect_no_violation();          // running out is not a misuse
   handles.push_back(create(kG));  // exactly full is fine
   EXPECT_EQ(double_.usage().physical_bytes, 64 * kMiB);
   EXPECT_EQ(api().cuMemCreate(&h, kG, &prop, 0), CUDA_ERROR_OUT_OF_MEMORY);
@@ -688,11 +689,11 @@ TEST_F(CudaDriverDoubleTest, FailTheNthCallOfAnEntry) {
   const CUmemGenericAllocationHandle h = create(4 * kG);
   const std::uint64_t maps_before = double_.call_count(CuEntry::cuMemMap);
   double_.fail_nth_call(CuEntry::cuMemMap, 2, CUDA_ERROR_OUT_OF_MEMORY);
-  ASSERT_EQ(api().cuMemMap(va, kG, 0, h, 0), CUDA_SUCCESS);                      // 1st: fine
-  EXPECT_EQ(api().cuMemMap(va + kG, kG, 0, h, 0), CUDA_ERROR_OUT_OF_MEMORY);    // 2nd: injected
-  EXPECT_EQ(double_.usage().mappings, 1u);                                      // no partial state
+  ASSERT_EQ(api().cuMemMap(va, kG, 0, h, 0), CUDA_SUCCESS);                   // 1st: fine
+  EXPECT_EQ(api().cuMemMap(va + kG, kG, 0, h, 0), CUDA_ERROR_OUT_OF_MEMORY);  // 2nd: injected
+  EXPECT_EQ(double_.usage().mappings, 1u);                                    // no partial state
   EXPECT_EQ(double_.injected_faults(), 1u);
-  ASSERT_EQ(api().cuMemMap(va + kG, kG, 0, h, 0), CUDA_SUCCESS);                // 3rd: fine again
+  ASSERT_EQ(api().cuMemMap(va + kG, kG, 0, h, 0), CUDA_SUCCESS);  // 3rd: fine again
   EXPECT_EQ(double_.call_count(CuEntry::cuMemMap), maps_before + 3);
   expect_no_violation();  // an injected failure is not the caller's fault
 
@@ -711,7 +712,7 @@ TEST_F(CudaDriverDoubleTest, FailTheNthCallOfAnEntry) {
 }
 
 std::vector<CUresult> random_create_release_run(std::uint64_t seed, std::vector<CuEntry> entries,
-                                                 std::uint64_t* injected) {
+                                                std::uint64_t* injected) {
   CudaDriverDouble d(small_device());
   const CudaDriverApi& api = d.api();
   EXPECT_EQ(api.cuInit(0), CUDA_SUCCESS);

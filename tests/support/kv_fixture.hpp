@@ -109,8 +109,14 @@ class KvFixture {
   }
   [[nodiscard]] PagedKv<T> paged() {
     const std::int64_t row = static_cast<std::int64_t>(shape_.num_kv_heads) * shape_.head_dim;
-    return {k_pool_.data(), v_pool_.data(), block_table_.data(), block_table_stride_,
-            shape_.block_size, shape_.block_size * row, row, shape_.head_dim};
+    return {k_pool_.data(),
+            v_pool_.data(),
+            block_table_.data(),
+            block_table_stride_,
+            shape_.block_size,
+            shape_.block_size * row,
+            row,
+            shape_.head_dim};
   }
   [[nodiscard]] std::vector<float>& out() { return out_; }
   void poison_output() { std::fill(out_.begin(), out_.end(), NAN); }
@@ -154,14 +160,13 @@ inline bool element_matches(float out, double ref, Tolerance tol) {
 }
 
 /// Checks every element; NaN or Inf anywhere fails. Returns the number of mismatches.
-inline int expect_matches_reference(const std::vector<float>& out, const std::vector<double>& ref,
-                                    Tolerance tol = {}, const std::string& what = "") {
+inline int expect_matches_reference(const std::vector<float>& out, const std::vector<double>& ref, Tolerance tol = {},
+                                    const std::string& what = "") {
   EXPECT_EQ(out.size(), ref.size()) << what;
   int bad = 0;
   for (std::size_t i = 0; i < std::min(out.size(), ref.size()); ++i) {
     if (!element_matches(out[i], ref[i], tol)) {
-      if (++bad <= 5)
-        ADD_FAILURE() << what << " element " << i << ": got " << out[i] << ", reference " << ref[i];
+      if (++bad <= 5) ADD_FAILURE() << what << " element " << i << ": got " << out[i] << ", reference " << ref[i];
     }
   }
   EXPECT_EQ(bad, 0) << what << ": " << bad << " of " << out.size() << " elements out of tolerance";

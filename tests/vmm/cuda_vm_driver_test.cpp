@@ -107,7 +107,7 @@ TEST_F(CudaVmDriverTest, TheBackgroundMapperSynchronizesOnItsOwnThread) {
     VmmConfig c = testing::tiny_vmm(64 * kKiB, 8 * 2 * 64 * kKiB, driver(), VmmLayout::megacache, 2048, 4);
     c.overlap = true;
     c.deferred_reclamation = true;
-    VmmBackend b(c);  // 8 rows (2 tensors) of 256 tokens
+    VmmBackend b(c);                 // 8 rows (2 tensors) of 256 tokens
     b.admit(1, {1500, 1500}, 1500);  // 6 rows
     b.release(1);                    // its slot keeps the 6 rows
     b.admit(2, {10, 600}, 10);       // takes that slot (its cache covers 1 row)

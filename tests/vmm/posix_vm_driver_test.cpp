@@ -79,15 +79,15 @@ TEST(PosixVmDriver, MisuseIsRejectedBeforeAnythingChanges) {
   void* base = d.reserve(64 * kKiB, 0);
   auto* p = static_cast<unsigned char*>(base);
   const PhysHandle h = *d.create(16 * kKiB);
-  EXPECT_THROW((void)d.map(p + 1, 16 * kKiB, h), InvalidArgument);            // unaligned
-  EXPECT_THROW((void)d.map(p, 8 * kKiB, h), InvalidArgument);                 // part of a handle
-  EXPECT_THROW((void)d.map(p + 56 * kKiB, 16 * kKiB, h), InvalidArgument);    // past the reservation
-  EXPECT_THROW((void)d.map(p, 16 * kKiB, h + 99), InvalidArgument);           // unknown handle
-  EXPECT_THROW(d.set_access(p, 16 * kKiB), InvalidArgument);                  // not mapped
+  EXPECT_THROW((void)d.map(p + 1, 16 * kKiB, h), InvalidArgument);          // unaligned
+  EXPECT_THROW((void)d.map(p, 8 * kKiB, h), InvalidArgument);               // part of a handle
+  EXPECT_THROW((void)d.map(p + 56 * kKiB, 16 * kKiB, h), InvalidArgument);  // past the reservation
+  EXPECT_THROW((void)d.map(p, 16 * kKiB, h + 99), InvalidArgument);         // unknown handle
+  EXPECT_THROW(d.set_access(p, 16 * kKiB), InvalidArgument);                // not mapped
   ASSERT_TRUE(d.map(p, 16 * kKiB, h));
-  EXPECT_THROW((void)d.map(p + 8 * kKiB, 16 * kKiB, h), InvalidArgument);     // over a mapping
-  EXPECT_THROW(d.unmap(p, 8 * kKiB), InvalidArgument);                        // part of a mapping
-  EXPECT_THROW(d.free_reservation(base, 64 * kKiB), InvalidArgument);         // still mapped
+  EXPECT_THROW((void)d.map(p + 8 * kKiB, 16 * kKiB, h), InvalidArgument);  // over a mapping
+  EXPECT_THROW(d.unmap(p, 8 * kKiB), InvalidArgument);                     // part of a mapping
+  EXPECT_THROW(d.free_reservation(base, 64 * kKiB), InvalidArgument);      // still mapped
   EXPECT_EQ(d.usage().mappings, 1u);
   d.unmap(p, 16 * kKiB);
   d.release(h);
@@ -172,7 +172,10 @@ TEST(PhysicalPagePool, BothFreeOrdersHandOutPagesAsDefined) {
         const PageId p = used[k];
         used.erase(used.begin() + static_cast<std::ptrdiff_t>(k));
         pool.release(p);
-        if (order == PageFreeOrder::lifo) free_pages.push_front(p); else free_pages.push_back(p);
+        if (order == PageFreeOrder::lifo)
+          free_pages.push_front(p);
+        else
+          free_pages.push_back(p);
       } else if (!free_pages.empty()) {
         const std::size_t k = rng() % free_pages.size();
         const PageId p = free_pages[k];

@@ -136,7 +136,6 @@ TEST(SlotArena, WithoutADriverItOnlyKeepsTheBooks) {
   EXPECT_EQ(arena.pool().num_free(), 2);
 }
 
-
 /// complete_rows, top_rows and missing_pages of `slot` (kept incrementally) against the page lists;
 /// returns the shortest and longest tensor's rows.
 std::pair<std::int64_t, std::int64_t> expect_row_bounds_match(const SlotArena& arena, int slot) {
@@ -208,7 +207,8 @@ TEST(SlotArena, RowBoundsFollowTheBooksWhenTheDriverFails) {
     SlotArena arena(driver.get(), small_shape(), PageFreeOrder::lifo);
     ASSERT_TRUE(arena.map_tail(0, 0, *arena.pool().allocate(), MapOrigin::critical));
     expect_row_bounds_match(arena, 0);
-    driver->set_fault_hook([](VmCall c) { return c == VmCall::set_access || c == VmCall::unmap ? VmFault::error : VmFault::none; });
+    driver->set_fault_hook(
+        [](VmCall c) { return c == VmCall::set_access || c == VmCall::unmap ? VmFault::error : VmFault::none; });
     EXPECT_THROW(arena.map_tail(0, 1, *arena.pool().allocate(), MapOrigin::critical), Error);
     EXPECT_EQ(arena.held(0), 2) << "stuck mapped: kept in the books";
     EXPECT_EQ(expect_row_bounds_match(arena, 0), (std::pair<std::int64_t, std::int64_t>{1, 1}));

@@ -117,7 +117,9 @@ TEST_P(VmmLayouts, AttentionThroughTheVmmViewEqualsTheContiguousBackend) {
 }
 
 INSTANTIATE_TEST_SUITE_P(BothLayouts, VmmLayouts, ::testing::Values(VmmLayout::per_layer, VmmLayout::megacache),
-                         [](const auto& info) { return info.param == VmmLayout::per_layer ? "per_layer" : "megacache"; });
+                         [](const auto& info) {
+                           return info.param == VmmLayout::per_layer ? "per_layer" : "megacache";
+                         });
 
 TEST(VmmBackend, MegacacheInterleavesLayersInsideAToken) {
   VmmBackend b(tiny_vmm(4 * kKiB, 512 * kKiB, posix(512 * kKiB), VmmLayout::megacache));
@@ -177,7 +179,7 @@ TEST(VmmBackend, NothingIsLeftMappedOrReservedAtTeardown) {
     EXPECT_TRUE(testing::maps_overlap(reservation, virtual_bytes));
   }
   EXPECT_TRUE(driver->usage().empty()) << driver->usage().mappings << " mappings, " << driver->usage().handles
-                                        << " handles, " << driver->usage().reservations << " reservations";
+                                       << " handles, " << driver->usage().reservations << " reservations";
   EXPECT_EQ(testing::maps_lines_containing("memfd:kvlab-vmm"), 0);
   EXPECT_FALSE(testing::maps_overlap(reservation, virtual_bytes));
 }
@@ -284,7 +286,7 @@ TEST(VmmBackend, SlotsBoundTheBatch) {
 }
 
 TEST(VmmBackend, ConfigErrorsAreInvalidArguments) {
-  EXPECT_THROW(VmmBackend(tiny_vmm(6 * kKiB, 256 * kKiB, nullptr)), InvalidArgument);  // not 4 KiB multiple
+  EXPECT_THROW(VmmBackend(tiny_vmm(6 * kKiB, 256 * kKiB, nullptr)), InvalidArgument);   // not 4 KiB multiple
   EXPECT_THROW(VmmBackend(tiny_vmm(64 * kKiB, 128 * kKiB, nullptr)), InvalidArgument);  // < 1 page per tensor
   EXPECT_THROW(VmmBackend(tiny_vmm(0, 128 * kKiB, nullptr)), InvalidArgument);
   VmmBackend ok(tiny_vmm(64 * kKiB, 256 * kKiB, nullptr));

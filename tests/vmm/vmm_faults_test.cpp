@@ -85,7 +85,8 @@ int run_script(VmmBackend& b, const std::function<std::size_t()>& mappings) {
     books_agree("release " + std::to_string(id));
   };
   const auto check_data = [&] {
-    for (const auto& [id, t] : tag) EXPECT_EQ(testing::count_mismatches(b, id, t, b.length(id)), 0) << "sequence " << id;
+    for (const auto& [id, t] : tag)
+      EXPECT_EQ(testing::count_mismatches(b, id, t, b.length(id)), 0) << "sequence " << id;
   };
 
   admit(1, P + 3, 6 * P);
@@ -179,16 +180,14 @@ TEST_P(PosixFaults, EveryPositionLeavesAConsistentUsableBackend) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(EachCall, PosixFaults,
-                         ::testing::Values(PosixFault{VmCall::map, VmFault::out_of_memory},
-                                           PosixFault{VmCall::map, VmFault::error},
-                                           PosixFault{VmCall::set_access, VmFault::error},
-                                           PosixFault{VmCall::unmap, VmFault::error},
-                                           PosixFault{VmCall::synchronize, VmFault::error}),
-                         [](const auto& info) {
-                           return std::string(to_string(info.param.call)) +
-                                  (info.param.fault == VmFault::out_of_memory ? "_oom" : "_error");
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    EachCall, PosixFaults,
+    ::testing::Values(PosixFault{VmCall::map, VmFault::out_of_memory}, PosixFault{VmCall::map, VmFault::error},
+                      PosixFault{VmCall::set_access, VmFault::error}, PosixFault{VmCall::unmap, VmFault::error},
+                      PosixFault{VmCall::synchronize, VmFault::error}),
+    [](const auto& info) {
+      return std::string(to_string(info.param.call)) + (info.param.fault == VmFault::out_of_memory ? "_oom" : "_error");
+    });
 
 TEST(PosixFaultsAtSetUp, ReserveOrCreateFailureLeavesNothing) {
   for (const VmCall call : {VmCall::reserve, VmCall::create}) {
@@ -307,9 +306,9 @@ INSTANTIATE_TEST_SUITE_P(EachEntry, CudaFaults,
                          });
 
 TEST(CudaFaultsAtSetUp, EveryConstructionCallCanFailWithoutALeak) {
-  for (const CuEntry entry : {CuEntry::cuInit, CuEntry::cuDeviceGet, CuEntry::cuDevicePrimaryCtxRetain,
-                              CuEntry::cuMemGetAllocationGranularity, CuEntry::cuMemAddressReserve,
-                              CuEntry::cuMemCreate}) {
+  for (const CuEntry entry :
+       {CuEntry::cuInit, CuEntry::cuDeviceGet, CuEntry::cuDevicePrimaryCtxRetain,
+        CuEntry::cuMemGetAllocationGranularity, CuEntry::cuMemAddressReserve, CuEntry::cuMemCreate}) {
     for (const CUresult result : {CUDA_ERROR_OUT_OF_MEMORY, CUDA_ERROR_UNKNOWN}) {
       for (std::uint64_t n = 1;; ++n) {
         CudaDriverDouble dbl(small_double());

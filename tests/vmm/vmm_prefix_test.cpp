@@ -243,7 +243,9 @@ TEST_P(VmmPrefixLayouts, EveryCompleteBlockIsEnteredAcrossChunksAndDecode) {
 }
 
 INSTANTIATE_TEST_SUITE_P(BothLayouts, VmmPrefixLayouts, ::testing::Values(VmmLayout::per_layer, VmmLayout::megacache),
-                         [](const auto& info) { return info.param == VmmLayout::per_layer ? "per_layer" : "megacache"; });
+                         [](const auto& info) {
+                           return info.param == VmmLayout::per_layer ? "per_layer" : "megacache";
+                         });
 
 TEST(VmmPrefix, UnmappingOneSharerLeavesTheOthersBytesIntact) {
   for (const bool defer : {false, true}) {
@@ -275,7 +277,7 @@ TEST(VmmPrefix, UnmappingOneSharerLeavesTheOthersBytesIntact) {
 }
 
 TEST(VmmPrefix, AccountingCountsASharedPageOnce) {
-  VmmBackend b(prefix_vmm(512 * kKiB, nullptr));  // accounting only: the same books
+  VmmBackend b(prefix_vmm(512 * kKiB, nullptr));                                   // accounting only: the same books
   const std::int64_t tok = static_cast<std::int64_t>(b.token_bytes_per_tensor());  // 128
   const std::int64_t T = b.num_tensors();
   const auto a = ids(80, 1);
@@ -353,11 +355,18 @@ TEST(VmmPrefix, OutOfMemoryLeavesNothingBehind) {
     const VmmStats s = b.stats();
     const PrefixCacheStats p = b.prefix_cache_stats();
     const MemoryBreakdown m = b.breakdown();
-    return std::vector<std::int64_t>{s.mapped_pages, s.mappings, s.critical_maps, s.critical_unmaps, p.hits,
-                                     p.queries, p.inserted_blocks, p.evictions,
+    return std::vector<std::int64_t>{s.mapped_pages,
+                                     s.mappings,
+                                     s.critical_maps,
+                                     s.critical_unmaps,
+                                     p.hits,
+                                     p.queries,
+                                     p.inserted_blocks,
+                                     p.evictions,
                                      static_cast<std::int64_t>(m.token_states),
                                      static_cast<std::int64_t>(m.shared_savings),
-                                     static_cast<std::int64_t>(driver->usage().mappings), b.free_pages(),
+                                     static_cast<std::int64_t>(driver->usage().mappings),
+                                     b.free_pages(),
                                      b.page_mappings(b.page_at(1, 0, 0))};
   };
   const auto before = snapshot();
@@ -369,9 +378,8 @@ TEST(VmmPrefix, OutOfMemoryLeavesNothingBehind) {
   auto fits = ids(70, 3, 64, 1);  // 2 shared rows + 1 fresh row
   for (int nth = 1; nth <= 12; ++nth) {
     int calls = 0;
-    driver->set_fault_hook([&](VmCall c) {
-      return c == VmCall::map && ++calls == nth ? VmFault::out_of_memory : VmFault::none;
-    });
+    driver->set_fault_hook(
+        [&](VmCall c) { return c == VmCall::map && ++calls == nth ? VmFault::out_of_memory : VmFault::none; });
     bool admitted = false;
     try {
       b.admit(3, spec(fits, 70), 70);
@@ -519,7 +527,7 @@ struct RandomRun {
   VmmBackend& b;
   bool write_bytes;
   std::mt19937_64 rng;
-  std::map<SeqId, std::vector<std::int64_t>> tags;  // expected tag of every written token
+  std::map<SeqId, std::vector<std::int64_t>> tags;    // expected tag of every written token
   std::map<SeqId, std::vector<std::int64_t>> prompt;  // tags of the whole prompt (its ids are in the spec)
   std::map<SeqId, std::int64_t> final_len;
   SeqId next = 1;
@@ -600,7 +608,8 @@ TEST_P(VmmPrefixRandom, BytesAndBooksHold) {
   auto driver = rc.accounting_only ? nullptr : posix(capacity);
   {
     VmmBackend b(prefix_vmm(capacity, driver, rc.layout, rc.defer, 256, 6));
-    RandomRun run{b, !rc.accounting_only, std::mt19937_64(rc.defer * 2 + (rc.layout == VmmLayout::megacache)), {}, {}, {}};
+    RandomRun run{b, !rc.accounting_only, std::mt19937_64(rc.defer * 2 + (rc.layout == VmmLayout::megacache)), {}, {},
+                  {}};
     for (int op = 0; op < 600; ++op) {
       const int what = static_cast<int>(run.rng() % 10);
       if (what < 4) {
@@ -615,7 +624,8 @@ TEST_P(VmmPrefixRandom, BytesAndBooksHold) {
         }
       }
       if (!rc.accounting_only) {
-        for (const auto& [id, tg] : run.tags) ASSERT_EQ(mismatches(b, id, tg, b.length(id)), 0) << "op " << op << " seq " << id;
+        for (const auto& [id, tg] : run.tags)
+          ASSERT_EQ(mismatches(b, id, tg, b.length(id)), 0) << "op " << op << " seq " << id;
         ASSERT_EQ(driver->usage().mappings, static_cast<std::size_t>(b.stats().mappings)) << op;
       }
       const MemoryBreakdown m = b.breakdown();
