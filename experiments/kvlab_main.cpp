@@ -603,6 +603,15 @@ struct Common {
     return std::make_unique<DeviceContext>(device, capacity + (std::size_t{1} << 30));
   }
 
+  /// The provenance of this run's outputs: the options, the device as it describes itself and the
+  /// attention kernels execute mode runs.
+  Provenance provenance(const DeviceContext& d) const {
+    Provenance p = current_provenance(options);
+    p.device = d.describe();
+    if (execute) p.kernels = device.kind == Device::host ? "kvlab host attention" : to_string(gpu_kernel());
+    return p;
+  }
+
   /// The GPU attention --kernels resolves to (auto: FlashInfer's on a GPU where built).
   bool flashinfer_kernels() const { return kernels == "flashinfer" || kernels == "flashinfer-paged"; }
   GpuKernel gpu_kernel() const {
@@ -808,7 +817,7 @@ int run_backends(const Common& c, const std::vector<std::string>& names, const s
     if (!c.out_dir.empty())
       write_replay_files(c.out_dir,
                          RunInfo{invocation, model.name, description, r.summary.clock, rc.device.name, c.device.name(),
-                                 current_provenance(c.options)},
+                                 c.provenance(*device)},
                          r);
   }
   print_summary_table(std::cout, rows);
@@ -816,8 +825,7 @@ int run_backends(const Common& c, const std::vector<std::string>& names, const s
     std::cerr << "kvlab: KV integrity check failed: some KV did not read back as written\n";
     return 1;
   }
-  if (!c.out_dir.empty())
-    finish_output_dir(c.out_dir, invocation, description, rows, chart, current_provenance(c.options));
+  if (!c.out_dir.empty()) finish_output_dir(c.out_dir, invocation, description, rows, chart, c.provenance(*device));
   if (!faults.empty()) {
     std::cerr << "kvlab: " << faults.size() << " of " << names.size()
               << " backend(s) left the device unclean (recorded as device_fault in their summary.json); first: "
@@ -1209,6 +1217,8 @@ int cmd_figure(const std::vector<std::string>& args, const std::string& invocati
     ctx.formats = formats;
     ctx.device = device_context.get();
     ctx.provenance = current_provenance(resolved_options(vm));
+    if (device_context) ctx.provenance.device = device_context->describe();
+    ctx.provenance.kernels = "as the README's clock line says (each figure names the kernels it measured)";
     if (!run_figure(*f, ctx, device_context.get())) ++faults;
   }
   return faults > 0 ? 1 : 0;

@@ -18,6 +18,11 @@ struct Provenance {
   std::string git_revision;
   std::string date_utc;  ///< ISO 8601, seconds
   std::string host;      ///< the machine's host name
+  /// Where KV lived and kernels ran, as the device describes itself (a GPU's name, driver and
+  /// runtime versions); "host memory" on the host.
+  std::string device = "host memory";
+  /// What computed attention: the kernels execute mode ran, or that none ran (the modelled clock).
+  std::string kernels = "none (modelled clock)";
   /// Every option of the command and its value as given or defaulted, in the parser's order.
   std::vector<std::pair<std::string, std::string>> options;
 };

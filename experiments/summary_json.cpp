@@ -119,6 +119,8 @@ Json provenance(const Provenance& p) {
               {"git_revision", p.git_revision},
               {"date_utc", p.date_utc},
               {"host", p.host},
+              {"device", p.device},
+              {"kernels", p.kernels},
               {"options", options}};
 }
 
