@@ -254,6 +254,8 @@ struct Common {
   double lpm_max_wait = 5.0;
   std::string goodput_text;
   ServingSlo goodput;
+  std::string percentiles_text = "90,99";
+  std::vector<double> percentiles = kDefaultPercentiles;
   double capacity_gib = 0, rate = 0, burstiness = 1, time_scale = 1, max_memory_gib = 0;
   std::int64_t requests = 0, max_seq_len = 0, max_batched = 0, limit = 0, shared_prefix = 0;
   int max_running = 0, samples = 1, execute_layers = 0, prefix_groups = 0, turns = 1;
@@ -262,7 +264,9 @@ struct Common {
   std::string seed_text;
   bool chunked = false, execute = false, progress = true, verify_kv = false;
 
-  void add(po::options_description& o) {
+  void add(po::options_description& o) { o.add(workload_options()).add(scheduling_options()).add(output_options()); }
+
+  po::options_description workload_options() {
     po::options_description w("Workload");
     w.add_options()("trace", po::value(&trace), "replay a trace file (a name in --trace-dir, or a path)")(
         "trace-dir", po::value(&trace_dir),
@@ -285,6 +289,10 @@ struct Common {
         "turns", po::value(&turns)->default_value(1),
         "synthetic: multi-turn chats of N turns; each prompt holds the conversation so far")(
         "seed", po::value(&seed_text)->default_value("0"), "random seed of the workload (a non-negative integer)");
+    return w;
+  }
+
+  po::options_description scheduling_options() {
     po::options_description m("Model, memory and scheduling");
     m.add_options()("model", po::value(&model_name)->default_value("opt-13b"), "model preset (see 'kvlab models')")(
         "capacity-gib", po::value(&capacity_gib)->default_value(12.0), "KV cache capacity in GiB")(
@@ -308,8 +316,12 @@ struct Common {
         "goodput", po::value(&goodput_text),
         "service-level objectives in ms, as vLLM's bench serve: ttft:MS,tpot:MS,e2el:MS (any of them); "
         "summary.json's serving and compare.csv then report goodput (requests meeting all, per second) and the "
-        "share that meets them")("long-requests", po::value(&long_policy)->default_value("reject"),
-                                 "requests longer than max-seq-len: reject or truncate")(
+        "share that meets them")(
+        "percentiles", po::value(&percentiles_text)->default_value("90,99"),
+        "the latency percentiles summary.json and compare.csv report beside mean, median and std (vLLM's "
+        "--metric-percentiles): e.g. 50,90,99.9; each becomes columns NAME_pN_ms")(
+        "long-requests", po::value(&long_policy)->default_value("reject"),
+        "requests longer than max-seq-len: reject or truncate")(
         "device-model", po::value(&device_model)->default_value("a100-80gb"),
         "device of the modelled clock: a preset (a100-40gb, a100-80gb, h100-sxm, h200, host) or a device model "
         "file (kvlab calibrate --out FILE); see docs/clock.md")(
@@ -331,6 +343,10 @@ struct Common {
         "make device copies fail: nth:N (the N-th copy) or random:P[:SEED]; needs --execute or --verify-kv. "
         "teardown (--device emulated): every cuMemUnmap fails once a backend finished, as the H200's deallocations "
         "did; its results must stand, recorded with the fault");
+    return m;
+  }
+
+  po::options_description output_options() {
     po::options_description out("Output");
     out.add_options()("out", po::value(&out_dir),
                       "write run.json, compare.csv and per backend summary.json, "
@@ -341,7 +357,7 @@ struct Common {
         "config", po::value<std::string>(),
         "FILE: a run.json or summary.json; rerun with every option it recorded "
         "(defaults included), options given beside it win")("no-progress", "no progress line on stderr");
-    o.add(w).add(m).add(out);
+    return out;
   }
 
   void check(const po::variables_map& vm) {
@@ -435,12 +451,11 @@ struct Common {
       throw UsageError("--schedule must be fcfs or lpm (got '" + schedule + "')");
     if (!(lpm_max_wait >= 0) || !std::isfinite(lpm_max_wait))
       throw UsageError("--lpm-max-wait must be a number of seconds >= 0");
-    if (vm.count("goodput")) {
-      try {
-        goodput = parse_goodput(goodput_text);
-      } catch (const InvalidArgument& e) {
-        throw UsageError(user_message(e));
-      }
+    try {
+      if (vm.count("goodput")) goodput = parse_goodput(goodput_text);
+      percentiles = parse_percentiles(percentiles_text);
+    } catch (const InvalidArgument& e) {
+      throw UsageError(user_message(e));
     }
   }
 
@@ -564,6 +579,7 @@ struct Common {
     rc.schedule.policy = parse_schedule_policy(schedule);
     rc.schedule.max_wait_s = lpm_max_wait;
     rc.goodput = goodput;
+    rc.percentiles = percentiles;
     rc.long_requests = long_policy == "truncate" ? LongRequestPolicy::truncate : LongRequestPolicy::reject;
     rc.device = resolve_device_model(device_model);
     rc.execute = execute;

@@ -972,10 +972,10 @@ void Replay::summarize() {
     }
     good += c_.goodput.met(r.ttft(), tpot, r.e2e());
   }
-  sum.ttft = latency_stats(ttfts);
-  sum.tpot = latency_stats(std::move(tpots));
-  sum.e2el = latency_stats(std::move(e2els));
-  sum.itl = latency_stats(std::vector<double>(itl_.begin(), itl_.end()));
+  sum.ttft = latency_stats(ttfts, c_.percentiles);
+  sum.tpot = latency_stats(std::move(tpots), c_.percentiles);
+  sum.e2el = latency_stats(std::move(e2els), c_.percentiles);
+  sum.itl = latency_stats(std::vector<double>(itl_.begin(), itl_.end()), c_.percentiles);
   if (c_.goodput.any() && !ttfts.empty()) {
     sum.slo_attainment_frac = static_cast<double>(good) / static_cast<double>(ttfts.size());
     sum.goodput_requests_per_s = sum.makespan_s > 0 ? static_cast<double>(good) / sum.makespan_s : 0;

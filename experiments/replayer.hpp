@@ -88,6 +88,8 @@ struct ReplayConfig {
   AttentionFn attention;
   /// Service-level objectives for goodput (kvlab --goodput); none by default.
   ServingSlo goodput;
+  /// The latency percentiles the outputs report (--percentiles).
+  std::vector<double> percentiles = kDefaultPercentiles;
   /// Execute mode with a backend on a device (cuda, emulated): device memory for the queries,
   /// outputs and query offsets the kernels read and write (the backend's own memory resource, from
   /// the factory's DeviceContext). Needed exactly when the backend's device is not the host.

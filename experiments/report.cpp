@@ -90,12 +90,16 @@ void write_compare_csv(const std::filesystem::path& file, const std::string& wor
   f << "backend,workload,clock,token_states_frac,reserved_frac,internal_fragmentation_frac,"
        "external_fragmentation_frac,free_frac,mean_batch,max_batch,throughput_tokens_per_s,"
        "throughput_requests_per_s,completed,rejected,truncated,preemptions,out_of_memory,"
-       "peak_allocated_bytes,capacity_bytes,mean_shared_savings_bytes,mean_normalized_latency_s,makespan_s,prefix_hit_"
-       "tokens,failed,replay_wall_s,replay_tokens_per_s,"
-       "ttft_mean_ms,ttft_median_ms,ttft_std_ms,ttft_p90_ms,ttft_p99_ms,tpot_mean_ms,tpot_median_ms,tpot_std_ms,"
-       "tpot_p90_ms,tpot_p99_ms,itl_mean_ms,itl_median_ms,itl_std_ms,itl_p90_ms,itl_p99_ms,e2el_mean_ms,"
-       "e2el_median_ms,e2el_std_ms,e2el_p90_ms,e2el_p99_ms,"
-       "goodput_requests_per_s,slo_attainment_frac";
+       "peak_allocated_bytes,capacity_bytes,mean_shared_savings_bytes,mean_normalized_latency_s,makespan_s,"
+       "prefix_hit_tokens,failed,replay_wall_s,replay_tokens_per_s";
+  // The serving latencies: mean, median, std and the percentiles asked for (--percentiles), in ms.
+  const std::vector<std::pair<double, double>> asked =
+      rows.empty() ? std::vector<std::pair<double, double>>{} : rows.front().ttft.percentiles_ms;
+  for (const char* name : {"ttft", "tpot", "itl", "e2el"}) {
+    f << ',' << name << "_mean_ms," << name << "_median_ms," << name << "_std_ms";
+    for (const auto& [p, ms] : asked) f << ',' << name << '_' << percentile_name(p) << "_ms";
+  }
+  f << ",goodput_requests_per_s,slo_attainment_frac";
   // Then one column per backend counter (summary.json's "counters", by name), in the order the rows
   // first name them; empty where a backend has no such counter.
   std::vector<std::string> counters;
@@ -115,8 +119,10 @@ void write_compare_csv(const std::filesystem::path& file, const std::string& wor
       << s.mean_normalized_latency_s << ',' << s.makespan_s << ',' << s.prefix_hit_tokens << ',' << s.failed << ','
       << s.wall_s << ','
       << (s.wall_s > 0 ? static_cast<double>(s.generated_tokens + s.prefill_tokens_computed) / s.wall_s : 0);
-    for (const LatencyStats* l : {&s.ttft, &s.tpot, &s.itl, &s.e2el})
-      f << ',' << l->mean_ms << ',' << l->median_ms << ',' << l->std_ms << ',' << l->p90_ms << ',' << l->p99_ms;
+    for (const LatencyStats* l : {&s.ttft, &s.tpot, &s.itl, &s.e2el}) {
+      f << ',' << l->mean_ms << ',' << l->median_ms << ',' << l->std_ms;
+      for (const auto& [p, ms] : l->percentiles_ms) f << ',' << ms;
+    }
     // Empty without --goodput.
     f << ',';
     if (s.goodput_requests_per_s >= 0) f << s.goodput_requests_per_s;

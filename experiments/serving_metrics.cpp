@@ -15,8 +15,40 @@ double quantile(const std::vector<double>& sorted, double q) {
   return sorted[lo] + (sorted[hi] - sorted[lo]) * (pos - static_cast<double>(lo));
 }
 
-LatencyStats latency_stats(std::vector<double> seconds) {
+std::vector<double> parse_percentiles(const std::string& spec) {
+  std::vector<double> out;
+  std::stringstream in(spec);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    std::size_t used = 0;
+    double p = 0;
+    try {
+      p = std::stod(item, &used);
+    } catch (const std::logic_error&) {
+      used = 0;
+    }
+    if (used == 0 || used != item.size() || !(p > 0 && p <= 100))
+      throw InvalidArgument("--percentiles: '" + item + "' is not a percentile in (0, 100] (e.g. 90,99)");
+    if (!out.empty() && !(p > out.back()))
+      throw InvalidArgument("--percentiles must be distinct and ascending (got '" + spec + "')");
+    out.push_back(p);
+  }
+  if (out.empty() || spec.back() == ',') throw InvalidArgument("--percentiles: no percentile in '" + spec + "'");
+  if (out.size() > 10) throw InvalidArgument("--percentiles: at most 10 (got " + std::to_string(out.size()) + ")");
+  return out;
+}
+
+std::string percentile_name(double p) {
+  std::ostringstream s;
+  s << p;
+  std::string name = "p" + s.str();
+  std::replace(name.begin(), name.end(), '.', '_');
+  return name;
+}
+
+LatencyStats latency_stats(std::vector<double> seconds, const std::vector<double>& percentiles) {
   LatencyStats s;
+  for (double p : percentiles) s.percentiles_ms.emplace_back(p, 0.0);
   if (seconds.empty()) return s;
   std::sort(seconds.begin(), seconds.end());
   const auto n = static_cast<double>(seconds.size());
@@ -31,6 +63,7 @@ LatencyStats latency_stats(std::vector<double> seconds) {
   s.median_ms = 1e3 * quantile(seconds, 0.5);
   s.p90_ms = 1e3 * quantile(seconds, 0.9);
   s.p99_ms = 1e3 * quantile(seconds, 0.99);
+  for (auto& [p, ms] : s.percentiles_ms) ms = 1e3 * quantile(seconds, p / 100);
   return s;
 }
 

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace kvlab {
@@ -16,14 +17,29 @@ namespace kvlab {
 struct LatencyStats {
   std::int64_t count = 0;
   double mean_ms = 0, median_ms = 0, std_ms = 0, p90_ms = 0, p99_ms = 0;
+  /// The percentiles asked for (--percentiles, vLLM's --metric-percentiles): (percentile 0-100,
+  /// value in ms), in the order asked. The files write these; p90_ms and p99_ms are always there
+  /// for the console table.
+  std::vector<std::pair<double, double>> percentiles_ms = {};
 };
+
+/// The percentiles the files report by default.
+inline const std::vector<double> kDefaultPercentiles = {90, 99};
+
+/// "90,99" / "50,95,99.9": 1 to 10 distinct numbers in (0, 100], ascending. InvalidArgument naming
+/// the value otherwise.
+[[nodiscard]] std::vector<double> parse_percentiles(const std::string& spec);
+
+/// The column suffix of a percentile: "p99", "p99_9" (no dot in a column name).
+[[nodiscard]] std::string percentile_name(double p);
 
 /// The q-quantile (0..1) of non-empty `sorted`, linear between the two nearest ranks
 /// (numpy.percentile's default method).
 [[nodiscard]] double quantile(const std::vector<double>& sorted, double q);
 
 /// The distribution of `seconds` (any order; empty: all zero).
-[[nodiscard]] LatencyStats latency_stats(std::vector<double> seconds);
+[[nodiscard]] LatencyStats latency_stats(std::vector<double> seconds,
+                                         const std::vector<double>& percentiles = kDefaultPercentiles);
 
 /// Service-level objectives for goodput, in milliseconds; +inf: no objective on that latency.
 struct ServingSlo {

@@ -38,12 +38,13 @@ Json fractions(const MemoryFractions& f) {
               {"free_frac", number(f.free)}};
 }
 
-/// `name`_samples, `name`_mean_ms, _median_ms, _std_ms, _p90_ms, _p99_ms: compare.csv's names.
+/// `name`_samples, _mean_ms, _median_ms, _std_ms and one _pN_ms per percentile asked for
+/// (--percentiles): compare.csv's names.
 void add_latency(Json& j, const std::string& name, const LatencyStats& l) {
   j[name + "_samples"] = l.count;
   j[name + "_mean_ms"] = number(l.mean_ms), j[name + "_median_ms"] = number(l.median_ms);
-  j[name + "_std_ms"] = number(l.std_ms), j[name + "_p90_ms"] = number(l.p90_ms),
-           j[name + "_p99_ms"] = number(l.p99_ms);
+  j[name + "_std_ms"] = number(l.std_ms);
+  for (const auto& [p, ms] : l.percentiles_ms) j[name + "_" + percentile_name(p) + "_ms"] = number(ms);
 }
 
 /// vLLM bench serve's metrics (experiments/serving_metrics.hpp): latencies in ms, throughput per

@@ -82,9 +82,14 @@ def compare(directory):
         x = range(len(rows))
         for k, (col, label, color) in enumerate((("ttft", "TTFT", "#6a1b9a"), ("tpot", "TPOT", "#2e7d32"))):
             means = [max(float(r[f"{col}_mean_ms"]), 1e-3) for r in rows]
-            p99 = [max(float(r[f"{col}_p99_ms"]), 1e-3) for r in rows]
             ax3.bar([i + (k - 0.5) * 0.38 for i in x], means, 0.38, color=color, label=f"{label} mean")
-            ax3.scatter([i + (k - 0.5) * 0.38 for i in x], p99, color=color, marker="_", s=200, label=f"{label} p99")
+            # the highest percentile the run reported (--percentiles; p99 by default)
+            tails = [c for c in rows[0] if re.fullmatch(rf"{col}_p[0-9_]+_ms", c)]
+            if tails:
+                tail = tails[-1]
+                values = [max(float(r[tail]), 1e-3) for r in rows]
+                ax3.scatter([i + (k - 0.5) * 0.38 for i in x], values, color=color, marker="_", s=200,
+                            label=f"{label} {tail[len(col) + 1:-3].replace('_', '.')}")
         ax3.set_xticks(list(x), names, rotation=30, fontsize=8)
         ax3.set_yscale("log")
         ax3.set_ylabel(f"latency (ms, {clock} clock)")

@@ -29,6 +29,26 @@ TEST(LatencyStats, AreNumpysMeanMedianStdAndLinearPercentiles) {
   EXPECT_EQ(latency_stats({}).count, 0);
 }
 
+TEST(LatencyStats, ReportTheAskedPercentilesInOrder) {
+  // numpy.percentile([1, 2, 3, 4], [50, 95, 99.9]) = 2.5, 3.85, 3.997 (seconds).
+  const LatencyStats s = latency_stats({4.0, 1.0, 3.0, 2.0}, parse_percentiles("50,95,99.9"));
+  ASSERT_EQ(s.percentiles_ms.size(), 3u);
+  EXPECT_DOUBLE_EQ(s.percentiles_ms[0].first, 50);
+  EXPECT_NEAR(s.percentiles_ms[0].second, 2500, 1e-9);
+  EXPECT_NEAR(s.percentiles_ms[1].second, 3850, 1e-9);
+  EXPECT_DOUBLE_EQ(s.percentiles_ms[2].first, 99.9);
+  EXPECT_NEAR(s.percentiles_ms[2].second, 3997, 1e-9);
+  EXPECT_NEAR(s.p99_ms, 3970, 1e-9);  // the console's p99 stays whatever was asked
+  const LatencyStats none = latency_stats({}, {90, 99});
+  ASSERT_EQ(none.percentiles_ms.size(), 2u);  // the columns exist, zero, without samples
+  EXPECT_DOUBLE_EQ(none.percentiles_ms[1].second, 0);
+  EXPECT_EQ(percentile_name(99), "p99");
+  EXPECT_EQ(percentile_name(99.9), "p99_9");
+  EXPECT_EQ(parse_percentiles("90,99"), kDefaultPercentiles);
+  for (const char* bad : {"", "abc", "0", "101", "99,90", "90,90", "90,", "nan", "1,2,3,4,5,6,7,8,9,10,11", "50x"})
+    EXPECT_THROW((void)parse_percentiles(bad), InvalidArgument) << bad;
+}
+
 TEST(Goodput, ParsesVllmsSyntaxAndRefusesTheRest) {
   const ServingSlo slo = parse_goodput("ttft:500,e2el:3000");
   EXPECT_DOUBLE_EQ(slo.ttft_ms, 500);
