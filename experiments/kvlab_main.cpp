@@ -1145,17 +1145,16 @@ void check_plot_formats(const std::string& formats) {
 
 /// Runs one figure into ctx.out and writes its marker; false when it left the device unclean (its
 /// files stand, the fault written beside them).
-bool run_figure(const Figure& figure, const FigureContext& ctx, DeviceContext* device_context) {
-  const Figure* f = &figure;
+bool run_figure(const Figure& f, const FigureContext& ctx, DeviceContext* device_context) {
   const auto t0 = std::chrono::steady_clock::now();
-  std::cout << "figure " << f->name << " (" << f->title << ")\n";
+  std::cout << "figure " << f.name << " (" << f.title << ")\n";
   fs::remove(ctx.out / "device_fault.txt");  // a clean re-run leaves no old fault behind
-  f->run(ctx);
+  f.run(ctx);
   throw_if_interrupted();  // a figure stopped by a signal gets no marker
   bool clean = true;
   if (device_context) {  // a fault at teardown: the figure's files stand, the fault is written beside them
     if (const std::string problems = device_context->problems(); !problems.empty()) {
-      const std::string fault = "figure " + f->name + " left device resources behind: " + problems;
+      const std::string fault = "figure " + f.name + " left device resources behind: " + problems;
       write_file_atomically(ctx.out / "device_fault.txt", fault + "\n");
       std::cerr << "kvlab figure: " << fault << "\n";
       clean = false;

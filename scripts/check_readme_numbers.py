@@ -62,10 +62,8 @@ def claims_text(readme):
     lines = readme.splitlines()
     i = 0
     while i < len(lines) and (lines[i].startswith("#") or lines[i].startswith("- ") or not lines[i].strip()):
-        if lines[i].startswith("|"):
-            break
         i += 1
-        if i < len(lines) and lines[i - 1].startswith("- setup:"):
+        if lines[i - 1].startswith("- setup:"):
             break
     body = [l for l in lines[i:] if not l.startswith("Files:")]
     text = "\n".join(body)
