@@ -240,10 +240,11 @@ std::pair<double, double> mean_lengths(const std::vector<Request>& w) {
 }
 
 ReplayResult run(const FigureContext& ctx, const std::string& backend, const BackendOptions& o,
-                 const std::vector<Request>& w, const ReplayConfig& c) {
+                 const std::vector<Request>& w, const ReplayConfig& c, StepRecords steps) {
   auto b = make_backend(backend, o);
   Progress progress("  " + backend, ctx.progress);
   ReplayConfig stoppable = c;
+  stoppable.keep_steps = steps == StepRecords::keep;
   stoppable.at_step_boundary = throw_if_interrupted;  // SIGINT/SIGTERM stop a figure between steps
   return replay(*b, w, stoppable, [&](auto d, auto t) { progress.update(d, t); });
 }

@@ -137,9 +137,16 @@ inline constexpr double kSaturationLatencyFactor = 4.0;
 /// Mean prompt and output tokens of a workload.
 [[nodiscard]] std::pair<double, double> mean_lengths(const std::vector<Request>& w);
 
-/// Replays `w` through a fresh backend of that name, with a progress line.
+/// Whether a figure's replay keeps every step's record (ReplayResult::steps). Figures that tabulate
+/// only the summary drop them: memory mode keeps nothing it does not write (a long figure kept
+/// hundreds of MB of step records it never read).
+enum class StepRecords { drop, keep };
+
+/// Replays `w` through a fresh backend of that name, with a progress line; the steps are kept only
+/// when asked for (whatever `c.keep_steps` says).
 [[nodiscard]] ReplayResult run(const FigureContext& ctx, const std::string& backend, const BackendOptions& o,
-                               const std::vector<Request>& w, const ReplayConfig& c);
+                               const std::vector<Request>& w, const ReplayConfig& c,
+                               StepRecords steps = StepRecords::drop);
 
 /// OPT-13B with the 12 GB of KV space it leaves on a 40 GB A100 in the vLLM paper.
 [[nodiscard]] BackendOptions opt13b_12gb();

@@ -97,7 +97,7 @@ std::string measured_half(const FigureContext& ctx, const BackendOptions& o, con
     std::set<std::size_t> mapping_at;
     for (const std::string mode : {"synchronous", "background"}) {
       const std::string name = fmt::format("vmm-{}{}", page, mode == "background" ? "-overlap" : "");
-      const ReplayResult result = run(ctx, name, o, workload, c);
+      const ReplayResult result = run(ctx, name, o, workload, c, StepRecords::keep);
       if (mode == "synchronous") mapping_at = mapping_steps_of(result);
       const StepSummary r = tabulate(result, "measured (" + measured_on(ctx) + ")", page, mode, mapping_at, t, series);
       if (mode == "synchronous") {
@@ -151,7 +151,7 @@ std::string modelled_half(const FigureContext& ctx, const DeviceModel& gpu, cons
     std::set<std::size_t> mapping_at;
     for (const std::string mode : {"synchronous", "background"}) {
       const std::string name = fmt::format("vmm-{}{}", page, mode == "background" ? "-overlap" : "");
-      const ReplayResult result = run(ctx, name, accounting, workload, modelled);
+      const ReplayResult result = run(ctx, name, accounting, workload, modelled, StepRecords::keep);
       if (mode == "synchronous") mapping_at = mapping_steps_of(result);
       const StepSummary r = tabulate(result, "modelled (" + gpu.name + ")", page, mode, mapping_at, t, series);
       std::string paper = "paper: no spikes with background mapping";

@@ -25,7 +25,7 @@ void sharing(const FigureContext& ctx) {
       ReplayConfig c = a100_40gb();
       c.samples_per_request = outs[i];
       c.beam_reselect_probability = beam ? 0.5 : 0.0;
-      const ReplayResult r = run(ctx, "paged-16", opt13b_12gb(), w, c);
+      const ReplayResult r = run(ctx, "paged-16", opt13b_12gb(), w, c, StepRecords::keep);
       const double paper = beam ? paper_beam[i] : paper_parallel[i];
       t.add({beam ? "beam search" : "parallel sampling", std::to_string(outs[i]), pct(memory_saving(r)), fixed(paper),
              relative_error_pct(100 * memory_saving(r), paper), fixed(r.summary.mean_batch)});

@@ -79,5 +79,21 @@ TEST(ClockSources, ReadTheNumbersFromTheDeviceModel) {
   EXPECT_EQ(other.find("A100"), std::string::npos) << other;
 }
 
+// Memory mode keeps nothing it does not write: a figure that tabulates only the summary keeps no
+// step records (a long figure kept hundreds of MB of them), and the summary does not change.
+TEST(FigureRun, KeepsStepRecordsOnlyWhenAsked) {
+  FigureContext ctx;
+  ctx.progress = false;
+  const auto w = lognormal_requests(LognormalLengths{40, 30, 256}, 50.0, 23, 3);
+  const ReplayResult dropped = run(ctx, "paged-16", opt13b_12gb(), w, a100_40gb());
+  const ReplayResult kept = run(ctx, "paged-16", opt13b_12gb(), w, a100_40gb(), StepRecords::keep);
+  EXPECT_TRUE(dropped.steps.empty());
+  ASSERT_FALSE(kept.steps.empty());
+  EXPECT_EQ(static_cast<std::int64_t>(kept.steps.size()), kept.summary.steps);
+  EXPECT_EQ(dropped.summary.steps, kept.summary.steps);
+  EXPECT_EQ(dropped.summary.generated_tokens, kept.summary.generated_tokens);
+  EXPECT_DOUBLE_EQ(dropped.summary.mean_normalized_latency_s, kept.summary.mean_normalized_latency_s);
+}
+
 }  // namespace
 }  // namespace kvlab::fig
