@@ -24,6 +24,14 @@ class Progress {
   Progress(const Progress&) = delete;
   Progress& operator=(const Progress&) = delete;
 
+  /// One line of its own on stderr (a failed sweep point), not into the middle of a live line.
+  void note(const std::string& line) {
+    if (shown_ && live_) std::fputc('\n', stderr);
+    shown_ = false;
+    std::fprintf(stderr, "%s\n", line.c_str());
+    std::fflush(stderr);
+  }
+
   void update(std::int64_t done, std::int64_t total) {
     if (!enabled_ || total <= 0) return;
     const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();

@@ -166,7 +166,16 @@ std::string completion_problem(const fs::path& dir) {
 
 namespace {
 volatile std::sig_atomic_t g_signal = 0;
-extern "C" void on_interrupt(int sig) { g_signal = sig; }
+/// The first signal asks for a clean stop at the next step boundary; a second one stops at once
+/// (the default action), so a run that never reaches a boundary can still be stopped with Ctrl-C.
+extern "C" void on_interrupt(int sig) {
+  if (g_signal != 0) {
+    ::signal(sig, SIG_DFL);
+    ::raise(sig);
+    return;
+  }
+  g_signal = sig;
+}
 }  // namespace
 
 void install_interrupt_handlers() {

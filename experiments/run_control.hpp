@@ -14,6 +14,9 @@
 //  * Interrupts: SIGINT/SIGTERM set a flag; long work checks it at step boundaries
 //    (throw_if_interrupted) and unwinds; kvlab then exits 128+signal (130, 143) printing one line,
 //    "interrupted". Temporary files are never left: every file is written whole (atomic_file.hpp).
+//    A second signal before the first is acted on stops the process at once (the signal's default
+//    action): a run stuck short of a boundary can still be stopped; what it left is cleaned up by
+//    the next run that takes the --out lock.
 #include <csignal>
 #include <filesystem>
 #include <optional>

@@ -1,5 +1,7 @@
 #include "experiments/summary_json.hpp"
 
+#include "experiments/input_file.hpp"
+
 #include <fmt/format.h>
 
 #include <cmath>
@@ -163,6 +165,9 @@ std::string run_json(const std::string& command, const Provenance& p) {
 }
 
 std::vector<std::pair<std::string, std::string>> recorded_options(const std::filesystem::path& file) {
+  // A run.json is a few KB, a summary.json tens: a device or a FIFO named by --config is refused,
+  // not read until memory runs out or forever.
+  check_small_input_file(file, "a run.json or summary.json", std::uintmax_t{16} << 20);
   std::ifstream in(file);
   if (!in) throw InvalidArgument(fmt::format("{}: cannot be read", file.string()));
   const Json j = Json::parse(in, nullptr, /*allow_exceptions=*/false);

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <csignal>
+#include <cstring>
 #include <cstdio>
 #include <fstream>
 #include <map>
@@ -183,50 +184,116 @@ std::vector<const SweepPoint*> points_to_run(const std::vector<SweepPoint>& poin
   return todo;
 }
 
-/// Forks `kvlab replay` for one point, in a process group of its own that dies with the parent.
-pid_t spawn_point(const SweepPoint& p, const fs::path& out, const fs::path& exe) {
+/// A running point: its process group, and its stderr as read so far from the pipe it writes to.
+/// The sweep keeps the text and writes stderr.txt itself when the point ends, so a point that
+/// failed on a full disk still has its message told (on the sweep's stderr) when stderr.txt cannot
+/// hold it.
+struct RunningPoint {
+  const SweepPoint* point = nullptr;
+  int stderr_fd = -1;  ///< the read end, non-blocking
+  std::string stderr_text;
+};
+
+/// Most of a point's stderr the sweep keeps (a point runs with --no-progress: its stderr is a few
+/// warning or error lines); past it, the rest is counted, not kept.
+constexpr std::size_t kMaxPointStderr = std::size_t{1} << 20;
+
+/// Reads what the point wrote to stderr since the last call (all of it once the point ended).
+void drain_stderr(RunningPoint& r) {
+  char buf[4096];
+  for (;;) {
+    const ssize_t n = ::read(r.stderr_fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;  // EAGAIN (nothing yet), EOF, or an error: nothing more to read now
+    const std::size_t room = kMaxPointStderr - std::min(kMaxPointStderr, r.stderr_text.size());
+    r.stderr_text.append(buf, std::min(room, static_cast<std::size_t>(n)));
+  }
+}
+
+/// Forks `kvlab replay` for one point, in a process group of its own that dies with the parent;
+/// its stdout goes to stdout.txt, its stderr into a pipe the sweep reads.
+std::pair<pid_t, RunningPoint> spawn_point(const SweepPoint& p, const fs::path& out, const fs::path& exe) {
   std::vector<std::string> argv = {exe.string(), "replay"};
   argv.insert(argv.end(), p.args.begin(), p.args.end());
   for (const char* a : {"--no-progress", "--out"}) argv.emplace_back(a);
   argv.push_back((out / p.name).string());
   const std::string stdout_file = (out / p.name / "stdout.txt").string();
-  const std::string stderr_file = (out / p.name / "stderr.txt").string();
   std::vector<char*> cargv;
   for (auto& a : argv) cargv.push_back(a.data());
   cargv.push_back(nullptr);
+  int pipe_fds[2];
+  if (::pipe2(pipe_fds, O_CLOEXEC) != 0) KVLAB_THROW(Error, "pipe failed for " + p.name + ": " + std::strerror(errno));
   const pid_t parent = ::getpid();
   const pid_t pid = fork();
-  if (pid < 0) KVLAB_THROW(Error, "fork failed for " + p.name);
+  if (pid < 0) {
+    ::close(pipe_fds[0]);
+    ::close(pipe_fds[1]);
+    KVLAB_THROW(Error, "fork failed for " + p.name);
+  }
   if (pid == 0) {
     ::setpgid(0, 0);                      // the terminal's Ctrl-C reaches the parent, which stops us
     ::prctl(PR_SET_PDEATHSIG, SIGTERM);   // a parent killed outright (SIGKILL) still stops us
     if (::getppid() != parent) _exit(1);  // it died before prctl
     const int o = open(stdout_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    const int e = open(stderr_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     if (o >= 0) dup2(o, 1);
-    if (e >= 0) dup2(e, 2);
+    dup2(pipe_fds[1], 2);  // dup2 clears O_CLOEXEC on the copy
     execv(cargv[0], cargv.data());
     _exit(127);
   }
   ::setpgid(pid, pid);  // also here, so a kill right after fork reaches the group
-  return pid;
+  ::close(pipe_fds[1]);
+  ::fcntl(pipe_fds[0], F_SETFL, ::fcntl(pipe_fds[0], F_GETFL) | O_NONBLOCK);
+  return {pid, RunningPoint{&p, pipe_fds[0], {}}};
+}
+
+/// The last non-empty line of `text`.
+std::string last_line(const std::string& text) {
+  const std::size_t end = text.find_last_not_of('\n');
+  if (end == std::string::npos) return "";
+  const std::size_t newline = text.rfind('\n', end);
+  const std::size_t start = newline == std::string::npos ? 0 : newline + 1;
+  return text.substr(start, end + 1 - start);
+}
+
+/// A point ended: the rest of its stderr read, stderr.txt written, and a failed point told on the
+/// sweep's stderr with its last line, and with stderr.txt's own failure when it could not be written
+/// (a full disk: the message would be lost otherwise).
+void finish_point(RunningPoint& r, const fs::path& out, bool failed, int status, Progress& bar) {
+  drain_stderr(r);
+  ::close(r.stderr_fd);
+  std::string write_error;
+  try {
+    write_file_atomically(out / r.point->name / "stderr.txt", r.stderr_text);
+  } catch (const std::exception& e) {
+    write_error = e.what();
+  }
+  if (!failed && write_error.empty()) return;
+  std::string how = WIFEXITED(status)     ? fmt::format("exit status {}", WEXITSTATUS(status))
+                    : WIFSIGNALED(status) ? fmt::format("signal {}", WTERMSIG(status))
+                                          : "stopped";
+  std::string line = fmt::format("kvlab sweep: {} {} ({})", r.point->name, failed ? "failed" : "finished", how);
+  if (const std::string last = last_line(r.stderr_text); !last.empty()) line += ": " + last;
+  if (!write_error.empty()) line += fmt::format(" [its stderr.txt could not be written: {}]", write_error);
+  bar.note(line);
 }
 
 /// SIGTERM to every running point (each stops at its next step boundary), then waits for them all.
-void stop_children(const std::map<pid_t, const SweepPoint*>& running) {
-  for (const auto& [pid, p] : running) ::kill(-pid, SIGTERM);
-  for (const auto& [pid, p] : running) {
+void stop_children(std::map<pid_t, RunningPoint>& running) {
+  for (const auto& [pid, r] : running) ::kill(-pid, SIGTERM);
+  for (auto& [pid, r] : running) {
     int status = 0;
     while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
     }
+    ::close(r.stderr_fd);
   }
 }
 
 /// Waits for a point to end: its pid (status set), -1 when none runs, 0 when a signal arrived.
 /// Polls (every 20 ms) rather than blocking in wait(), so a signal that lands just before the
 /// wait cannot leave the sweep waiting for a long point.
-pid_t wait_for_point(int& status) {
+pid_t wait_for_point(int& status, std::map<pid_t, RunningPoint>& running) {
   for (;;) {
+    for (auto& [pid, r] : running) drain_stderr(r);  // a full pipe would stall the point
     const pid_t pid = ::waitpid(-1, &status, WNOHANG);
     if (pid < 0 && errno == EINTR) continue;
     if (pid != 0 || interrupt_signal() != 0) return pid;
@@ -242,25 +309,31 @@ int run_sweep(const std::vector<SweepPoint>& points, const fs::path& out, int jo
   fs::create_directories(out);
   const std::vector<const SweepPoint*> todo = points_to_run(points, out, exe);
   Progress bar("sweep", progress);
-  std::map<pid_t, const SweepPoint*> running;
+  std::map<pid_t, RunningPoint> running;
   std::size_t next = 0;
   int failed = 0, finished = 0;
   while (next < todo.size() || !running.empty()) {
     while (interrupt_signal() == 0 && next < todo.size() && static_cast<int>(running.size()) < jobs) {
       const SweepPoint& p = *todo[next++];
-      running.emplace(spawn_point(p, out, exe), &p);
+      running.emplace(spawn_point(p, out, exe));
     }
     int status = 0;
-    const pid_t pid = interrupt_signal() != 0 ? 0 : wait_for_point(status);
+    const pid_t pid = interrupt_signal() != 0 ? 0 : wait_for_point(status, running);
     if (interrupt_signal() != 0) {  // SIGINT/SIGTERM: stop the points, leave them unmarked, resume later
-      if (pid > 0) running.erase(pid);
+      if (const auto it = running.find(pid); pid > 0 && it != running.end()) {
+        ::close(it->second.stderr_fd);
+        running.erase(it);
+      }
       stop_children(running);
       throw_if_interrupted();
     }
     if (pid <= 0) break;  // no child left to wait for (cannot happen while `running` is not empty)
     const auto it = running.find(pid);
     if (it == running.end()) continue;
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || !is_complete(out / it->second->name)) ++failed;
+    const bool point_failed =
+        !WIFEXITED(status) || WEXITSTATUS(status) != 0 || !is_complete(out / it->second.point->name);
+    failed += point_failed;
+    finish_point(it->second, out, point_failed, status, bar);
     running.erase(it);
     bar.update(++finished, static_cast<std::int64_t>(todo.size()));
   }

@@ -34,6 +34,6 @@ build/tsan/tests/kvlab_alloc_tests --gtest_filter='LimitingAdaptor*:*Thread*:*Co
 build/tsan/tests/kvlab_support_tests --gtest_filter='*Thread*:*Concurren*'
 build/tsan/tests/kvlab_vmm_tests --gtest_filter='*Overlap*:*Background*:*Thread*'
 build/tsan/tests/kvlab_experiments_tests --gtest_filter='*VmmOverlap*:CudaPath*:OverlapOrder*'
-stage "fuzz: libFuzzer targets (trace readers, backend operations, sweep files), 20 s each"
+stage "fuzz: libFuzzer targets (trace readers, backend operations, sweep files, replay/compare options), 20 s each"
 scripts/fuzz.sh "${KVLAB_FUZZ_SECONDS:-20}"
 stage "all test stages passed"

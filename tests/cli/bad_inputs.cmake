@@ -12,7 +12,8 @@
 #   * and did not crash: no signal (status >= 128), no 'terminate', 'Aborted', 'Segmentation',
 #     sanitizer report or timeout.
 # Rows "usage2" expect status 2, nothing on stderr and the usage text on stdout; rows "stdout1"
-# status 1, nothing on stderr and the pattern on stdout (a sweep whose points failed).
+# status 1, the pattern on stdout and on stderr only one line per failed point, with its message
+# (a sweep whose points failed).
 if(NOT CMAKE_SCRIPT_MODE_FILE)
   foreach(group cli numbers choices lengths backends paths traces azure vidur kvlab mooncake llmservingsim sweep
                 collect figure calibrate table)
@@ -114,8 +115,10 @@ function(bad id expect pattern)
     endif()
     if(NOT rc EQUAL want)
       set(why "exit ${rc}, expected ${want}")
-    elseif(NOT err STREQUAL "")
+    elseif(expect STREQUAL "usage2" AND NOT err STREQUAL "")
       set(why "expected nothing on stderr")
+    elseif(expect STREQUAL "stdout1" AND NOT err MATCHES "^(kvlab sweep: point-[0-9]+ failed [^\n]*kvlab replay: error: [^\n]+\n)+$")
+      set(why "expected on stderr one line per failed point, with its error")
     elseif(NOT out MATCHES "${pattern}")
       set(why "stdout does not match '${pattern}'")
     endif()
@@ -302,6 +305,8 @@ bad(CLI-22 2 "--config .*/no_such_run.json: cannot be read" replay --config @D@/
 bad(CLI-23 2 "--config .*/not_json.json: not JSON" compare --config @D@/not_json.json)
 bad(CLI-24 2 "--config .*/no_options.json: no provenance.options" replay --config @D@/no_options.json)
 bad(CLI-26 2 "--config .*/compare_run.json: it records a compare of --backends paged-16,vmm-64k; name the one to replay with --backend" replay --config @D@/compare_run.json)
+bad(CLI-28 2 "unrecognised option '--x%original_token%'" replay --x%original_token%)
+bad(CLI-27 2 "--config /dev/zero: is not a regular file .a device, pipe or socket., not a run.json or summary.json" replay --config /dev/zero)
 bad(CLI-25 2 "--config .*/figure_run.json: it records --name, which kvlab replay does not take" replay --config @D@/figure_run.json)
 bad(NUM-1 2 "'--requests' is invalid" replay --requests abc)
 bad(NUM-2 2 "--requests must not be negative" replay --requests -3)

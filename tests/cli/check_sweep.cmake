@@ -107,3 +107,20 @@ execute_process(COMMAND ${BINARY} sweep ${OUT}-allfail/f.sweep -j 1 --no-progres
 if(NOT rc EQUAL 1 OR EXISTS ${OUT}-allfail/o/collected.csv OR NOT out MATCHES "no point finished: nothing collected")
   message(FATAL_ERROR "an all-failed sweep: exit ${rc}, '${out}', collected.csv exists: expected exit 1 and none")
 endif()
+# A failed point is told on the sweep's stderr with its last line, and on a full disk (injected:
+# the sweep may write its grid and the point's command.txt, nothing more) its message survives
+# there although stderr.txt cannot be written; no temporary file is left.
+foreach(f sweep-grid.json point-0001/command.txt)
+  file(SIZE ${OUT}-allfail/o/${f} bytes_${f})
+endforeach()
+math(EXPR budget "${bytes_sweep-grid.json} + ${bytes_point-0001/command.txt}")
+file(REMOVE_RECURSE ${OUT}-allfail/o)
+execute_process(COMMAND ${CMAKE_COMMAND} -E env KVLAB_FAIL_WRITES_AFTER_BYTES=${budget}
+                        ${BINARY} sweep ${OUT}-allfail/f.sweep -j 1 --no-progress --out ${OUT}-allfail/o
+                RESULT_VARIABLE rc OUTPUT_QUIET ERROR_VARIABLE err)
+file(GLOB_RECURSE left RELATIVE ${OUT}-allfail/o ${OUT}-allfail/o/*)
+set(want "kvlab sweep: point-0001 failed .exit status 2.: kvlab replay: error: /nonexistent-kvlab-trace.csv: trace not found")
+if(NOT rc EQUAL 1 OR NOT err MATCHES "${want}" OR NOT err MATCHES "its stderr.txt could not be written: .*No space left"
+   OR left MATCHES "stderr.txt|\\.tmp\\.")
+  message(FATAL_ERROR "a failed point on a full disk: exit ${rc}, stderr '${err}', files: ${left}")
+endif()
