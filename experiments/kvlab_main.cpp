@@ -179,11 +179,12 @@ void finish_output_dir(const fs::path& dir, const std::string& invocation, const
 
 /// Replays the workload through one backend on the run's device, with the faults armed (copies,
 /// and on the emulated device driver calls too); prints the fault and integrity line. Afterwards the
-/// emulated device must hold nothing and have seen no contract violation.
-ReplayResult replay_one(const RunOptions& c, const std::string& name, DeviceContext& device,
-                        const std::vector<Request>& workload, const ReplayConfig& rc) {
-  const bool storage = c.execute || c.verify_kv;
-  auto backend = make_backend(name, c.backend_options(storage ? &device.memory() : nullptr, &device));
+/// emulated device must hold nothing and have seen no contract violation. `built`: the backend
+/// run_backends already made for the name check (memory mode), else one is made here on the
+/// device's memory.
+ReplayResult replay_one(const RunOptions& c, const std::string& name, std::unique_ptr<KvBackend> built,
+                        DeviceContext& device, const std::vector<Request>& workload, const ReplayConfig& rc) {
+  auto backend = built ? std::move(built) : make_backend(name, c.backend_options(&device.memory(), &device));
   Progress progress("replay " + backend->name(), c.progress);
   const bool teardown_fault = c.inject_faults == "teardown";
   std::unique_ptr<FaultInjector> faults = c.inject_faults.empty() || teardown_fault ? nullptr : c.fault_plan();
@@ -274,9 +275,13 @@ int run_backends(const RunOptions& c, const std::vector<std::string>& names, con
   // a time. The device is opened first: without the GPU asked for, nothing else runs.
   const std::unique_ptr<DeviceContext> device = c.open_device();
   const BackendOptions probe = c.backend_options(nullptr, device.get());
+  // Memory mode replays the backends made here (each is made once per run); with KV storage these
+  // are accounting-only probes, and each replay makes its own on the device's memory, one at a time.
+  const bool storage = c.execute || c.verify_kv;
+  std::vector<std::unique_ptr<KvBackend>> built;
   std::vector<std::pair<std::string, std::string>> canonical;  // (canonical name, as given)
   for (const auto& n : names) {  // fail on a bad name, or a preemption it cannot do, before any long run
-    const auto b = make_backend(n, probe);
+    auto b = make_backend(n, probe);
     // Two spellings of one backend (paged-16, paged-016) would write one folder twice.
     for (const auto& [name, given] : canonical)
       if (name == b->name())
@@ -288,6 +293,7 @@ int run_backends(const RunOptions& c, const std::vector<std::string>& names, con
           fmt::format("--preemption swap: backend {} cannot swap (choose backends that can, e.g. paged-16, "
                       "or --preemption recompute)",
                       n));
+    built.push_back(storage ? nullptr : std::move(b));
   }
   auto [workload, description] = c.workload();
   ReplayConfig rc = c.replay_config();
@@ -309,8 +315,8 @@ int run_backends(const RunOptions& c, const std::vector<std::string>& names, con
   std::vector<ReplaySummary> rows;
   bool corrupted = false;
   std::vector<std::string> faults;
-  for (const auto& name : names) {
-    const ReplayResult r = replay_one(c, name, *device, workload, rc);
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    const ReplayResult r = replay_one(c, names[i], std::move(built[i]), *device, workload, rc);
     warn_about_rejections(std::cerr, r);
     if (c.verify_kv && r.summary.kv_mismatches > 0) corrupted = true;
     if (!r.summary.device_fault.empty()) faults.push_back(r.summary.device_fault);

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Sets kvlab up (scripts/setup.sh) and runs the whole test suite:
 #   1. the release build: every test (GPU tests skip with the reason on machines without one);
-#   2. the asan preset (ASan + UBSan, host code): every test again;
+#   2. the fuzz preset (clang, ASan + UBSan, libFuzzer coverage, host code): every test again
+#      (one sanitizer build serves the tests and the fuzzers; the gcc `asan` preset stays for
+#      whoever wants gcc's ASan, and runs the same tests);
 #   3. the tsan preset: the threaded parts (thread pool, SIMT emulator, vmm background mapper,
 #      driver double, memory adaptors) under ThreadSanitizer;
-#   4. the fuzz preset (clang, libFuzzer + ASan + UBSan): each fuzzer for a bounded time.
+#   4. the fuzzers of that same build, each for a bounded time.
 # KVLAB_QUICK=1 runs step 1 only. tests/gpu/run.sh runs the GPU suite where a GPU exists.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,11 +20,11 @@ stage "release: all tests"
 ctest --preset release -j "$jobs" --timeout 900
 [ "${KVLAB_QUICK:-0}" = 1 ] && { stage "release tests passed (KVLAB_QUICK=1: the sanitizer stages skipped)"; exit 0; }
 
-stage "asan: build"
-cmake --preset asan >/dev/null
-cmake --build --preset asan -j "$jobs"
-stage "asan: all tests under AddressSanitizer + UndefinedBehaviorSanitizer"
-ctest --preset asan -j "$jobs" --timeout 900 -LE "gpu|examples"
+stage "sanitizers: build (clang: ASan + UBSan, the tests and the libFuzzer targets)"
+cmake --preset fuzz >/dev/null
+cmake --build build/fuzz -j "$jobs"
+stage "sanitizers: all tests under AddressSanitizer + UndefinedBehaviorSanitizer"
+ctest --preset fuzz -j "$jobs" --timeout 900 -LE "gpu|examples"
 
 stage "tsan: threaded code under ThreadSanitizer"
 cmake --preset tsan >/dev/null

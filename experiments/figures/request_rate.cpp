@@ -75,6 +75,43 @@ std::string against_paper(const std::string& label, const std::vector<double>& s
       within(v, sustained[2], 1.7, 2.7), within(v, sustained[0], 2.7, 8.0));
 }
 
+/// Where vLLM's curve turns against where Orca (Oracle)'s does, from the rows around each crossing:
+/// the batch each reaches and its time per output token, whose ratios make the rate ratio (a rate
+/// sustained is about batch / time per token / output tokens); with vLLM's preemptions there.
+std::string turn_text(const RateWorkload& w, const std::vector<OrcaVsVllm>& runs, const std::vector<double>& sustained,
+                      Facts& f) {
+  const std::size_t vllm = sustained.size() - 1, oracle = 2;
+  // The last rate swept at or below a sustained rate: the busiest row still under the threshold.
+  const auto below = [&](double rate) {
+    std::size_t i = 0;
+    while (i + 1 < w.rates.size() && w.rates[i + 1] <= rate) ++i;
+    return i;
+  };
+  if (!std::isfinite(sustained[vllm]) || !std::isfinite(sustained[oracle])) return "";
+  const std::size_t iv = below(sustained[vllm]), io = below(sustained[oracle]);
+  if (iv + 1 >= w.rates.size()) return "";
+  const ReplaySummary &v = runs[iv].results[vllm], &past = runs[iv + 1].results[vllm], &o = runs[io].results[oracle];
+  const std::string why = past.preemptions > v.preemptions
+                              ? "its KV is full: preempted requests recompute their prompts"
+                              : "its preemptions do not grow: the time per step, not the KV, bounds it";
+  return fmt::format(
+      " Where the curves turn: vLLM at {} req/s runs a mean batch of {} at {} s per output token ({} preemptions), "
+      "and at {} req/s a batch of {} with {} preemptions at {} s per token ({}); Orca (Oracle) at {} req/s runs {} "
+      "at {} s. There vLLM's batch is {}x Orca (Oracle)'s and its time per token {}x, a throughput ratio of {}x: "
+      "the rate ratio is set by the batch each reaches before it saturates and by what a larger batch costs each "
+      "step.",
+      fixed(w.rates[iv], 3), fixed(v.mean_batch), fixed(v.mean_tpot_s, 4), v.preemptions, fixed(w.rates[iv + 1], 3),
+      fixed(past.mean_batch), past.preemptions, fixed(past.mean_tpot_s, 4), why, fixed(w.rates[io], 3),
+      fixed(o.mean_batch), fixed(o.mean_tpot_s, 4),
+      f.quote(w.label + ": vLLM / Orca (Oracle) mean batch where each turns", v.mean_batch / o.mean_batch, 2,
+              "this run (mean_batch)"),
+      f.quote(w.label + ": vLLM / Orca (Oracle) time per output token where each turns", v.mean_tpot_s / o.mean_tpot_s,
+              2, "this run (tpot_mean_s)"),
+      f.quote(w.label + ": vLLM / Orca (Oracle) batch over time per token where each turns",
+              (v.mean_batch / v.mean_tpot_s) / (o.mean_batch / o.mean_tpot_s), 2,
+              "this run (mean_batch, tpot_mean_s)"));
+}
+
 void request_rate(const FigureContext& ctx) {
   Table t{{"workload", "system", "backend", "arena", "request_rate_per_s", "mean_normalized_latency_s", "ttft_mean_s",
            "tpot_mean_s", "completed", "rejected", "preemptions", "mean_batch", "threshold_normalized_latency_s",
@@ -117,6 +154,7 @@ void request_rate(const FigureContext& ctx) {
                             ratio_text(v, sustained[2], f, w.label + ": vLLM / Orca (Oracle) sustained rate"),
                             ratio_text(v, sustained[1], f, w.label + ": vLLM / Orca (Pow2) sustained rate"),
                             ratio_text(v, sustained[0], f, w.label + ": vLLM / Orca (Max) sustained rate"));
+    findings += turn_text(w, runs, sustained, f);
     if (w.paper_lengths) findings += against_paper(w.label, sustained, f);
   }
   const std::string notes = fmt::format(

@@ -95,7 +95,7 @@ TEST(CopyStream, AnInjectedFaultFailsTheCopyBeforeAnythingIsEnqueued) {
 }
 
 #if !KVLAB_HAS_CUDA
-TEST(CopyStream, CudaInABuildWithoutCudaIsRefused) { EXPECT_THROW(CopyStream(Device::cuda), InvalidArgument); }
+TEST(CopyStream, CudaInABuildWithoutCudaIsRefused) { EXPECT_THROW(CopyStream{Device::cuda}, InvalidArgument); }
 #endif
 
 }  // namespace

@@ -117,7 +117,8 @@ TEST(BlockPool, LifoAndLruIgnoreTheHint) {
 /// The region order against a reference that scans every block: a random mix of allocations
 /// (with and without a hint) and releases over pools whose last region is partial.
 TEST(BlockPool, RegionOrderMatchesAScanningReference) {
-  for (const auto& [blocks, region] : std::vector<std::pair<int, int>>{{1, 1}, {7, 3}, {64, 8}, {100, 7}, {33, 64}}) {
+  for (const auto& sizes : std::vector<std::pair<int, int>>{{1, 1}, {7, 3}, {64, 8}, {100, 7}, {33, 64}}) {
+    const int blocks = sizes.first, region = sizes.second;  // named, not bound: clang 14 cannot capture bindings
     BlockPool pool(blocks, FreeOrder::region, region);
     std::vector<bool> free(static_cast<std::size_t>(blocks), true);
     std::vector<BlockId> held;
