@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "experiments/benchmarks/host_context.hpp"
 #include "kernels/host_throughput.hpp"
 #include "kernels/huge_pages.hpp"
 #include "kernels/attention.hpp"
@@ -351,6 +352,7 @@ int main(int argc, char** argv) {
   benchmark::AddCustomContext("geometry",
                               "llama-3-8b: 32 q / 8 kv heads, head_dim 128, fp16 KV, batch 32, context 4096");
   benchmark::AddCustomContext("device", "host");
+  kvlab::bench::add_host_context();
   benchmark::AddCustomContext("kvlab_git_revision", KVLAB_GIT_REVISION);
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();

@@ -1,9 +1,12 @@
 #pragma once
 // main() for kvlab's Google Benchmark binaries: every JSON result (--benchmark_out) carries the
-// git revision and the device it was measured on in its context.
+// git revision, the device it was measured on and the host (experiments/benchmarks/host_context.hpp)
+// in its context.
 #include <benchmark/benchmark.h>
 
 #include <thread>
+
+#include "experiments/benchmarks/host_context.hpp"
 
 #define KVLAB_BENCHMARK_MAIN()                                                                        \
   int main(int argc, char** argv) {                                                                   \
@@ -12,6 +15,8 @@
     benchmark::AddCustomContext("kvlab_git_revision", KVLAB_GIT_REVISION);                            \
     benchmark::AddCustomContext("device", "host");                                                    \
     benchmark::AddCustomContext("host_threads", std::to_string(std::thread::hardware_concurrency())); \
+    kvlab::bench::add_host_context();                                                                 \
+    kvlab::bench::add_measured_read_bandwidth();                                                      \
     benchmark::RunSpecifiedBenchmarks();                                                              \
     benchmark::Shutdown();                                                                            \
     return 0;                                                                                         \

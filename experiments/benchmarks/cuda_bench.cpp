@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "experiments/benchmarks/host_context.hpp"
 #include "alloc/cuda_runtime.hpp"
 #include "alloc/cuda_driver.hpp"
 #include "kernels/attention.hpp"
@@ -359,6 +360,7 @@ int main(int argc, char** argv) {
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   benchmark::AddCustomContext("kvlab_git_revision", KVLAB_GIT_REVISION);
+  kvlab::bench::add_host_context();
   benchmark::AddCustomContext("device",
                               cuda_status().available ? cuda_status().device_name : "none: " + cuda_status().message);
   if (cuda_status().available) {  // the yardstick: device-to-device copy bandwidth (read + write)
