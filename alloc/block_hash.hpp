@@ -7,8 +7,9 @@
 
 namespace kvlab {
 
-/// A wyhash-style hash (128-bit multiply-fold rounds) of the parent key, the extra keys (salt) and
-/// the token ids. Only finds candidates: every user verifies a hit token by token.
+/// xxHash's XXH3 (64 bits) of the token ids, seeded with the parent key, folded first with the
+/// extra keys (salt) where there are any. Only finds candidates: every user verifies a hit token by
+/// token.
 [[nodiscard]] std::uint64_t hash_block(std::uint64_t parent, std::span<const std::int32_t> tokens,
                                        std::span<const std::int64_t> extra = {}) noexcept;
 
