@@ -1,3 +1,4 @@
+#include "experiments/text.hpp"
 #include "experiments/device_model.hpp"
 
 #include "experiments/input_file.hpp"
@@ -75,13 +76,6 @@ const std::array<Table, 3> kTables = {{
     {"unmap_s", &DeviceModel::unmap_s, 0, 10},
 }};
 
-std::string trim(std::string_view s) {
-  const auto b = s.find_first_not_of(" \t\r");
-  if (b == std::string_view::npos) return {};
-  const auto e = s.find_last_not_of(" \t\r");
-  return std::string(s.substr(b, e - b + 1));
-}
-
 /// A finite number that is the whole of `text`, or nothing.
 bool parse_number(const std::string& text, double& out) {
   if (text.empty()) return false;
@@ -119,15 +113,15 @@ DeviceModel parse_device_model(std::string_view text, const std::string& origin)
   };
   while (std::getline(in, raw)) {
     ++line_no;
-    const std::string line = trim(raw);
+    const std::string line(trim(raw));
     if (line.empty() || line.front() == '#') continue;
     const auto hash = line.find('#');
-    const std::string body = trim(line.substr(0, hash));
-    const std::string source = hash == std::string::npos ? std::string{} : trim(line.substr(hash + 1));
+    const std::string body(trim(line.substr(0, hash)));
+    const std::string source = hash == std::string::npos ? std::string{} : std::string(trim(line.substr(hash + 1)));
     const auto eq = body.find('=');
     if (eq == std::string::npos) fail("", "expected 'key = value  # source'");
-    const std::string key = trim(body.substr(0, eq));
-    const std::string value = trim(body.substr(eq + 1));
+    const std::string key(trim(body.substr(0, eq)));
+    const std::string value(trim(body.substr(eq + 1)));
     if (key.empty()) fail("", "missing key before '='");
     if (source.empty()) fail(key, "every value needs a '# source' comment naming where it comes from");
     if (!seen.insert(key).second) fail(key, "given twice");

@@ -27,18 +27,11 @@
 #include "experiments/report.hpp"
 #include "experiments/run_control.hpp"
 #include "experiments/shell.hpp"
+#include "experiments/text.hpp"
 
 namespace kvlab {
 
 namespace fs = std::filesystem;
-
-namespace {
-std::string trim(const std::string& s) {
-  const auto b = s.find_first_not_of(" \t\r");
-  if (b == std::string::npos) return "";
-  return s.substr(b, s.find_last_not_of(" \t\r") - b + 1);
-}
-}  // namespace
 
 std::vector<std::string> split_args(const std::string& s, const std::string& where) {
   std::vector<std::string> out;

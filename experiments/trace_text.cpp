@@ -2,6 +2,8 @@
 // (declarations and contracts: trace_text.hpp).
 #include "experiments/trace_text.hpp"
 
+#include "experiments/text.hpp"
+
 #include <charconv>
 #include <cmath>
 #include <system_error>
@@ -14,11 +16,7 @@ namespace {
 bool blank(std::string_view s) { return trim(s).empty(); }
 }  // namespace
 
-std::string_view trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
-  return s;
-}
+std::string_view trim(std::string_view s) { return kvlab::trim(s, " \t"); }
 
 std::string shortest(double v) {
   char buf[64];

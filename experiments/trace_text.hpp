@@ -11,7 +11,8 @@
 
 namespace kvlab::trace_detail {
 
-/// `s` without leading and trailing spaces and tabs.
+/// `s` without leading and trailing spaces and tabs (a '\r' inside a field is kept and reported;
+/// Lines already dropped the one a CRLF line ends with): experiments/text.hpp's trim.
 std::string_view trim(std::string_view s);
 
 /// The shortest text that reads back as `v`.
