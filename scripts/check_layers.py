@@ -8,8 +8,11 @@
   kernels/      attention kernels: may include alloc/, nothing else of ours
   paged/, vmm/  backends: alloc/ and kernels/; never each other
   experiments/  replayer, CLI, figures: reaches backends only through the factory — no file but
-                experiments/backend_factory.cpp includes paged/ or vmm/ backend headers or names a
-                concrete backend type, and nothing there uses dynamic_cast
+                experiments/replay/backend_factory.cpp includes paged/ or vmm/ backend headers or names a
+                concrete backend type, and nothing there uses dynamic_cast. Its rooms have floors of
+                their own, bottom up: support, traces, clock, replay, report, runs, figures, cli
+                (benchmarks/ may include any room); a room includes only its own headers and those
+                of the rooms below it (devices/, the device model files, is clock's)
 Prints one line per violation (FILE:LINE: what) and exits 1 if there is any.
 """
 import argparse
@@ -29,7 +32,30 @@ ALLOWED = {
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"/]+)/')
 CONCRETE = re.compile(r"\b(ContiguousBackend|PagedBackend|VmmBackend|ContiguousConfig|PagedConfig|VmmConfig)\b")
 BACKEND_HEADERS = re.compile(r'#\s*include\s+"(paged/paged_backend|vmm/vmm_backend|alloc/contiguous_backend)\.hpp"')
-FACTORY = "experiments/backend_factory.cpp"
+FACTORY = "experiments/replay/backend_factory.cpp"
+ROOMS = ["support", "traces", "clock", "replay", "report", "runs", "figures", "cli"]
+ROOM_ALIASES = {"devices": "clock", "benchmarks": "cli"}  # a data folder; the top floor
+ROOM_INCLUDE = re.compile(r'^\s*#\s*include\s+"experiments/([^"/]+)/')
+
+
+def room_of(rel: str) -> str | None:
+    """The experiments/ room of a file (None for one at experiments/'s top, which should not exist)."""
+    parts = rel.split("/")
+    if len(parts) < 3:
+        return None
+    return ROOM_ALIASES.get(parts[1], parts[1])
+
+
+def check_rooms(rel: str, n: int, line: str) -> list[str]:
+    m = ROOM_INCLUDE.match(line)
+    if not m:
+        return []
+    mine, theirs = room_of(rel), ROOM_ALIASES.get(m.group(1), m.group(1))
+    if mine not in ROOMS or theirs not in ROOMS:
+        return [f"{rel}:{n}: experiments/ files live in a room ({', '.join(ROOMS)}) ({line.strip()})"]
+    if ROOMS.index(theirs) > ROOMS.index(mine):
+        return [f"{rel}:{n}: experiments/{mine}/ must not include experiments/{theirs}/, a room above it ({line.strip()})"]
+    return []
 SUFFIXES = {".cpp", ".hpp", ".cu", ".cuh", ".h"}
 
 
@@ -48,7 +74,10 @@ def check(root: pathlib.Path) -> list[str]:
                 m = INCLUDE.match(line)
                 if m and m.group(1) in INCLUDABLE and m.group(1) not in ALLOWED[folder]:
                     problems.append(f"{rel}:{n}: {folder}/ must not include {m.group(1)}/ ({line.strip()})")
-                if folder != "experiments" or rel == FACTORY:
+                if folder != "experiments":
+                    continue
+                problems += check_rooms(rel, n, line)
+                if rel == FACTORY:
                     continue
                 code = code_only(line)
                 if BACKEND_HEADERS.search(code):

@@ -13,9 +13,9 @@
 #include <vector>
 
 #include "alloc/model_geometry.hpp"
-#include "experiments/backend_factory.hpp"
-#include "experiments/replayer.hpp"
-#include "experiments/trace_reader.hpp"
+#include "experiments/replay/backend_factory.hpp"
+#include "experiments/replay/replayer.hpp"
+#include "experiments/traces/trace_reader.hpp"
 #include "paged/block_pool.hpp"
 
 namespace {

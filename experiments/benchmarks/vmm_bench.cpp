@@ -25,7 +25,7 @@
 #include <string>
 #include <vector>
 
-#include "experiments/backend_factory.hpp"
+#include "experiments/replay/backend_factory.hpp"
 #include "kernels/attention.hpp"
 #include "kernels/batch_attention_params.hpp"
 #include "kernels/kv_view.hpp"

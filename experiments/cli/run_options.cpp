@@ -7,11 +7,11 @@
 
 #include "alloc/error.hpp"
 #include "alloc/model_geometry.hpp"
-#include "experiments/backend_factory.hpp"
+#include "experiments/replay/backend_factory.hpp"
 #include "experiments/cli/messages.hpp"
-#include "experiments/schedule_policy.hpp"
-#include "experiments/summary_json.hpp"
-#include "experiments/trace_reader.hpp"
+#include "experiments/replay/schedule_policy.hpp"
+#include "experiments/report/summary_json.hpp"
+#include "experiments/traces/trace_reader.hpp"
 #include "kernels/simt/emulated_attention.hpp"
 
 namespace kvlab::cli {

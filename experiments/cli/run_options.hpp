@@ -15,14 +15,14 @@
 #include <utility>
 #include <vector>
 
-#include "experiments/backend_factory.hpp"
+#include "experiments/replay/backend_factory.hpp"
 #include "alloc/device.hpp"
 #include "alloc/faults/fault_injection.hpp"
-#include "experiments/device_model.hpp"
-#include "experiments/provenance.hpp"
-#include "experiments/replayer.hpp"
-#include "experiments/serving_metrics.hpp"
-#include "experiments/workload.hpp"
+#include "experiments/clock/device_model.hpp"
+#include "experiments/support/provenance.hpp"
+#include "experiments/replay/replayer.hpp"
+#include "experiments/replay/serving_metrics.hpp"
+#include "experiments/traces/workload.hpp"
 #include "kernels/attention.hpp"
 
 namespace kvlab::cli {

@@ -11,13 +11,13 @@
 #include <thread>
 
 #include "alloc/error.hpp"
-#include "experiments/run_control.hpp"
-#include "experiments/atomic_file.hpp"
-#include "experiments/progress.hpp"
-#include "experiments/report.hpp"
-#include "experiments/shell.hpp"
-#include "experiments/summary_json.hpp"
-#include "experiments/trace_reader.hpp"
+#include "experiments/runs/run_control.hpp"
+#include "experiments/support/atomic_file.hpp"
+#include "experiments/support/progress.hpp"
+#include "experiments/report/report.hpp"
+#include "experiments/support/shell.hpp"
+#include "experiments/report/summary_json.hpp"
+#include "experiments/traces/trace_reader.hpp"
 
 namespace kvlab::fig {
 

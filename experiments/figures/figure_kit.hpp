@@ -7,10 +7,10 @@
 #include <utility>
 #include <vector>
 
-#include "experiments/backend_factory.hpp"
-#include "experiments/figures.hpp"
-#include "experiments/replayer.hpp"
-#include "experiments/workload.hpp"
+#include "experiments/replay/backend_factory.hpp"
+#include "experiments/figures/figures.hpp"
+#include "experiments/replay/replayer.hpp"
+#include "experiments/traces/workload.hpp"
 
 namespace kvlab::fig {
 

@@ -1,7 +1,7 @@
 #pragma once
 // One function per figure, each defined in its own file under experiments/figures/; the registry
-// (experiments/figures.cpp) lists them. A new figure is a new file plus one line in each place.
-#include "experiments/figures.hpp"
+// (experiments/figures/figures.cpp) lists them. A new figure is a new file plus one line in each place.
+#include "experiments/figures/figures.hpp"
 
 namespace kvlab::fig {
 

@@ -4,9 +4,9 @@
 #include <string>
 #include <vector>
 
-#include "experiments/figures.hpp"
-#include "experiments/replayer.hpp"
-#include "experiments/workload.hpp"
+#include "experiments/figures/figures.hpp"
+#include "experiments/replay/replayer.hpp"
+#include "experiments/traces/workload.hpp"
 
 namespace kvlab::fig {
 

@@ -1,5 +1,5 @@
 #!/bin/sh
-# Runs that can be trusted when they overlap, are interrupted or killed (experiments/run_control.hpp):
+# Runs that can be trusted when they overlap, are interrupted or killed (experiments/runs/run_control.hpp):
 #   1. two runs into one --out: the second fails at once (exit 1, one line naming the directory and
 #      the holder's pid and command); the first completes intact;
 #   2. an interrupted re-run removes the old completion marker first (old files never look complete);

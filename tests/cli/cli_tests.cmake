@@ -97,13 +97,13 @@ add_test(NAME cli.empty_trace_names COMMAND sh -c
   $<TARGET_FILE:kvlab>)
 set_tests_properties(cli.empty_trace_names PROPERTIES LABELS cli)
 # Write failures (a full stdout, /dev/full, an injected full disk in --out): non-zero exit, one line,
-# no partial or temporary file (experiments/atomic_file.hpp).
+# no partial or temporary file (experiments/support/atomic_file.hpp).
 add_test(NAME cli.disk_full_no_silent_loss
          COMMAND ${CMAKE_COMMAND} -DBINARY=$<TARGET_FILE:kvlab> -DOUT=${CMAKE_CURRENT_BINARY_DIR}/cli-disk-full
          -P ${CMAKE_CURRENT_SOURCE_DIR}/cli/check_disk_full.cmake)
 set_tests_properties(cli.disk_full_no_silent_loss PROPERTIES LABELS cli)
 # Overlapping, interrupted and killed runs: the --out lock, the completion marker, SIGINT/SIGTERM,
-# and a sweep that owns its children (experiments/run_control.hpp).
+# and a sweep that owns its children (experiments/runs/run_control.hpp).
 add_test(NAME cli.run_control COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/cli/check_run_control.sh $<TARGET_FILE:kvlab>
          ${CMAKE_CURRENT_BINARY_DIR}/cli-run-control)
 set_tests_properties(cli.run_control PROPERTIES LABELS cli TIMEOUT 300)

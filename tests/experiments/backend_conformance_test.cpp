@@ -9,8 +9,8 @@
 
 #include "alloc/error.hpp"
 #include "alloc/statistics_adaptor.hpp"
-#include "experiments/backend_factory.hpp"
-#include "experiments/kv_integrity.hpp"
+#include "experiments/replay/backend_factory.hpp"
+#include "experiments/replay/kv_integrity.hpp"
 #include "tests/support/tiny_model.hpp"
 
 namespace kvlab {

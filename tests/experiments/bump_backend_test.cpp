@@ -15,9 +15,9 @@
 #include "alloc/copy.hpp"
 #include "alloc/error.hpp"
 #include "alloc/table_backend.hpp"
-#include "experiments/backend_factory.hpp"
-#include "experiments/replayer.hpp"
-#include "experiments/workload.hpp"
+#include "experiments/replay/backend_factory.hpp"
+#include "experiments/replay/replayer.hpp"
+#include "experiments/traces/workload.hpp"
 #include "tests/support/tiny_model.hpp"
 
 namespace kvlab {

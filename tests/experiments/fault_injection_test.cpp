@@ -6,8 +6,8 @@
 #include "alloc/error.hpp"
 #include "alloc/faults/fault_injection.hpp"
 #include "alloc/statistics_adaptor.hpp"
-#include "experiments/backend_factory.hpp"
-#include "experiments/replayer.hpp"
+#include "experiments/replay/backend_factory.hpp"
+#include "experiments/replay/replayer.hpp"
 #include "tests/support/tiny_model.hpp"
 
 namespace kvlab {

@@ -32,7 +32,7 @@
 #include <vector>
 
 #include "alloc/error.hpp"
-#include "experiments/backend_factory.hpp"
+#include "experiments/replay/backend_factory.hpp"
 
 namespace {
 

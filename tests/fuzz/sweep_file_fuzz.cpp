@@ -14,7 +14,7 @@
 #include <string>
 
 #include "alloc/error.hpp"
-#include "experiments/sweep.hpp"
+#include "experiments/runs/sweep.hpp"
 
 namespace {
 

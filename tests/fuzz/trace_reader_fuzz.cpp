@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "alloc/error.hpp"
-#include "experiments/trace_reader.hpp"
+#include "experiments/traces/trace_reader.hpp"
 
 namespace {
 

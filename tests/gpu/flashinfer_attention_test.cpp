@@ -13,7 +13,7 @@
 
 #include "alloc/cuda_runtime.hpp"
 #include "alloc/error.hpp"
-#include "experiments/backend_factory.hpp"
+#include "experiments/replay/backend_factory.hpp"
 #include "kernels/attention.hpp"
 #include "kernels/batch_attention_params.hpp"
 #include "kernels/cuda/cuda_attention.hpp"
