@@ -163,9 +163,10 @@ void KvBackend::begin_step() {
   do_begin_step();
 }
 
-void KvBackend::prefetch(std::span<const SeqId> next_ids) {
+void KvBackend::prefetch(std::span<const SeqId> next_ids, std::int64_t growth) {
+  KVLAB_EXPECTS(growth >= 0, "prefetch: growth must not be negative");
   for (const SeqId id : next_ids) require_resident(id);
-  do_prefetch(next_ids);
+  do_prefetch(next_ids, growth);
 }
 
 StepCosts KvBackend::step_costs() const {

@@ -188,9 +188,10 @@ class KvBackend {
   /// prefetched during the last step). Rethrows an error that background work met; step_costs()
   /// counts from here either way.
   void begin_step();
-  /// The sequences in `next_ids` will each grow by one token next step: start what can overlap
-  /// this step's compute (vmm with overlap: map their pages on a background thread).
-  void prefetch(std::span<const SeqId> next_ids);
+  /// The sequences in `next_ids` will each grow by `growth` tokens (one in a decode step) before
+  /// the next begin_step(): start what can overlap this step's compute (vmm with overlap: map their
+  /// pages on a background thread; the next begin_step() waits for it). Best effort.
+  void prefetch(std::span<const SeqId> next_ids, std::int64_t growth = 1);
   /// Critical-path time spent since begin_step() (all of it before the first begin_step()).
   [[nodiscard]] StepCosts step_costs() const;
   /// The backend's own counters, by name (empty for a backend that has none).
@@ -237,7 +238,7 @@ class KvBackend {
   [[nodiscard]] virtual std::int64_t do_cached_tokens(SeqId) const { return 0; }
   [[nodiscard]] virtual PrefixCacheStats do_prefix_cache_stats() const { return {}; }
   virtual void do_begin_step() {}
-  virtual void do_prefetch(std::span<const SeqId>) {}
+  virtual void do_prefetch(std::span<const SeqId>, std::int64_t /*growth*/) {}
   /// Critical-path time since construction; step_costs() reports the part since begin_step().
   [[nodiscard]] virtual StepCosts do_total_costs() const { return {}; }
   [[nodiscard]] virtual BackendCounters do_counters() const { return {}; }

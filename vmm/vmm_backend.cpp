@@ -653,8 +653,7 @@ MemoryBreakdown VmmBackend::do_breakdown(const SequenceSpec*) const {
 // ---------------------------------------------------------------------------------------------
 // Overlap: jobs for the background mapper
 
-void VmmBackend::prefetch_for_next_step(std::span<const SeqId> ids, std::int64_t growth) {
-  KVLAB_EXPECTS(growth >= 0, "growth must not be negative");
+void VmmBackend::do_prefetch(std::span<const SeqId> ids, std::int64_t growth) {
   if (!mapper_) return;
   std::vector<std::pair<int, std::int64_t>> wanted;  // (slot, rows); unknown ids throw before anything is queued
   wanted.reserve(ids.size());
@@ -671,7 +670,7 @@ void VmmBackend::prefetch_for_next_step(std::span<const SeqId> ids, std::int64_t
   mapper_->notify();
 }
 
-void VmmBackend::wait_for_prefetch() {
+void VmmBackend::do_begin_step() {
   if (!mapper_) return;
   const auto t0 = std::chrono::steady_clock::now();
   const auto count = [&] {  // what the mapper did not finish in time delays the caller

@@ -41,7 +41,7 @@ struct VmmConfig {
 
   // vAttention's three optimisations, each off by default.
   /// A background thread maps, while the current step computes, the pages the next step needs
-  /// (prefetch_for_next_step / wait_for_prefetch). Off: those calls do nothing and grow() maps.
+  /// (the front door's prefetch / begin_step). Off: those calls do nothing and grow() maps.
   bool overlap = false;
   /// Map this many tokens beyond what a sequence needs (best effort: never causes OutOfMemory).
   std::int64_t eager_tokens = 0;
@@ -68,7 +68,7 @@ struct VmmStats {
   std::int64_t reclaimed_pages = 0;      ///< unmapped from another slot because memory ran short
   std::int64_t reused_pages = 0;         ///< found still mapped in a slot at admission (deferred reclamation)
   std::int64_t prefetch_shortfalls = 0;  ///< background jobs that stopped for lack of memory
-  /// Time the caller waited for the background mapper to finish (wait_for_prefetch, begin_step): the
+  /// Time the caller waited for the background mapper to finish (begin_step): the
   /// part of background mapping that did not overlap and so lay on the critical path.
   double prefetch_wait_seconds = 0;
   std::int64_t mapped_pages = 0;     ///< now: physical pages mapped (a shared page once)
@@ -139,17 +139,6 @@ class VmmBackend final : public TableBackend<VmmSequence> {
   explicit VmmBackend(VmmConfig config);
   ~VmmBackend() override;
 
-  // --- overlap (vAttention's background mapping) ---
-
-  /// Queues, for the background mapper, the pages each of `ids` will need after growing by
-  /// `growth` tokens (plus eager_tokens) and returns at once. Call it before the step computes;
-  /// the next grow() then finds the pages mapped. Best effort: pages the pool cannot supply
-  /// without taking a running sequence's pages are left to grow(). Does nothing without overlap.
-  void prefetch_for_next_step(std::span<const SeqId> ids, std::int64_t growth = 1);
-  /// Blocks until every queued prefetch is done; rethrows (once) a driver error the mapper met.
-  /// The time it blocked counts as critical-path mapping (VmmStats::prefetch_wait_seconds).
-  void wait_for_prefetch();
-
   // --- introspection ---
 
   [[nodiscard]] VmmStats stats() const;
@@ -197,9 +186,14 @@ class VmmBackend final : public TableBackend<VmmSequence> {
   [[nodiscard]] PrefixCacheStats do_prefix_cache_stats() const override;
   PreparedBatch do_prepare_batch(std::span<const SeqId> seqs) override;
   [[nodiscard]] MemoryBreakdown do_breakdown(const SequenceSpec* blocked) const override;
-  /// Step hooks: wait for the pages prefetched during the last step; prefetch the next step's.
-  void do_begin_step() override { wait_for_prefetch(); }
-  void do_prefetch(std::span<const SeqId> next_ids) override { prefetch_for_next_step(next_ids, 1); }
+  /// Step hooks (vAttention's background mapping, with overlap; without, both do nothing):
+  /// begin_step() blocks until every queued prefetch is done and rethrows (once) a driver error the
+  /// mapper met; the time it blocked counts as critical-path mapping (prefetch_wait_seconds).
+  /// prefetch(ids, growth) queues the pages each sequence will need after growing by `growth`
+  /// tokens (plus eager_tokens) and returns at once; the next grow() finds them mapped. Best effort:
+  /// pages the pool cannot supply without taking a running sequence's pages are left to grow().
+  void do_begin_step() override;
+  void do_prefetch(std::span<const SeqId> ids, std::int64_t growth) override;
   [[nodiscard]] StepCosts do_total_costs() const override;
   [[nodiscard]] ViewShape do_view_shape() const noexcept override {
     return {KvLayout::contiguous, 0, config_.page_bytes};

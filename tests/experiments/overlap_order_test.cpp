@@ -99,15 +99,15 @@ TEST(OverlapOrder, ABeginStepWaitForTheMapperIsTheStepsCriticalMapping) {
   const SeqId id = 1;
   b.admit(id, {8, 200}, 8);
   b.begin_step();
-  b.prefetch_for_next_step({&id, 1}, 64);  // 8 pages a tensor ahead: 2 ms each
-  b.begin_step();                          // waits for them
+  b.prefetch({&id, 1}, 64);  // 8 pages a tensor ahead: 2 ms each
+  b.begin_step();            // waits for them
   const StepCosts waited = b.step_costs();
   EXPECT_GE(waited.mapping_s, 0.010) << "the wait for 8+ slow maps lies on the step's critical path";
   EXPECT_GE(b.stats().prefetch_wait_seconds, 0.010);
   EXPECT_EQ(waited.maps, 0) << "the maps themselves were the background's";
   // A prefetch that finished before the step began costs the step nothing.
   b.grow(id, 64);
-  b.prefetch_for_next_step({&id, 1}, 64);
+  b.prefetch({&id, 1}, 64);
   std::this_thread::sleep_for(std::chrono::milliseconds(400));
   const double before = b.stats().prefetch_wait_seconds;
   b.begin_step();

@@ -113,13 +113,13 @@ TEST_F(CudaVmDriverTest, TheBackgroundMapperSynchronizesOnItsOwnThread) {
     b.admit(2, {10, 600}, 10);       // takes that slot (its cache covers 1 row)
     b.admit(3, {10, 600}, 10);       // a fresh slot, 1 row; 1 row left free
     const SeqId three[] = {3};
-    b.prefetch_for_next_step(three, 500);  // 2 rows: the free row suffices
-    b.wait_for_prefetch();
+    b.prefetch(three, 500);  // 2 rows: the free row suffices
+    b.begin_step();
     const VmmStats s = b.stats();
     EXPECT_GT(s.background_maps, 0);
-    b.release(2);                           // 6 cached rows, nothing free
-    b.prefetch_for_next_step(three, 1000);  // 4 rows: the mapper must reclaim cached pages
-    b.wait_for_prefetch();
+    b.release(2);             // 6 cached rows, nothing free
+    b.prefetch(three, 1000);  // 4 rows: the mapper must reclaim cached pages
+    b.begin_step();
     EXPECT_GT(b.stats().background_unmaps, 0);
     EXPECT_EQ(double_.usage().mappings, static_cast<std::size_t>(b.stats().mapped_pages));
   }

@@ -33,10 +33,10 @@ TEST(VmmOverlap, PrefetchedPagesTakeMapsOffTheCriticalPath) {
   }
   const std::int64_t admission_maps = b.stats().critical_maps;
   for (int step = 0; step < 200; ++step) {
-    b.prefetch_for_next_step(ids, 1);
+    b.prefetch(ids, 1);
     // "compute": the foreground reads and writes KV of the current lengths meanwhile
     for (SeqId id : ids) EXPECT_EQ(testing::count_mismatches(b, id, id, b.length(id)), 0) << step;
-    b.wait_for_prefetch();
+    b.begin_step();
     for (SeqId id : ids) {
       const std::int64_t len = b.length(id);
       b.grow(id, 1);
@@ -58,8 +58,8 @@ TEST(VmmOverlap, WithoutOverlapPrefetchDoesNothingAndGrowMaps) {
   b.admit(1, {1, 400}, 1);
   const SeqId one[] = {1};
   for (int step = 0; step < 100; ++step) {
-    b.prefetch_for_next_step(one, 1);
-    b.wait_for_prefetch();
+    b.prefetch(one, 1);
+    b.begin_step();
     b.grow(1, 1);
   }
   EXPECT_EQ(b.stats().background_maps, 0);
@@ -72,9 +72,9 @@ TEST(VmmOverlap, AReleasedSlotIsSkippedByItsPendingJob) {
   for (int round = 0; round < 50; ++round) {
     b.admit(1, {1, 400}, 1);
     const SeqId one[] = {1};
-    b.prefetch_for_next_step(one, 300);  // many pages: the job is still running when we release
+    b.prefetch(one, 300);  // many pages: the job is still running when we release
     b.release(1);
-    b.wait_for_prefetch();
+    b.begin_step();
     EXPECT_EQ(b.stats().cached_pages, 0) << "no page may land in a free slot without deferred reclamation";
     EXPECT_EQ(b.stats().mapped_pages, 0);
   }
@@ -89,9 +89,9 @@ TEST(VmmOverlap, ABackgroundDriverErrorSurfacesInWaitAndChangesNothingElse) {
   std::atomic<int> maps{0};
   driver->set_fault_hook([&](VmCall c) { return c == VmCall::map && ++maps == 3 ? VmFault::error : VmFault::none; });
   const SeqId one[] = {1};
-  b.prefetch_for_next_step(one, 200);
-  EXPECT_THROW(b.wait_for_prefetch(), Error);
-  EXPECT_NO_THROW(b.wait_for_prefetch()) << "reported once";
+  b.prefetch(one, 200);
+  EXPECT_THROW(b.begin_step(), Error);
+  EXPECT_NO_THROW(b.begin_step()) << "reported once";
   driver->set_fault_hook({});
   EXPECT_EQ(driver->usage().mappings, static_cast<std::size_t>(b.stats().mapped_pages));
   b.grow(1, 200);  // the foreground maps what the mapper could not
@@ -108,7 +108,7 @@ TEST(VmmOverlap, DestroyingWithPendingJobsDoesNotHang) {
       b.admit(id, {1, 500}, 1);
       ids.push_back(id);
     }
-    b.prefetch_for_next_step(ids, 500);
+    b.prefetch(ids, 500);
   }
   EXPECT_TRUE(driver->usage().empty());
 }
@@ -127,7 +127,7 @@ TEST(VmmOverlap, ForegroundAndMapperRaceUnderMemoryPressure) {
   std::map<SeqId, SeqId> tag;  // whose pattern a sequence's tokens carry (a fork inherits it)
   SeqId next = 0;
   for (int step = 0; step < 1500; ++step) {
-    b.prefetch_for_next_step(live, 1 + static_cast<std::int64_t>(rng() % 40));
+    b.prefetch(live, 1 + static_cast<std::int64_t>(rng() % 40));
     const int op = static_cast<int>(rng() % 6);
     if (op == 0 || live.empty()) {
       const std::int64_t n = 1 + static_cast<std::int64_t>(rng() % 60);
@@ -158,9 +158,9 @@ TEST(VmmOverlap, ForegroundAndMapperRaceUnderMemoryPressure) {
       }
     }
     testing::expect_consistent(b);
-    if (step % 100 == 0) b.wait_for_prefetch();
+    if (step % 100 == 0) b.begin_step();
   }
-  b.wait_for_prefetch();
+  b.begin_step();
   EXPECT_EQ(driver->usage().mappings, static_cast<std::size_t>(b.stats().mapped_pages));
   for (SeqId id : live) EXPECT_EQ(testing::count_mismatches(b, id, tag[id], b.length(id)), 0) << id;
   const VmmStats s = b.stats();

@@ -462,9 +462,9 @@ TEST(VmmPrefix, OverlapAndEagerPagesNeverTouchSharedRows) {
   std::vector<PageId> row0;
   for (int t = 0; t < b.num_tensors(); ++t) row0.push_back(b.page_at(1, t, 0));
   for (int step = 0; step < 120; ++step) {
-    b.prefetch_for_next_step(live, 1);
+    b.prefetch(live, 1);
     for (SeqId id : live) ASSERT_EQ(mismatches(b, id, tags[id], b.length(id)), 0) << step;
-    b.wait_for_prefetch();
+    b.begin_step();
     for (SeqId id : live) {
       const std::int64_t len = b.length(id);
       b.grow(id, 1);
