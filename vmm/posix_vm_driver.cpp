@@ -57,21 +57,6 @@ std::string hex(std::uintptr_t v) {
 
 constexpr std::int64_t kMapHeadroom = 1024;  ///< areas left to malloc, threads and libraries
 
-/// The limit; KVLAB_MAX_MAP_COUNT=N (a test hook) stands in for the kernel's value.
-std::int64_t max_map_count() {
-  static const std::int64_t limit = [] {
-    if (const char* v = std::getenv("KVLAB_MAX_MAP_COUNT"); v != nullptr && *v != '\0')
-      return static_cast<std::int64_t>(std::atoll(v));
-    std::int64_t n = 0;
-    if (std::FILE* f = std::fopen("/proc/sys/vm/max_map_count", "r")) {
-      if (std::fscanf(f, "%" SCNd64, &n) != 1) n = 0;
-      std::fclose(f);
-    }
-    return n;
-  }();
-  return limit;
-}
-
 std::int64_t current_map_count() {
   std::int64_t lines = 0;
   if (std::FILE* f = std::fopen("/proc/self/maps", "r")) {
@@ -91,9 +76,8 @@ std::int64_t current_map_count() {
 
 /// Throws SystemLimit when the process is within kMapHeadroom of vm.max_map_count. Cheap until
 /// the driver's own mappings could be near it: then the real count is read every 256 maps.
-void check_map_limit(std::size_t driver_mappings, std::size_t page_bytes) {
+void check_map_limit(std::size_t driver_mappings, std::size_t page_bytes, std::int64_t limit) {
   static std::uint64_t calls = 0;  // under the driver's mutex
-  const std::int64_t limit = max_map_count();
   if (limit <= 0 || static_cast<std::int64_t>(driver_mappings) * 2 < limit - 2 * kMapHeadroom) return;
   if (calls++ % 256 != 0) return;
   if (const std::int64_t areas = current_map_count(); areas >= limit - kMapHeadroom)
@@ -101,8 +85,21 @@ void check_map_limit(std::size_t driver_mappings, std::size_t page_bytes) {
 }
 }  // namespace
 
-PosixVmDriver::PosixVmDriver(std::size_t physical_bytes)
-    : granularity_(static_cast<std::size_t>(::sysconf(_SC_PAGESIZE))) {
+std::int64_t PosixVmDriver::kernel_max_map_count() {
+  static const std::int64_t limit = [] {
+    std::int64_t n = 0;
+    if (std::FILE* f = std::fopen("/proc/sys/vm/max_map_count", "r")) {
+      if (std::fscanf(f, "%" SCNd64, &n) != 1) n = 0;
+      std::fclose(f);
+    }
+    return n;
+  }();
+  return limit;
+}
+
+PosixVmDriver::PosixVmDriver(std::size_t physical_bytes, std::int64_t max_map_count)
+    : granularity_(static_cast<std::size_t>(::sysconf(_SC_PAGESIZE))),
+      max_map_count_(max_map_count > 0 ? max_map_count : kernel_max_map_count()) {
   KVLAB_EXPECTS(physical_bytes > 0, "the physical capacity must be positive");
   capacity_ = (physical_bytes + granularity_ - 1) / granularity_ * granularity_;
   fd_ = ::memfd_create("kvlab-vmm", MFD_CLOEXEC);
@@ -281,14 +278,14 @@ bool PosixVmDriver::map(void* va, std::size_t bytes, PhysHandle handle) {
                 "PosixVmDriver::map: [" + hex(addr(va)) + ", +" + std::to_string(bytes) + ") overlaps a mapping");
   if (fault == VmFault::out_of_memory) return false;
   if (fault == VmFault::error) KVLAB_THROW(Error, "PosixVmDriver::map: injected failure");
-  check_map_limit(mappings_.size(), bytes);
+  check_map_limit(mappings_.size(), bytes, max_map_count_);
   void* got = ::mmap(va, bytes, PROT_NONE, MAP_SHARED | MAP_FIXED, fd_, static_cast<off_t>(h->second.offset));
   if (got == MAP_FAILED) {
     const int err = errno;
-    restore_reservation(va, bytes);              // a failed MAP_FIXED may have dropped the reservation there
-    if (err == ENOMEM && max_map_count() > 0) {  // the kernel's mapping limit, not the capacity
-      if (const std::int64_t areas = current_map_count(); areas >= max_map_count() - kMapHeadroom)
-        throw_map_limit(areas, max_map_count(), bytes);
+    restore_reservation(va, bytes);             // a failed MAP_FIXED may have dropped the reservation there
+    if (err == ENOMEM && max_map_count_ > 0) {  // the kernel's mapping limit, not the capacity
+      if (const std::int64_t areas = current_map_count(); areas >= max_map_count_ - kMapHeadroom)
+        throw_map_limit(areas, max_map_count_, bytes);
     }
     if (err == ENOMEM) return false;
     KVLAB_THROW(Error, "PosixVmDriver::map: mmap failed: " + errno_text(err));

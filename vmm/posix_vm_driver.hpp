@@ -61,8 +61,12 @@ class PosixVmDriver final : public VmDriver {
   using FaultHook = std::function<VmFault(VmCall)>;
 
   /// One memfd of `physical_bytes` (rounded up to the granularity). Throws Error when the host
-  /// cannot create it.
-  explicit PosixVmDriver(std::size_t physical_bytes);
+  /// cannot create it. `max_map_count`: the process's limit on memory mappings that map() reports
+  /// as SystemLimit when near it; 0 (the default) is the kernel's vm.max_map_count, a positive value
+  /// stands in for it (a test seam: the kvlab binary passes KVLAB_MAX_MAP_COUNT).
+  explicit PosixVmDriver(std::size_t physical_bytes, std::int64_t max_map_count = 0);
+  /// /proc/sys/vm/max_map_count (read once), or 0 where it cannot be read.
+  [[nodiscard]] static std::int64_t kernel_max_map_count();
   /// Closes the memfd. Reservations and mappings still alive are unmapped (check usage() first:
   /// the destructor does not complain).
   ~PosixVmDriver() override;
@@ -101,6 +105,7 @@ class PosixVmDriver final : public VmDriver {
   static void restore_reservation(void* va, std::size_t bytes) noexcept;
 
   std::size_t granularity_;
+  std::int64_t max_map_count_;
   std::size_t capacity_;
   int fd_ = -1;
 

@@ -58,6 +58,28 @@ using namespace kvlab::cli;
 
 namespace {
 
+/// The test seams of this process, read from the environment once, here at the composition root
+/// and nowhere else; each is injected where it applies (docs/bad-inputs.md):
+///   KVLAB_FAIL_WRITES_AFTER_BYTES=N  every write fails (ENOSPC) once N bytes went out (fail_writes_after)
+///   KVLAB_MAX_MAP_COUNT=N            host vmm drivers take N for vm.max_map_count (PosixVmDriver)
+struct TestSeams {
+  std::int64_t max_map_count = 0;
+} g_seams;
+
+/// A whole number >= 0 in environment variable `name`, or -1 when it is unset or not one.
+std::int64_t seam_value(const char* name) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return -1;
+  char* end = nullptr;
+  const long long n = std::strtoll(v, &end, 10);
+  return *end == '\0' && n >= 0 ? n : -1;
+}
+
+void read_test_seams() {
+  if (const std::int64_t n = seam_value("KVLAB_FAIL_WRITES_AFTER_BYTES"); n >= 0) fail_writes_after(n);
+  g_seams.max_map_count = std::max<std::int64_t>(0, seam_value("KVLAB_MAX_MAP_COUNT"));
+}
+
 /// The command as the user could type it again (recorded in every output file).
 std::string command_line(int argc, char** argv) {
   std::vector<std::string> words = {"kvlab"};
@@ -356,7 +378,8 @@ const char* kReplayExamples =
     "  kvlab replay --config results/my-run/run.json --out /tmp/rerun  # rerun a recorded run elsewhere\n";
 
 int cmd_replay(const std::vector<std::string>& given_args, const std::string& invocation) {
-  const RunCommand run = parse_run_command("replay", given_args);
+  RunCommand run = parse_run_command("replay", given_args);
+  run.options.max_map_count = g_seams.max_map_count;
   if (run.help) {
     std::cout << "Usage: kvlab replay [OPTIONS]\n\n"
                  "Replays a workload under continuous batching through one KV-cache backend and prints where the\n"
@@ -369,7 +392,8 @@ int cmd_replay(const std::vector<std::string>& given_args, const std::string& in
 }
 
 int cmd_compare(const std::vector<std::string>& given_args, const std::string& invocation) {
-  const RunCommand run = parse_run_command("compare", given_args);
+  RunCommand run = parse_run_command("compare", given_args);
+  run.options.max_map_count = g_seams.max_map_count;
   if (run.help) {
     std::cout << "Usage: kvlab compare [OPTIONS]\n\n"
                  "Replays one workload through several backends (by default the three contiguous reservation\n"
@@ -792,6 +816,7 @@ int run_command(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  read_test_seams();
   const int status = run_command(argc, argv);
   // What went to stdout counts as output too: lost (a full disk, a closed pipe) is a failure.
   if (!stdout_ok() && status == 0) {

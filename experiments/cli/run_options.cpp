@@ -434,6 +434,7 @@ BackendOptions RunOptions::backend_options(MemoryResource* memory, DeviceContext
   bo.capacity_bytes = static_cast<std::size_t>(capacity_gib * static_cast<double>(1ull << 30));
   bo.max_seq_len = max_seq_len;
   bo.memory = memory;
+  bo.max_map_count = max_map_count;
   return bo;
 }
 

@@ -74,6 +74,8 @@ struct RunOptions {
   std::uint64_t seed = 0;
   std::string seed_text;
   bool chunked = false, execute = false, progress = true, verify_kv = false;
+  /// Not an option: the test seam KVLAB_MAX_MAP_COUNT the kvlab binary reads at start (0: none).
+  std::int64_t max_map_count = 0;
 
   void add(po::options_description& o);
 

@@ -209,8 +209,9 @@ std::string DeviceContext::problems() {
 
 std::string DeviceContext::describe() const { return impl_->description; }
 
-std::shared_ptr<VmDriver> make_vm_driver(DeviceContext* device, std::size_t host_capacity) {
-  if (device == nullptr || device->device() == Device::host) return std::make_shared<PosixVmDriver>(host_capacity);
+std::shared_ptr<VmDriver> make_vm_driver(DeviceContext* device, std::size_t host_capacity, std::int64_t max_map_count) {
+  if (device == nullptr || device->device() == Device::host)
+    return std::make_shared<PosixVmDriver>(host_capacity, max_map_count);
 #if KVLAB_HAS_CUDA_HEADERS
   if (device->device() == Device::emulated)
     return std::make_shared<CudaVmDriver>(device->driver_api(), CudaVmOptions{0, false, true});
@@ -315,7 +316,8 @@ std::unique_ptr<KvBackend> make_vmm_backend(std::string_view name, const Backend
     c.memory = options.memory;
     KVLAB_EXPECTS(device == Device::host || options.device != nullptr,
                   fmt::format("backend '{}' on a device needs its DeviceContext", name));
-    c.driver = make_vm_driver(device == Device::host ? nullptr : options.device, options.capacity_bytes);
+    c.driver = make_vm_driver(device == Device::host ? nullptr : options.device, options.capacity_bytes,
+                              options.max_map_count);
   }
   return std::make_unique<VmmBackend>(std::move(c));
 }

@@ -85,6 +85,9 @@ struct BackendOptions {
   /// The device the memory is on (its vmm driver, swap space, granularity); nullptr: the host.
   /// Given without `memory`, accounting only, but vmm page sizes are checked against the device.
   DeviceContext* device = nullptr;
+  /// Host vmm backends: the process's memory-mapping limit to report as SystemLimit near (0: the
+  /// kernel's vm.max_map_count; a test seam, vmm/posix_vm_driver.hpp).
+  std::int64_t max_map_count = 0;
 };
 
 /// One family of backends: every name that starts with `prefix` is made by `make` (which throws
@@ -110,7 +113,8 @@ void register_backend_family(BackendFamily family);
 /// The virtual-memory driver for storage on `device` (nullptr: the host): memfd + mmap with
 /// `host_capacity` bytes of address space on the host, the CUDA VMM calls on a GPU (the real
 /// driver, or the emulated device's double).
-[[nodiscard]] std::shared_ptr<VmDriver> make_vm_driver(DeviceContext* device, std::size_t host_capacity);
+[[nodiscard]] std::shared_ptr<VmDriver> make_vm_driver(DeviceContext* device, std::size_t host_capacity,
+                                                       std::int64_t max_map_count = 0);
 /// The test forms of every family (what the conformance suite and the fuzzer run).
 [[nodiscard]] std::vector<std::string> backend_forms();
 /// What `kvlab compare` runs by default: every contiguous policy, paged and vmm at a few sizes.

@@ -21,17 +21,10 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::atomic<std::int64_t> g_bytes_written{0};  ///< by this process, for KVLAB_FAIL_WRITES_AFTER_BYTES
+std::atomic<std::int64_t> g_budget{-1};  ///< bytes this process may still write (fail_writes_after); -1: no limit
 
-/// Bytes this process may still write under KVLAB_FAIL_WRITES_AFTER_BYTES; -1 without a limit.
-std::int64_t injected_budget() {
-  const char* v = std::getenv("KVLAB_FAIL_WRITES_AFTER_BYTES");
-  if (v == nullptr || *v == '\0') return -1;
-  char* end = nullptr;
-  const long long n = std::strtoll(v, &end, 10);
-  if (*end != '\0' || n < 0) return -1;
-  return std::max<std::int64_t>(0, n - g_bytes_written.load());
-}
+/// Bytes this process may still write; -1 without a limit.
+std::int64_t injected_budget() { return std::max<std::int64_t>(-1, g_budget.load()); }
 
 /// write(2) of all of `data`, honouring the injected budget; false with errno set on failure.
 bool write_all(int fd, std::string_view data) {
@@ -49,7 +42,7 @@ bool write_all(int fd, std::string_view data) {
       if (errno == EINTR) continue;
       return false;
     }
-    g_bytes_written += w;
+    if (g_budget.load() >= 0) g_budget -= w;
     data.remove_prefix(static_cast<std::size_t>(w));
   }
   return true;
@@ -80,6 +73,8 @@ void sync_directory(const fs::path& dir) {
 }
 
 }  // namespace
+
+void fail_writes_after(std::int64_t bytes) noexcept { g_budget = bytes < 0 ? -1 : bytes; }
 
 void write_file_atomically(const fs::path& file, std::string_view content) {
   struct stat st {};

@@ -7,10 +7,12 @@
 // names a device or a pipe (/dev/stdout, /dev/full) is written in place, with the same checks;
 // through a symbolic link the linked file is replaced.
 //
-// Fault injection for tests: when the environment variable KVLAB_FAIL_WRITES_AFTER_BYTES=N is set
-// (a whole number), the writes of this process fail once N bytes in all have gone through here, as
-// if the disk had filled up (ENOSPC); the variable is read at every write. It exists so tests can
-// check what a full disk does to `kvlab replay --out DIR` without a small filesystem.
+// Fault injection for tests (a seam, set by whoever composes the process, never read here from the
+// environment): after fail_writes_after(N), the writes of this process fail once N more bytes have
+// gone through here, as if the disk had filled up (ENOSPC). The kvlab binary sets it from
+// KVLAB_FAIL_WRITES_AFTER_BYTES=N at start (experiments/cli/kvlab_main.cpp), so tests can check what
+// a full disk does to `kvlab replay --out DIR` without a small filesystem.
+#include <cstdint>
 #include <filesystem>
 #include <string_view>
 
@@ -19,5 +21,9 @@ namespace kvlab {
 /// Writes `content` to `file` atomically (see above); creates no directories. Throws kvlab::Error
 /// "cannot write FILE: REASON" (REASON from strerror where the system gave one).
 void write_file_atomically(const std::filesystem::path& file, std::string_view content);
+
+/// Test seam: the writes through write_file_atomically fail with ENOSPC once `bytes` more have
+/// been written; a negative value lifts the limit (the default).
+void fail_writes_after(std::int64_t bytes) noexcept;
 
 }  // namespace kvlab

@@ -39,10 +39,10 @@ struct TempDir {
   }
 };
 
-/// Sets KVLAB_FAIL_WRITES_AFTER_BYTES for one scope.
+/// A full disk (the fail_writes_after seam) for one scope.
 struct InjectedDiskFull {
-  explicit InjectedDiskFull(const char* bytes) { ::setenv("KVLAB_FAIL_WRITES_AFTER_BYTES", bytes, 1); }
-  ~InjectedDiskFull() { ::unsetenv("KVLAB_FAIL_WRITES_AFTER_BYTES"); }
+  explicit InjectedDiskFull(const char* bytes) { fail_writes_after(std::atoll(bytes)); }
+  ~InjectedDiskFull() { fail_writes_after(-1); }
 };
 
 TEST(AtomicFile, WritesAndReplacesTheWholeContent) {
