@@ -24,7 +24,8 @@ stage "sanitizers: build (clang: ASan + UBSan, the tests and the libFuzzer targe
 cmake --preset fuzz >/dev/null
 cmake --build build/fuzz -j "$jobs"
 stage "sanitizers: all tests under AddressSanitizer + UndefinedBehaviorSanitizer"
-ctest --preset fuzz -j "$jobs" --timeout 900 -LE "gpu|examples"
+# Left out: gpu (no GPU), examples and figure-checks (they rerun code the other tests run here).
+ctest --preset fuzz -j "$jobs" --timeout 900 -LE "gpu|examples|figure-checks"
 
 stage "tsan: threaded code under ThreadSanitizer"
 cmake --preset tsan >/dev/null
