@@ -377,38 +377,36 @@ const char* kReplayExamples =
     "      # the CUDA code path without a GPU (docs/devices.md)\n"
     "  kvlab replay --config results/my-run/run.json --out /tmp/rerun  # rerun a recorded run elsewhere\n";
 
-int cmd_replay(const std::vector<std::string>& given_args, const std::string& invocation) {
-  RunCommand run = parse_run_command("replay", given_args);
-  run.options.max_map_count = g_seams.max_map_count;
-  if (run.help) {
-    std::cout << "Usage: kvlab replay [OPTIONS]\n\n"
-                 "Replays a workload under continuous batching through one KV-cache backend and prints where the\n"
-                 "KV capacity went (token states, reserved, internal and external fragmentation, free), batch\n"
-                 "sizes, throughput and latency.\n\n"
-              << run.help_text << kReplayExamples;
-    return 0;
-  }
-  return run_backends(run.options, run.backends, invocation, false);
-}
+const char* kReplayAbout =
+    "Replays a workload under continuous batching through one KV-cache backend and prints where the\n"
+    "KV capacity went (token states, reserved, internal and external fragmentation, free), batch\n"
+    "sizes, throughput and latency.\n\n";
 
-int cmd_compare(const std::vector<std::string>& given_args, const std::string& invocation) {
-  RunCommand run = parse_run_command("compare", given_args);
+const char* kCompareAbout =
+    "Replays one workload through several backends (by default the three contiguous reservation\n"
+    "policies, paged at several block sizes and vmm at several page sizes), prints a side-by-side\n"
+    "table and, with --out, writes compare.csv and a PNG chart of the memory breakdown and\n"
+    "throughput.\n\n";
+
+const char* kCompareExamples =
+    "\nExamples:\n"
+    "  kvlab compare --trace AzureLLMInferenceTrace_conv.csv --model llama-3-8b --capacity-gib 8 \\\n"
+    "      --time-scale 0.5 --out results/compare-azure-conv   # the main job (scripts/run.sh)\n"
+    "  kvlab compare --backends contiguous-max,paged-16 --requests 500 --rate 4\n"
+    "  kvlab compare --model llama-3-8b --capacity-gib 8 --samples 4 --out /tmp/sampling\n";
+
+/// kvlab replay and kvlab compare: one backend without a chart, or several with one.
+int cmd_run(const std::string& command, const std::vector<std::string>& given_args, const std::string& invocation) {
+  const bool compare = command == "compare";
+  RunCommand run = parse_run_command(command, given_args);
   run.options.max_map_count = g_seams.max_map_count;
   if (run.help) {
-    std::cout << "Usage: kvlab compare [OPTIONS]\n\n"
-                 "Replays one workload through several backends (by default the three contiguous reservation\n"
-                 "policies, paged at several block sizes and vmm at several page sizes), prints a side-by-side\n"
-                 "table and, with --out, writes compare.csv and a PNG chart of the memory breakdown and\n"
-                 "throughput.\n\n"
-              << run.help_text
-              << "\nExamples:\n"
-                 "  kvlab compare --trace AzureLLMInferenceTrace_conv.csv --model llama-3-8b --capacity-gib 8 \\\n"
-                 "      --time-scale 0.5 --out results/compare-azure-conv   # the main job (scripts/run.sh)\n"
-                 "  kvlab compare --backends contiguous-max,paged-16 --requests 500 --rate 4\n"
-                 "  kvlab compare --model llama-3-8b --capacity-gib 8 --samples 4 --out /tmp/sampling\n";
+    std::cout << "Usage: kvlab " << command << " [OPTIONS]\n\n"
+              << (compare ? kCompareAbout : kReplayAbout) << run.help_text
+              << (compare ? kCompareExamples : kReplayExamples);
     return 0;
   }
-  return run_backends(run.options, run.backends, invocation, true);
+  return run_backends(run.options, run.backends, invocation, compare);
 }
 
 fs::path self_exe() {
@@ -780,8 +778,7 @@ int run_command(int argc, char** argv) {
     if (command == "models") return cmd_models();
     if (command == "replay" || command == "compare" || command == "sweep" || command == "figure")
       install_interrupt_handlers();
-    if (command == "replay") return cmd_replay(args, command_line(argc, argv));
-    if (command == "compare") return cmd_compare(args, command_line(argc, argv));
+    if (command == "replay" || command == "compare") return cmd_run(command, args, command_line(argc, argv));
     if (command == "sweep") return cmd_sweep(args, command_line(argc, argv));
     if (command == "collect") return cmd_collect(args);
     if (command == "calibrate") return cmd_calibrate(args);

@@ -18,23 +18,15 @@ namespace kvlab::cli {
 
 namespace fs = std::filesystem;
 
-namespace {
-std::vector<std::string> split_args_colon(const std::string& s) {
+std::vector<std::string> split_on(const std::string& s, char separator, bool keep_empty) {
   std::vector<std::string> out;
   std::stringstream ss(s);
-  for (std::string item; std::getline(ss, item, ':');) out.push_back(item);
+  for (std::string item; std::getline(ss, item, separator);)
+    if (keep_empty || !item.empty()) out.push_back(item);
   return out;
 }
 
-}  // namespace
-
-std::vector<std::string> split_list(const std::string& s) {
-  std::vector<std::string> out;
-  std::stringstream ss(s);
-  for (std::string item; std::getline(ss, item, ',');)
-    if (!item.empty()) out.push_back(item);
-  return out;
-}
+std::vector<std::string> split_list(const std::string& s) { return split_on(s, ',', false); }
 
 void check_output_dir_name(const std::string& dir, const std::string& option) {
   if (dir.empty()) throw UsageError(option + " names no directory");
@@ -331,7 +323,7 @@ void RunOptions::check_device() const {
 
 std::unique_ptr<FaultInjector> RunOptions::fault_plan() const {
   auto f = std::make_unique<FaultInjector>();
-  const auto parts = split_args_colon(inject_faults);
+  const auto parts = split_on(inject_faults, ':', true);
   try {
     if (parts.size() == 2 && parts[0] == "nth") {
       const long long n = std::stoll(parts[1]);

@@ -32,7 +32,10 @@ namespace po = boost::program_options;
 /// Commands that take no positional arguments reject stray ones instead of ignoring them.
 inline const po::positional_options_description kNoPositional;
 
-/// Splits a comma-separated list, dropping empty items.
+/// `s` split at each `separator` (getline's rule: a trailing separator adds no empty item); empty
+/// items kept or dropped.
+[[nodiscard]] std::vector<std::string> split_on(const std::string& s, char separator, bool keep_empty);
+/// A comma-separated list, empty items dropped.
 [[nodiscard]] std::vector<std::string> split_list(const std::string& s);
 
 /// An output directory named by OPTION: given, and not an existing non-directory. Creates nothing.

@@ -24,7 +24,7 @@ namespace {
 std::atomic<std::int64_t> g_budget{-1};  ///< bytes this process may still write (fail_writes_after); -1: no limit
 
 /// Bytes this process may still write; -1 without a limit.
-std::int64_t injected_budget() { return std::max<std::int64_t>(-1, g_budget.load()); }
+std::int64_t injected_budget() { return g_budget.load(); }
 
 /// write(2) of all of `data`, honouring the injected budget; false with errno set on failure.
 bool write_all(int fd, std::string_view data) {
