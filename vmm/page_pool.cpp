@@ -102,15 +102,8 @@ void PhysicalPagePool::take(PageId page) {
   in_use_[static_cast<std::size_t>(page)] = 1;
 }
 
-void PhysicalPagePool::release(PageId page) {
-  KVLAB_EXPECTS(page >= 0 && page < num_pages() && in_use(page), "page " + std::to_string(page) + " is not in use");
+void PhysicalPagePool::append_lru(PageId page) noexcept {
   const auto i = static_cast<std::size_t>(page);
-  in_use_[i] = 0;
-  ++num_free_;
-  if (order_ == PageFreeOrder::lifo) {
-    stack_.push_back(page);
-    return;
-  }
   next_[i] = -1;  // at the tail
   prev_[i] = tail_;
   if (tail_ >= 0)

@@ -3,8 +3,12 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <span>
+#include <utility>
+#include <string>
 #include <vector>
 
+#include "alloc/error.hpp"
 #include "vmm/vm_driver.hpp"
 
 namespace kvlab {
@@ -63,9 +67,39 @@ class PhysicalPagePool {
     in_use_[static_cast<std::size_t>(p)] = 1;
     return p;
   }
+  /// allocate_page() for each of `out`, in order (the same pages): true, or false with nothing
+  /// taken when fewer are free. A replay in accounting mode takes a row of pages at a time.
+  [[nodiscard]] bool allocate_pages(std::span<PageId> out) {
+    if (std::cmp_less(num_free_, out.size())) return false;
+    for (PageId& p : out) {
+      if (order_ == PageFreeOrder::lifo) {
+        p = stack_.back();
+        stack_.pop_back();
+        --num_free_;
+        in_use_[static_cast<std::size_t>(p)] = 1;
+      } else {
+        p = allocate_lru();
+      }
+    }
+    return true;
+  }
+  /// release() of each of `pages`, in order.
+  void release_pages(std::span<const PageId> pages) {
+    for (const PageId p : pages) release(p);
+  }
   /// Takes the free page `page` off the free list (it must be free).
   void take(PageId page);
-  void release(PageId page);
+  /// Gives `page` (in use) back. Inline for lifo, like allocate_page(): once per page unmapped.
+  void release(PageId page) {
+    KVLAB_EXPECTS(page >= 0 && page < num_pages() && in_use(page), "page " + std::to_string(page) + " is not in use");
+    in_use_[static_cast<std::size_t>(page)] = 0;
+    ++num_free_;
+    if (order_ == PageFreeOrder::lifo) {
+      stack_.push_back(page);
+    } else {
+      append_lru(page);
+    }
+  }
 
   [[nodiscard]] PhysHandle handle(PageId page) const { return handles_[static_cast<std::size_t>(page)]; }
   [[nodiscard]] std::size_t page_bytes() const noexcept { return page_bytes_; }
@@ -87,6 +121,7 @@ class PhysicalPagePool {
   PageId head_ = -1, tail_ = -1;
   std::int64_t num_free_ = 0;
   void unlink(PageId page) noexcept;
+  void append_lru(PageId page) noexcept;
   [[nodiscard]] PageId allocate_lru();
 };
 

@@ -44,7 +44,7 @@ void PageSharing::set_needed_rows(int slot, std::int64_t from, std::int64_t to) 
     return;
   }
   for (int t = 0; t < arena_->num_tensors(); ++t) {
-    const std::span<const PageId> pages = arena_->pages(slot, t);
+    const PageColumn pages = arena_->pages(slot, t);
     for (std::int64_t r = from; r < to; ++r) pin(pages[static_cast<std::size_t>(r)]);
     for (std::int64_t r = to; r < from; ++r) unpin(pages[static_cast<std::size_t>(r)]);
   }

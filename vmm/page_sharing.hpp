@@ -98,6 +98,14 @@ class PageSharing {
     if (page != kNoPage && index_ && index_->forget_unit(page)) ++stats_.evictions;  // reused: its prefix is gone
     return page;
   }
+  /// allocate_fresh() for each of `out` (the same pages, in order): false, with nothing taken,
+  /// when the pool holds fewer.
+  [[nodiscard]] bool allocate_fresh(std::span<PageId> out) {
+    if (!arena_->pool().allocate_pages(out)) return false;
+    if (index_)
+      for (const PageId page : out) stats_.evictions += index_->forget_unit(page) ? 1 : 0;
+    return true;
+  }
   /// `page`, which holds KV, is about to be mapped again: a free one leaves the pool.
   void take_for_mapping(PageId page);
   [[nodiscard]] const PrefixCacheStats& stats() const noexcept { return stats_; }

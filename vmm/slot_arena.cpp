@@ -41,7 +41,8 @@ SlotArena::SlotArena(VmDriver* driver, const ArenaShape& shape, PageFreeOrder or
   } else {
     pool_ = std::make_unique<PhysicalPagePool>(nullptr, shape.page_bytes, shape.num_pages, order);
   }
-  pages_.resize(static_cast<std::size_t>(shape.tensors) * static_cast<std::size_t>(shape.slots));
+  grid_.resize(static_cast<std::size_t>(shape.slots));
+  rows_.assign(static_cast<std::size_t>(shape.tensors) * static_cast<std::size_t>(shape.slots), 0);
   held_.assign(static_cast<std::size_t>(shape.slots), 0);
   bounds_.assign(static_cast<std::size_t>(shape.slots), RowBounds{0, 0, shape.tensors, shape.tensors});
   refs_.assign(static_cast<std::size_t>(shape.num_pages), 0);
@@ -60,7 +61,7 @@ SlotArena::~SlotArena() {
   bool clean = true;
   for (int s = 0; s < shape_.slots; ++s)
     for (int t = 0; t < shape_.tensors; ++t)
-      while (!tail(s, t).empty()) {
+      while (rows_[column(s, t)] > 0) {
         try {
           unmap_tail(s, t, MapOrigin::critical);
         } catch (...) {
@@ -88,9 +89,23 @@ std::byte* SlotArena::page_va(int slot, int tensor, std::int64_t row) const noex
   return slot_base(tensor, slot) + static_cast<std::size_t>(row) * shape_.page_bytes;
 }
 
-std::vector<PageId>& SlotArena::tail(int slot, int tensor) noexcept {
-  return pages_[static_cast<std::size_t>(slot) * static_cast<std::size_t>(shape_.tensors) +
-                static_cast<std::size_t>(tensor)];
+void SlotArena::push_page(int slot, int tensor, PageId page) {
+  std::vector<PageId>& grid = grid_[static_cast<std::size_t>(slot)];
+  const auto row = static_cast<std::size_t>(rows_[column(slot, tensor)]);
+  const auto T = static_cast<std::size_t>(shape_.tensors);
+  if (grid.size() < (row + 1) * T) grid.resize((row + 1) * T, kNoPage);
+  grid[row * T + static_cast<std::size_t>(tensor)] = page;
+  ++rows_[column(slot, tensor)];
+}
+
+PageId SlotArena::pop_page(int slot, int tensor) noexcept {
+  std::vector<PageId>& grid = grid_[static_cast<std::size_t>(slot)];
+  const auto row = static_cast<std::size_t>(--rows_[column(slot, tensor)]);
+  const auto T = static_cast<std::size_t>(shape_.tensors);
+  PageId& cell = grid[row * T + static_cast<std::size_t>(tensor)];
+  const PageId page = cell;
+  cell = kNoPage;
+  return page;
 }
 
 std::int64_t SlotArena::total_mappings() const noexcept {
@@ -102,7 +117,7 @@ std::int64_t SlotArena::total_mappings() const noexcept {
 void SlotArena::rescan_bounds(int slot) noexcept {
   RowBounds b{INT64_MAX, 0, 0, 0};
   for (int t = 0; t < shape_.tensors; ++t) {
-    const auto rows = static_cast<std::int64_t>(pages(slot, t).size());
+    const std::int64_t rows = rows_[column(slot, t)];
     if (rows < b.min) b = {rows, b.max, 0, b.at_max};
     if (rows > b.max) b = {b.min, rows, b.at_min, 0};
     b.at_min += rows == b.min;
@@ -127,9 +142,9 @@ void SlotArena::track_rows(int slot, std::int64_t before, bool grew) noexcept {
   if (before == (grew ? b.min : b.max) && --left == 0) rescan_bounds(slot);
 }
 
-void SlotArena::book_mapped(int slot, std::vector<PageId>& pages, PageId page) noexcept {
-  pages.push_back(page);
-  track_rows(slot, static_cast<std::int64_t>(pages.size()) - 1, true);
+void SlotArena::book_mapped(int slot, int tensor, PageId page) {
+  push_page(slot, tensor, page);
+  track_rows(slot, rows_[column(slot, tensor)] - 1, true);
   ++held_[static_cast<std::size_t>(slot)];
   ++refs_[static_cast<std::size_t>(page)];
 }
@@ -140,13 +155,13 @@ void SlotArena::return_to_pool(PageId page) {
 }
 
 bool SlotArena::map_tail(int slot, int tensor, PageId page, MapOrigin origin) {
-  std::vector<PageId>& pages = tail(slot, tensor);
+  const std::int64_t row = rows_[column(slot, tensor)];
   const auto give_back = [&] {
     if (refs_[static_cast<std::size_t>(page)] == 0) return_to_pool(page);
   };
   double seconds = 0;
   if (driver_ != nullptr) {
-    std::byte* va = page_va(slot, tensor, static_cast<std::int64_t>(pages.size()));
+    std::byte* va = page_va(slot, tensor, row);
     const auto t0 = std::chrono::steady_clock::now();
     bool ok = false;
     try {
@@ -166,14 +181,13 @@ bool SlotArena::map_tail(int slot, int tensor, PageId page, MapOrigin origin) {
         driver_->unmap(va, shape_.page_bytes);
         give_back();
       } catch (...) {
-        book_mapped(slot, pages,
-                    page);  // stuck mapped: keep it in the books (reclaimed like any page beyond the length)
+        book_mapped(slot, tensor, page);  // stuck mapped: kept in the books (reclaimed like any page beyond the length)
       }
       throw;
     }
     seconds = seconds_since(t0);
   }
-  book_mapped(slot, pages, page);
+  book_mapped(slot, tensor, page);
   DriverActivity& a = activity_[static_cast<std::size_t>(origin)];
   ++a.maps;
   a.map_seconds += seconds;
@@ -181,17 +195,19 @@ bool SlotArena::map_tail(int slot, int tensor, PageId page, MapOrigin origin) {
 }
 
 bool SlotArena::unmap_tail(int slot, int tensor, MapOrigin origin) {
-  std::vector<PageId>& pages = tail(slot, tensor);
-  KVLAB_ASSERT(!pages.empty());
+  const std::int64_t rows = rows_[column(slot, tensor)];
+  KVLAB_ASSERT(rows > 0);
   double seconds = 0;
   if (driver_ != nullptr) {
     const auto t0 = std::chrono::steady_clock::now();
-    driver_->unmap(page_va(slot, tensor, static_cast<std::int64_t>(pages.size()) - 1), shape_.page_bytes);
+    driver_->unmap(page_va(slot, tensor, rows - 1), shape_.page_bytes);
     seconds = seconds_since(t0);
   }
-  const PageId page = pages.back();
-  pages.pop_back();
-  track_rows(slot, static_cast<std::int64_t>(pages.size()) + 1, false);
+  const PageId page = pop_page(slot, tensor);
+  track_rows(slot, rows, false);
+  // The grid keeps top_rows(slot) rows.
+  grid_[static_cast<std::size_t>(slot)].resize(static_cast<std::size_t>(top_rows(slot)) *
+                                               static_cast<std::size_t>(shape_.tensors));
   --held_[static_cast<std::size_t>(slot)];
   const bool freed = --refs_[static_cast<std::size_t>(page)] == 0;
   if (freed) return_to_pool(page);
@@ -201,11 +217,53 @@ bool SlotArena::unmap_tail(int slot, int tensor, MapOrigin origin) {
   return freed;
 }
 
+void SlotArena::map_row(int slot, std::span<const PageId> pages, MapOrigin origin) {
+  KVLAB_ASSERT(driver_ == nullptr && whole_rows(slot) && pages.size() == static_cast<std::size_t>(shape_.tensors));
+  grid_[static_cast<std::size_t>(slot)].insert(grid_[static_cast<std::size_t>(slot)].end(), pages.begin(), pages.end());
+  const std::size_t first = column(slot, 0);
+  for (std::size_t t = 0; t < pages.size(); ++t) {
+    ++rows_[first + t];
+    ++refs_[static_cast<std::size_t>(pages[t])];
+  }
+  RowBounds& b = bounds_[static_cast<std::size_t>(slot)];
+  b = {b.min + 1, b.max + 1, shape_.tensors, shape_.tensors};
+  held_[static_cast<std::size_t>(slot)] += shape_.tensors;
+  activity_[static_cast<std::size_t>(origin)].maps += shape_.tensors;
+}
+
+std::int64_t SlotArena::unmap_row(int slot, MapOrigin origin) {
+  KVLAB_ASSERT(whole_rows(slot) && complete_rows(slot) > 0);
+  std::int64_t freed = 0;
+  if (driver_ != nullptr) {  // one driver call per page; the books follow each one
+    for (int t = shape_.tensors - 1; t >= 0; --t) freed += unmap_tail(slot, t, origin) ? 1 : 0;
+    return freed;
+  }
+  std::vector<PageId>& grid = grid_[static_cast<std::size_t>(slot)];
+  const auto T = static_cast<std::size_t>(shape_.tensors);
+  const std::size_t first = column(slot, 0);
+  freed_row_.clear();
+  for (std::size_t t = T; t-- > 0;) {
+    const PageId page = grid[grid.size() - T + t];
+    --rows_[first + t];
+    if (--refs_[static_cast<std::size_t>(page)] == 0) freed_row_.push_back(page);
+  }
+  grid.resize(grid.size() - T);
+  pool_->release_pages(freed_row_);
+  if (on_page_freed_)
+    for (const PageId page : freed_row_) on_page_freed_(page);
+  freed = static_cast<std::int64_t>(freed_row_.size());
+  RowBounds& b = bounds_[static_cast<std::size_t>(slot)];
+  b = {b.min - 1, b.max - 1, shape_.tensors, shape_.tensors};
+  held_[static_cast<std::size_t>(slot)] -= shape_.tensors;
+  activity_[static_cast<std::size_t>(origin)].unmaps += shape_.tensors;
+  return freed;
+}
+
 void SlotArena::unmap_slot(int slot, MapOrigin origin) {
   if (held(slot) == 0) return;
   synchronize(origin);
   for (int t = shape_.tensors - 1; t >= 0; --t)
-    while (!tail(slot, t).empty()) unmap_tail(slot, t, origin);
+    while (rows_[column(slot, t)] > 0) unmap_tail(slot, t, origin);
 }
 
 void SlotArena::synchronize(MapOrigin origin) {
@@ -219,7 +277,11 @@ void SlotArena::synchronize(MapOrigin origin) {
 MapTransaction::~MapTransaction() {
   for (auto it = mapped_.rbegin(); it != mapped_.rend(); ++it) {
     try {
-      arena_->unmap_tail(it->first, it->second, MapOrigin::critical);
+      if (it->second == kWholeRow) {
+        arena_->unmap_row(it->first, MapOrigin::critical);
+      } else {
+        arena_->unmap_tail(it->first, it->second, MapOrigin::critical);
+      }
     } catch (...) {
       break;  // the rest stay mapped and in the books (beyond the owner's length: reclaimable)
     }

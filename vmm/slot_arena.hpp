@@ -24,6 +24,22 @@ struct DriverActivity {
   double unmap_seconds = 0;  ///< synchronize + unmap
 };
 
+/// The pages one tensor of one slot maps, row 0 first: a column of the slot's row-major grid.
+/// A view, valid until the slot's next map or unmap.
+class PageColumn {
+ public:
+  PageColumn(const PageId* first, std::size_t stride, std::size_t rows) noexcept
+      : first_(first), stride_(stride), rows_(rows) {}
+  [[nodiscard]] std::size_t size() const noexcept { return rows_; }
+  [[nodiscard]] bool empty() const noexcept { return rows_ == 0; }
+  [[nodiscard]] PageId operator[](std::size_t row) const noexcept { return first_[row * stride_]; }
+  [[nodiscard]] PageId back() const noexcept { return (*this)[rows_ - 1]; }
+
+ private:
+  const PageId* first_;
+  std::size_t stride_, rows_;
+};
+
 /// The arena's dimensions: `tensors` virtual tensors of `slots` slots, each slot `slot_bytes`
 /// (a multiple of `page_bytes`), and `num_pages` physical pages.
 struct ArenaShape {
@@ -48,7 +64,10 @@ struct ArenaShape {
 //    slot_base(t, s) = base + (t x slots + s) x slot_bytes); the pool's handles are created right
 //    after, and a failure there frees the reservation before the constructor rethrows.
 //  * Each (slot, tensor) holds a stack of pages mapped from its base on; only its tail changes
-//    (map_tail / unmap_tail), so a slot's rows are always a prefix of its address range.
+//    (map_tail / unmap_tail), so a slot's rows are always a prefix of its address range. The
+//    books keep a slot's pages row-major (one row = one page per tensor, contiguous), because a
+//    sequence maps and gives back whole rows: without a driver map_row / unmap_row move a row's
+//    books at once (docs/vmm.md, "Accounting").
 //  * A page may be mapped in several slots (prefix sharing); mappings(page) counts them. The
 //    last unmap gives the page back to the pool and calls the page-freed hook (the owner's
 //    prefix accounting listens), as does a map that fails on a page no slot maps.
@@ -94,9 +113,10 @@ class SlotArena {
   [[nodiscard]] const PhysicalPagePool& pool() const noexcept { return *pool_; }
   /// The pages mapped in (slot, tensor), row 0 first. Inline: the accounting asks for every tensor
   /// of every sequence each step.
-  [[nodiscard]] std::span<const PageId> pages(int slot, int tensor) const noexcept {
-    return pages_[static_cast<std::size_t>(slot) * static_cast<std::size_t>(shape_.tensors) +
-                  static_cast<std::size_t>(tensor)];
+  [[nodiscard]] PageColumn pages(int slot, int tensor) const noexcept {
+    const auto rows = static_cast<std::size_t>(rows_[column(slot, tensor)]);
+    const PageId* first = rows == 0 ? nullptr : grid_[static_cast<std::size_t>(slot)].data() + tensor;
+    return {first, static_cast<std::size_t>(shape_.tensors), rows};
   }
   /// Mappings in `slot` over all tensors, and over all slots.
   [[nodiscard]] std::int64_t held(int slot) const noexcept { return held_[static_cast<std::size_t>(slot)]; }
@@ -114,8 +134,7 @@ class SlotArena {
     if (rows <= b.min) return 0;
     if (rows >= b.max) return static_cast<std::int64_t>(shape_.tensors) * rows - held(slot);
     std::int64_t missing = 0;
-    for (int t = 0; t < shape_.tensors; ++t)
-      missing += std::max<std::int64_t>(0, rows - static_cast<std::int64_t>(pages(slot, t).size()));
+    for (int t = 0; t < shape_.tensors; ++t) missing += std::max<std::int64_t>(0, rows - rows_[column(slot, t)]);
     return missing;
   }
   /// Slots mapping `page` now (0: the page is free).
@@ -127,6 +146,19 @@ class SlotArena {
   bool map_tail(int slot, int tensor, PageId page, MapOrigin origin);
   /// Unmaps the last row of (slot, tensor). True when its page went back to the pool.
   bool unmap_tail(int slot, int tensor, MapOrigin origin);
+  /// True when every tensor of `slot` has the same number of rows (no partial row).
+  [[nodiscard]] bool whole_rows(int slot) const noexcept {
+    const RowBounds& b = bounds_[static_cast<std::size_t>(slot)];
+    return b.min == b.max;
+  }
+  /// Accounting only (no driver): books `pages` (one in-use page per tensor, tensor 0 first) as the
+  /// next row of the whole-rows `slot`, as map_tail would page by page, in O(1) book updates. A
+  /// replay maps tens of millions of pages; doing it a row at a time is what keeps vmm's accounting
+  /// as fast as paged's (issue 34).
+  void map_row(int slot, std::span<const PageId> pages, MapOrigin origin);
+  /// Unmaps the last row of the whole-rows `slot`, tensor T-1 first (unmap_tail's order). Returns
+  /// how many of its pages went back to the pool. Without a driver the books move a row at a time.
+  std::int64_t unmap_row(int slot, MapOrigin origin);
   /// Unmaps every page of `slot`, tail first, after one synchronize.
   void unmap_slot(int slot, MapOrigin origin);
   /// Waits for device work that may read mapped memory (before unmapping such memory).
@@ -141,9 +173,14 @@ class SlotArena {
   [[nodiscard]] std::int64_t synchronizations() const noexcept { return synchronizations_; }
 
  private:
-  [[nodiscard]] std::vector<PageId>& tail(int slot, int tensor) noexcept;
+  [[nodiscard]] std::size_t column(int slot, int tensor) const noexcept {
+    return static_cast<std::size_t>(slot) * static_cast<std::size_t>(shape_.tensors) + static_cast<std::size_t>(tensor);
+  }
+  /// Books `page` as the next row of (slot, tensor), and takes the last row off.
+  void push_page(int slot, int tensor, PageId page);
+  PageId pop_page(int slot, int tensor) noexcept;
   [[nodiscard]] std::byte* page_va(int slot, int tensor, std::int64_t row) const noexcept;
-  void book_mapped(int slot, std::vector<PageId>& pages, PageId page) noexcept;
+  void book_mapped(int slot, int tensor, PageId page);
   /// The shortest and longest tensor of a slot, and how many tensors are at each: a tensor
   /// moving off an extreme that no other tensor holds any more makes one O(tensors) rescan, so
   /// mapping or unmapping a whole row costs O(1) per page.
@@ -162,10 +199,15 @@ class SlotArena {
   std::size_t reservation_bytes_ = 0;
   std::byte* base_ = nullptr;
   std::unique_ptr<PhysicalPagePool> pool_;
-  std::vector<std::vector<PageId>> pages_;  // [slot * tensors + tensor]
-  std::vector<std::int64_t> held_;          // [slot]
-  std::vector<RowBounds> bounds_;           // [slot]
-  std::vector<std::int32_t> refs_;          // [page] slots mapping it
+  // Which page each slot maps where, row-major so that a row (one page per tensor, what a sequence
+  // maps or gives back at once) is contiguous: grid_[slot][row * tensors + tensor], top_rows(slot)
+  // rows, kNoPage where a tensor is shorter. rows_[slot * tensors + tensor]: the tensor's rows.
+  std::vector<std::vector<PageId>> grid_;  // [slot]
+  std::vector<std::int32_t> rows_;         // [slot * tensors + tensor]
+  std::vector<std::int64_t> held_;         // [slot]
+  std::vector<RowBounds> bounds_;          // [slot]
+  std::vector<std::int32_t> refs_;         // [page] slots mapping it
+  std::vector<PageId> freed_row_;          // unmap_row's scratch: the pages it gives back
   std::function<void(PageId)> on_page_freed_;
   DriverActivity activity_[2];
   std::int64_t synchronizations_ = 0;
@@ -193,12 +235,15 @@ class MapTransaction {
 
   /// The operation mapped the tail of (slot, tensor).
   void record(int slot, int tensor) { mapped_.emplace_back(slot, tensor); }
+  /// The operation mapped a whole row of `slot` (SlotArena::map_row).
+  void record_row(int slot) { mapped_.emplace_back(slot, kWholeRow); }
   /// Keeps everything recorded.
   void commit() noexcept { mapped_.clear(); }
 
  private:
+  static constexpr int kWholeRow = -1;
   SlotArena* arena_;
-  std::vector<std::pair<int, int>> mapped_;  // (slot, tensor), in order
+  std::vector<std::pair<int, int>> mapped_;  // (slot, tensor or kWholeRow), in order
 };
 
 }  // namespace kvlab

@@ -95,12 +95,12 @@ std::string VmmBackend::do_name() const {
 Device VmmBackend::do_device() const noexcept { return config_.driver ? config_.driver->device() : Device::host; }
 
 std::int64_t VmmBackend::free_pages() const {
-  std::lock_guard lock(mutex_);
+  const auto lock = guard();
   return arena_.pool().num_free();
 }
 
 VmmStats VmmBackend::stats() const {
-  std::lock_guard lock(mutex_);
+  const auto lock = guard();
   VmmStats s;
   const DriverActivity& critical = arena_.activity(MapOrigin::critical);
   const DriverActivity& background = arena_.activity(MapOrigin::background);
@@ -130,15 +130,15 @@ VmmStats VmmBackend::stats() const {
 }
 
 PrefixCacheStats VmmBackend::do_prefix_cache_stats() const {
-  std::lock_guard lock(mutex_);
+  const auto lock = guard();
   return sharing_.stats();
 }
 
 PageId VmmBackend::page_at(SeqId id, int tensor, std::int64_t row) const {
   const int slot = at(id).slot;
   KVLAB_EXPECTS(tensor >= 0 && tensor < num_tensors(), "tensor out of range");
-  std::lock_guard lock(mutex_);
-  const std::span<const PageId> pages = arena_.pages(slot, tensor);
+  const auto lock = guard();
+  const PageColumn pages = arena_.pages(slot, tensor);
   KVLAB_EXPECTS(row >= 0 && row < static_cast<std::int64_t>(pages.size()),
                 "row " + std::to_string(row) + " is not mapped");
   return pages[static_cast<std::size_t>(row)];
@@ -146,7 +146,7 @@ PageId VmmBackend::page_at(SeqId id, int tensor, std::int64_t row) const {
 
 int VmmBackend::page_mappings(PageId page) const {
   KVLAB_EXPECTS(page >= 0 && page < num_pages(), "page out of range");
-  std::lock_guard lock(mutex_);
+  const auto lock = guard();
   return arena_.mappings(page);
 }
 
@@ -154,7 +154,7 @@ int VmmBackend::slot_of(SeqId id) const { return at(id).slot; }
 
 std::int64_t VmmBackend::mapped_pages(SeqId id) const {
   const int slot = at(id).slot;
-  std::lock_guard lock(mutex_);
+  const auto lock = guard();
   return arena_.held(slot);
 }
 
@@ -168,7 +168,7 @@ std::int64_t VmmBackend::target_rows(std::int64_t tokens) const noexcept {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Placement and page bookkeeping (mutex_ held)
+// Placement and page bookkeeping (under guard())
 
 std::int64_t VmmBackend::reclaimable_from_others(int slot) const noexcept {
   // Every mapped page no running sequence needs can be freed by unmapping it everywhere, except
@@ -188,10 +188,11 @@ bool VmmBackend::feasible(int slot, std::int64_t rows) const noexcept {
 int VmmBackend::choose_slot(std::int64_t rows) const noexcept {
   // A free slot whose cached pages (deferred reclamation) cover `rows` with the least to spare;
   // else the one with the most cached rows; ties to the lowest index.
+  // Slots never occupied all look alike (nothing mapped): the first of them stands for the rest.
   int best = -1;
   bool best_covers = false;
   std::int64_t best_key = 0;
-  for (int i = 0; i < arena_.num_slots(); ++i) {
+  for (int i = 0; i < std::min(arena_.num_slots(), touched_slots_ + 1); ++i) {
     if (slots_[static_cast<std::size_t>(i)].live) continue;
     const std::int64_t held = arena_.held(i);
     const std::int64_t have = held == 0 ? 0 : arena_.complete_rows(i);
@@ -212,13 +213,13 @@ int VmmBackend::slot_holding_prefix(const std::vector<PageId>& share, std::int64
   const auto T = static_cast<std::size_t>(num_tensors());
   int best = -1;
   std::int64_t best_same = 0;
-  for (int i = 0; i < arena_.num_slots(); ++i) {
+  for (int i = 0; i < touched_slots_; ++i) {
     if (slots_[static_cast<std::size_t>(i)].live) continue;
     std::int64_t same = 0;
     for (; same < share_rows; ++same) {
       bool all = true;
       for (std::size_t t = 0; t < T && all; ++t) {
-        const std::span<const PageId> pages = arena_.pages(i, static_cast<int>(t));
+        const PageColumn pages = arena_.pages(i, static_cast<int>(t));
         all = static_cast<std::int64_t>(pages.size()) > same &&
               pages[static_cast<std::size_t>(same)] == share[static_cast<std::size_t>(same) * T + t];
       }
@@ -240,7 +241,7 @@ std::int64_t VmmBackend::first_row_to_cut(const Placement& p) const noexcept {
   const std::int64_t top = arena_.top_rows(p.slot);
   for (std::int64_t r = 0; r < top; ++r)
     for (std::size_t t = 0; t < T; ++t) {
-      const std::span<const PageId> pages = arena_.pages(p.slot, static_cast<int>(t));
+      const PageColumn pages = arena_.pages(p.slot, static_cast<int>(t));
       if (static_cast<std::int64_t>(pages.size()) <= r) continue;
       const PageId page = pages[static_cast<std::size_t>(r)];
       const bool cannot_stay = r < p.share_rows ? page != p.share[static_cast<std::size_t>(r) * T + t]
@@ -261,7 +262,7 @@ VmmBackend::Placement VmmBackend::place(std::int64_t rows, std::vector<PageId> s
   p.cut = first_row_to_cut(p);
   const auto T = static_cast<std::size_t>(num_tensors());
   for (std::size_t t = 0; t < T; ++t) {
-    const std::span<const PageId> pages = arena_.pages(p.slot, static_cast<int>(t));
+    const PageColumn pages = arena_.pages(p.slot, static_cast<int>(t));
     const std::int64_t kept = std::min<std::int64_t>(static_cast<std::int64_t>(pages.size()), p.cut);
     p.fresh += std::max<std::int64_t>(0, rows - std::max(kept, share_rows));
     p.reused += std::min(kept, rows);
@@ -298,6 +299,7 @@ void VmmBackend::truncate(int slot, std::int64_t rows) {
 }
 
 void VmmBackend::apply(MapTransaction& txn, const Placement& p) {
+  touched_slots_ = std::max(touched_slots_, p.slot + 1);  // before any map: a failed rollback leaves pages here
   if (p.cut != INT64_MAX) truncate(p.slot, p.cut);
   const auto T = static_cast<std::size_t>(num_tensors());
   for (std::size_t t = 0; t < T; ++t)
@@ -328,6 +330,17 @@ bool VmmBackend::map_fresh(int slot, int tensor, MapOrigin origin) {
   return page != kNoPage && arena_.map_tail(slot, tensor, page, origin);
 }
 
+bool VmmBackend::map_fresh_row(int slot, MapOrigin origin) {
+  // Accounting only, a whole row at once when the pool has it: the same pages, in the same order,
+  // as map_fresh() tensor by tensor, with the books moved once per row.
+  const auto T = static_cast<std::size_t>(num_tensors());
+  if (has_storage() || !arena_.whole_rows(slot)) return false;
+  row_pages_.resize(T);
+  if (!sharing_.allocate_fresh(row_pages_)) return false;
+  arena_.map_row(slot, row_pages_, origin);
+  return true;
+}
+
 bool VmmBackend::map_shared(int slot, int tensor, PageId page, MapOrigin origin) {
   sharing_.take_for_mapping(page);
   if (!arena_.map_tail(slot, tensor, page, origin)) return false;
@@ -337,9 +350,20 @@ bool VmmBackend::map_shared(int slot, int tensor, PageId page, MapOrigin origin)
 
 void VmmBackend::reclaim_rows_above(int slot, std::int64_t floor_rows, std::int64_t pages, std::int64_t& got,
                                     bool& synced, MapOrigin origin) {
+  const std::int64_t T = num_tensors();
   while (got < pages) {
     const std::int64_t top = arena_.top_rows(slot);
     if (top <= floor_rows) return;
+    if (arena_.whole_rows(slot) && pages - got >= T) {  // a whole row frees at most T pages: never too many
+      if (!synced) {
+        arena_.synchronize(origin);
+        synced = true;
+      }
+      const std::int64_t freed = arena_.unmap_row(slot, origin);
+      got += freed;
+      counters_.reclaimed_pages += freed;
+      continue;
+    }
     for (int t = num_tensors() - 1; t >= 0 && got < pages; --t) {
       if (static_cast<std::int64_t>(arena_.pages(slot, t).size()) != top) continue;
       if (!synced) {
@@ -363,7 +387,7 @@ std::int64_t VmmBackend::reclaim(std::int64_t pages, int exclude, bool live_too,
   if (config_.prefix_cache) {
     // Free slots least recently released first (their prefixes are the least likely to return).
     std::vector<int> order;
-    for (int si = 0; si < arena_.num_slots(); ++si)
+    for (int si = 0; si < touched_slots_; ++si)
       if (cached_in_free_slot(si)) order.push_back(si);
     std::ranges::sort(order, [&](int a, int b) {
       return slots_[static_cast<std::size_t>(a)].released < slots_[static_cast<std::size_t>(b)].released;
@@ -371,11 +395,11 @@ std::int64_t VmmBackend::reclaim(std::int64_t pages, int exclude, bool live_too,
     for (std::size_t k = 0; k < order.size() && got < pages; ++k)
       reclaim_rows_above(order[k], 0, pages, got, synced, origin);
   } else {
-    for (int si = arena_.num_slots() - 1; si >= 0 && got < pages; --si)
+    for (int si = touched_slots_ - 1; si >= 0 && got < pages; --si)
       if (cached_in_free_slot(si)) reclaim_rows_above(si, 0, pages, got, synced, origin);
   }
   if (live_too) {
-    for (int si = arena_.num_slots() - 1; si >= 0 && got < pages; --si) {
+    for (int si = touched_slots_ - 1; si >= 0 && got < pages; --si) {
       const SlotState& s = slots_[static_cast<std::size_t>(si)];
       if (si != exclude && s.live && arena_.held(si) > static_cast<std::int64_t>(num_tensors()) * s.needed_rows)
         reclaim_rows_above(si, s.needed_rows, pages, got, synced, origin);
@@ -392,6 +416,10 @@ void VmmBackend::map_rows(MapTransaction& txn, int slot, std::int64_t rows, bool
   const std::int64_t free = arena_.pool().num_free();
   if (required && free < need) reclaim(need - free, slot, true, origin);
   for (std::int64_t i = arena_.complete_rows(slot); i < rows; ++i) {
+    if (map_fresh_row(slot, origin)) {
+      txn.record_row(slot);
+      continue;
+    }
     for (int t = 0; t < num_tensors(); ++t) {
       if (static_cast<std::int64_t>(arena_.pages(slot, t).size()) != i) continue;
       if (!map_fresh(slot, t, origin)) {
@@ -409,12 +437,12 @@ void VmmBackend::map_rows(MapTransaction& txn, int slot, std::int64_t rows, bool
 // KvBackend
 
 std::int64_t VmmBackend::do_cached_prefix_tokens(const SequenceSpec& spec) const {
-  std::lock_guard lock(mutex_);
+  const auto lock = guard();
   return static_cast<std::int64_t>(sharing_.cached_prefix(spec, spec.prompt_tokens).size()) * sharing_.block_tokens();
 }
 
 bool VmmBackend::do_can_admit(const SequenceSpec& spec, std::int64_t initial_tokens) const {
-  std::lock_guard lock(mutex_);
+  const auto lock = guard();
   const std::int64_t rows = rows_for(initial_tokens);
   if (!config_.prefix_cache) {
     const int slot = choose_slot(rows);
@@ -425,7 +453,7 @@ bool VmmBackend::do_can_admit(const SequenceSpec& spec, std::int64_t initial_tok
 }
 
 void VmmBackend::do_admit(SeqId id, const SequenceSpec& spec, std::int64_t initial_tokens) {
-  std::lock_guard lock(mutex_);
+  const auto lock = guard();
   const std::int64_t rows = rows_for(initial_tokens);
   const auto t0 = std::chrono::steady_clock::now();
   const std::vector<PageSharing::EntryId> hit = sharing_.cached_prefix(spec, initial_tokens);
@@ -461,8 +489,9 @@ void VmmBackend::do_admit(SeqId id, const SequenceSpec& spec, std::int64_t initi
 bool VmmBackend::do_can_grow(SeqId id, std::int64_t n) const {
   const Sequence& s = at(id);
   if (s.length + n > config_.max_seq_len) return false;
-  std::lock_guard lock(mutex_);
-  return feasible(s.slot, rows_for(s.length + n));
+  const auto lock = guard();
+  const std::int64_t rows = rows_for(s.length + n);
+  return arena_.missing_pages(s.slot, rows) == 0 || feasible(s.slot, rows);
 }
 
 void VmmBackend::do_grow(SeqId id, std::int64_t n) {
@@ -472,9 +501,9 @@ void VmmBackend::do_grow(SeqId id, std::int64_t n) {
                                  " tokens past max_seq_len " + std::to_string(config_.max_seq_len));
   }
   if (n == 0) return;
-  std::lock_guard lock(mutex_);
+  const auto lock = guard();
   const std::int64_t rows = rows_for(s.length + n);
-  if (!feasible(s.slot, rows)) {
+  if (arena_.missing_pages(s.slot, rows) > 0 && !feasible(s.slot, rows)) {
     KVLAB_THROW(OutOfMemory, "growing sequence " + std::to_string(id) + " by " + std::to_string(n) + " tokens needs " +
                                  std::to_string(arena_.missing_pages(s.slot, rows)) + " pages, " +
                                  std::to_string(arena_.pool().num_free()) + " free and " +
@@ -493,7 +522,7 @@ void VmmBackend::do_grow(SeqId id, std::int64_t n) {
 
 void VmmBackend::do_fork(SeqId parent, SeqId child) {
   const Sequence p = at(parent);
-  std::lock_guard lock(mutex_);
+  const auto lock = guard();
   const std::int64_t rows = rows_for(p.length);
   // With the prefix cache the child maps the parent's full rows (nobody writes there again) and
   // gets a copy of the partial last row only; without, a copy of every written token.
@@ -537,7 +566,7 @@ void VmmBackend::do_fork(SeqId parent, SeqId child) {
 void VmmBackend::do_release(SeqId id) {
   const Sequence s = at(id);
   seqs_.erase(id);
-  std::lock_guard lock(mutex_);
+  const auto lock = guard();
   SlotState& slot = slots_[static_cast<std::size_t>(s.slot)];
   slot.live = false;
   ++slot.generation;
@@ -570,7 +599,7 @@ PreparedBatch VmmBackend::do_prepare_batch(std::span<const SeqId> seqs) {
 }
 
 StepCosts VmmBackend::do_total_costs() const {
-  std::lock_guard lock(mutex_);
+  const auto lock = guard();
   const DriverActivity& critical = arena_.activity(MapOrigin::critical);
   StepCosts c;
   c.mapping_s = critical.map_seconds + critical.unmap_seconds + counters_.prefetch_wait_seconds;
@@ -604,7 +633,7 @@ BackendCounters VmmBackend::do_counters() const {
 }
 
 MemoryBreakdown VmmBackend::do_breakdown(const SequenceSpec*) const {
-  std::lock_guard lock(mutex_);
+  const auto lock = guard();
   MemoryBreakdown m;
   m.capacity = static_cast<std::size_t>(arena_.pool().num_pages()) * config_.page_bytes;
   for (const auto& [id, s] : seqs_) {

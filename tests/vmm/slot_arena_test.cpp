@@ -176,7 +176,7 @@ TEST(SlotArena, RowBoundsMatchThePageListsAfterEveryMapAndUnmap) {
       if (grow) {
         // Every third map shares a page another slot maps (when there is one).
         const int other = (slot + 1) % 3;
-        const std::span<const PageId> theirs = arena.pages(other, tensor);
+        const PageColumn theirs = arena.pages(other, tensor);
         if (rng() % 3 == 0 && static_cast<std::int64_t>(theirs.size()) > size) {
           ASSERT_TRUE(arena.map_tail(slot, tensor, theirs[static_cast<std::size_t>(size)], MapOrigin::critical));
         } else {
@@ -196,6 +196,138 @@ TEST(SlotArena, RowBoundsMatchThePageListsAfterEveryMapAndUnmap) {
     if (tensors > 1) {
       EXPECT_GT(checked_partial, 100) << "the walk never left a slot with a partial row";
     }
+  }
+}
+
+/// The books a SlotArena should keep, kept plainly: a list of pages per slot and tensor, and how
+/// many slots map each page. Each operation applies to the arena and to the model.
+struct ArenaModel {
+  SlotArena& arena;
+  std::size_t T;
+  std::vector<std::vector<std::vector<PageId>>> pages;  // [slot][tensor]
+  std::vector<int> refs;                                // [page]
+
+  explicit ArenaModel(SlotArena& a)
+      : arena(a),
+        T(static_cast<std::size_t>(a.num_tensors())),
+        pages(static_cast<std::size_t>(a.num_slots()), std::vector<std::vector<PageId>>(T)),
+        refs(static_cast<std::size_t>(a.pool().num_pages()), 0) {}
+  std::vector<PageId>& column(int slot, std::size_t tensor) { return pages[static_cast<std::size_t>(slot)][tensor]; }
+  /// A row of fresh pages; false when the pool has no row.
+  bool map_row(int slot) {
+    std::vector<PageId> row(T);
+    if (!arena.pool().allocate_pages(row)) return false;
+    arena.map_row(slot, row, MapOrigin::critical);
+    for (std::size_t t = 0; t < T; ++t) column(slot, t).push_back(row[t]), ++refs[static_cast<std::size_t>(row[t])];
+    return true;
+  }
+  void unmap_row(int slot) {
+    std::int64_t freed = 0;
+    for (std::size_t t = T; t-- > 0;) {
+      const PageId p = column(slot, t).back();
+      column(slot, t).pop_back();
+      freed += --refs[static_cast<std::size_t>(p)] == 0;
+    }
+    ASSERT_EQ(arena.unmap_row(slot, MapOrigin::critical), freed);
+  }
+  void map_tail(int slot, std::size_t tensor, PageId page) {
+    ASSERT_TRUE(arena.map_tail(slot, static_cast<int>(tensor), page, MapOrigin::critical));
+    column(slot, tensor).push_back(page);
+    ++refs[static_cast<std::size_t>(page)];
+  }
+  void unmap_tail(int slot, std::size_t tensor) {
+    const PageId p = column(slot, tensor).back();
+    column(slot, tensor).pop_back();
+    ASSERT_EQ(arena.unmap_tail(slot, static_cast<int>(tensor), MapOrigin::critical),
+              --refs[static_cast<std::size_t>(p)] == 0);
+  }
+  /// Every column, every page's mappings, the pool's count and the row bounds agree.
+  void expect_same_books() {
+    std::int64_t mapped = 0;
+    for (int s = 0; s < arena.num_slots(); ++s)
+      for (std::size_t t = 0; t < T; ++t) {
+        const PageColumn got = arena.pages(s, static_cast<int>(t));
+        ASSERT_EQ(got.size(), column(s, t).size()) << "slot " << s << " tensor " << t;
+        for (std::size_t r = 0; r < got.size(); ++r) ASSERT_EQ(got[r], column(s, t)[r]) << "slot " << s << " row " << r;
+      }
+    for (std::size_t p = 0; p < refs.size(); ++p) {
+      ASSERT_EQ(arena.mappings(static_cast<PageId>(p)), refs[p]) << "page " << p;
+      mapped += refs[p] > 0;
+    }
+    ASSERT_EQ(arena.pool().num_used(), mapped);
+    for (int s = 0; s < arena.num_slots(); ++s) expect_row_bounds_match(arena, s);
+  }
+};
+
+/// One step of the walk below: a row (3 in 8) or a page (1 in 8) mapped or unmapped where the
+/// arena allows it. A page mapped goes to the slot's shortest tensor most of the time (so partial
+/// rows fill up again and row operations keep finding whole rows) and is shared with the next slot
+/// half of the time. Returns 'R' for a row mapped, 'U' for a row unmapped, 0 otherwise.
+char random_operation(ArenaModel& m, std::mt19937& rng) {
+  SlotArena& a = m.arena;
+  const int slot = static_cast<int>(rng() % static_cast<unsigned>(a.num_slots()));
+  const unsigned op = rng() % 8;
+  if (op < 3) return a.whole_rows(slot) && a.top_rows(slot) < a.rows_per_slot() && m.map_row(slot) ? 'R' : 0;
+  if (op < 6) {
+    if (!a.whole_rows(slot) || a.top_rows(slot) == 0) return 0;
+    m.unmap_row(slot);
+    return 'U';
+  }
+  std::size_t tensor = rng() % m.T;
+  if (op == 6 && rng() % 4 != 0)
+    for (std::size_t t = 0; t < m.T; ++t)
+      if (m.column(slot, t).size() < m.column(slot, tensor).size()) tensor = t;
+  std::vector<PageId>& column = m.column(slot, tensor);
+  if (op == 7) {
+    if (!column.empty()) m.unmap_tail(slot, tensor);
+    return 0;
+  }
+  if (static_cast<std::int64_t>(column.size()) >= a.rows_per_slot()) return 0;
+  const std::vector<PageId>& theirs = m.column((slot + 1) % a.num_slots(), tensor);
+  const PageId page =
+      rng() % 2 == 0 && theirs.size() > column.size() ? theirs[column.size()] : a.pool().allocate_page();
+  if (page != kNoPage) m.map_tail(slot, tensor, page);
+  return 0;
+}
+
+/// The arena's row-major grid against the plain model after every step of a seeded random walk
+/// that mixes page operations (fresh and shared pages) with row operations, over 1, 2, 3 and 7
+/// tensors; then an uncommitted transaction holding a row and a page leaves the books as they were.
+TEST(SlotArena, RowAndPageOperationsKeepTheSameBooksAsAPlainModel) {
+  for (const int tensors : {1, 2, 3, 7}) {
+    ArenaShape shape;
+    shape.tensors = tensors;
+    shape.slots = 3;
+    shape.page_bytes = 4 * kKiB;
+    shape.slot_bytes = 5 * shape.page_bytes;
+    shape.num_pages = static_cast<std::int64_t>(tensors) * 3 * 5;
+    SlotArena arena(nullptr, shape, PageFreeOrder::lifo);
+    ArenaModel model(arena);
+    std::mt19937 rng(20261128u + static_cast<unsigned>(tensors));
+    int rows_mapped = 0, rows_unmapped = 0;
+    for (int step = 0; step < 3000; ++step) {
+      const char op = random_operation(model, rng);
+      rows_mapped += op == 'R';
+      rows_unmapped += op == 'U';
+      model.expect_same_books();
+      ASSERT_FALSE(::testing::Test::HasFailure()) << tensors << " tensors, step " << step;
+    }
+    EXPECT_GT(rows_mapped, 20) << tensors << " tensors";
+    EXPECT_GT(rows_unmapped, 20) << tensors << " tensors";
+    const int slot = 0;  // emptied, so that a row and a page fit
+    for (std::size_t t = 0; t < model.T; ++t)
+      while (!model.column(slot, t).empty()) model.unmap_tail(slot, t);
+    ASSERT_GT(arena.pool().num_free(), tensors);
+    {
+      MapTransaction txn(arena);
+      std::vector<PageId> row(static_cast<std::size_t>(tensors));
+      ASSERT_TRUE(arena.pool().allocate_pages(row));
+      arena.map_row(slot, row, MapOrigin::critical);
+      txn.record_row(slot);
+      ASSERT_TRUE(arena.map_tail(slot, 0, arena.pool().allocate_page(), MapOrigin::critical));
+      txn.record(slot, 0);
+    }
+    model.expect_same_books();
   }
 }
 
