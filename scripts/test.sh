@@ -5,9 +5,11 @@
 #      (one sanitizer build serves the tests and the fuzzers; the gcc `asan` preset stays for
 #      whoever wants gcc's ASan, and runs the same tests);
 #   3. the tsan preset: the threaded parts (thread pool, SIMT emulator, vmm background mapper,
-#      driver double, memory adaptors) under ThreadSanitizer;
+#      driver double, memory adaptors, the replayer's overlap) under ThreadSanitizer, from one
+#      binary of the test files that hold them (kvlab_threaded_tests);
 #   4. the fuzzers of that same build, each for a bounded time.
-# KVLAB_QUICK=1 runs step 1 only. tests/gpu/run.sh runs the GPU suite where a GPU exists.
+# KVLAB_QUICK=1 runs step 1 only, without the slow end-to-end tests (labels examples, figure-checks,
+# emulated-e2e). tests/gpu/run.sh runs the GPU suite where a GPU exists.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs="$(nproc)"
@@ -16,27 +18,36 @@ SECONDS=0
 stage() { echo "== [${SECONDS} s] $*" >&2; }
 stage "setup: packages and the release build"
 KVLAB_PRESET=release scripts/setup.sh
+if [ "${KVLAB_QUICK:-0}" = 1 ]; then
+  # The quick round: every unit and CLI test of the release build, without the slow end-to-end runs
+  # (examples, the figure text re-checks, kvlab on the emulated GPU) and the sanitizer stages.
+  stage "release: all tests but examples, figure-checks and emulated-e2e (KVLAB_QUICK=1)"
+  ctest --preset release -j "$jobs" --timeout 900 -LE "gpu|examples|figure-checks|emulated-e2e"
+  stage "quick round passed (KVLAB_QUICK=1: scripts/test.sh without it runs everything)"
+  exit 0
+fi
 stage "release: all tests"
 ctest --preset release -j "$jobs" --timeout 900
-[ "${KVLAB_QUICK:-0}" = 1 ] && { stage "release tests passed (KVLAB_QUICK=1: the sanitizer stages skipped)"; exit 0; }
 
 stage "sanitizers: build (clang: ASan + UBSan, the tests and the libFuzzer targets)"
 cmake --preset fuzz >/dev/null
 cmake --build build/fuzz -j "$jobs"
 stage "sanitizers: all tests under AddressSanitizer + UndefinedBehaviorSanitizer"
-# Left out: gpu (no GPU), examples and figure-checks (they rerun code the other tests run here).
-ctest --preset fuzz -j "$jobs" --timeout 900 -LE "gpu|examples|figure-checks"
+# Left out: gpu (no GPU), examples and figure-checks (they rerun code the other tests run here),
+# emulated-e2e (kvlab end to end on the emulated GPU, 220 s under ASan: the release stage runs them,
+# and here CudaPathEndToEnd.*, EveryFamily/EmulatedDevice.* and EmulatedAttention.* run the same
+# driver double, SIMT emulator and kernels under the sanitizers).
+ctest --preset fuzz -j "$jobs" --timeout 900 -LE "gpu|examples|figure-checks|emulated-e2e"
 
 stage "tsan: threaded code under ThreadSanitizer"
 cmake --preset tsan >/dev/null
-cmake --build --preset tsan -j "$jobs" --target kvlab_kernels_tests kvlab_vmm_tests kvlab_alloc_tests kvlab_support_tests kvlab_experiments_tests
+# One binary of the files that hold threaded tests (tests/CMakeLists.txt), not the five folder
+# binaries: half the objects to build.
+cmake --build --preset tsan -j "$jobs" --target kvlab_threaded_tests
 export TSAN_OPTIONS="halt_on_error=1:allocator_may_return_null=1"  # some tests ask for impossible sizes
 threaded='ThreadPool*:SimtEmulator*:EmulatedAttention*:EmulatedBlockCopy*:HostAttention.LongContext*:LimitingAdaptor*'
-build/tsan/tests/kvlab_kernels_tests --gtest_filter="$threaded"
-build/tsan/tests/kvlab_alloc_tests --gtest_filter='LimitingAdaptor*:*Thread*:*Concurren*'
-build/tsan/tests/kvlab_support_tests --gtest_filter='*Thread*:*Concurren*'
-build/tsan/tests/kvlab_vmm_tests --gtest_filter='*Overlap*:*Background*:*Thread*'
-build/tsan/tests/kvlab_experiments_tests --gtest_filter='*VmmOverlap*:CudaPath*:OverlapOrder*'
-stage "fuzz: libFuzzer targets (trace readers, backend operations, sweep files, replay/compare options), 20 s each"
-scripts/fuzz.sh "${KVLAB_FUZZ_SECONDS:-20}"
+threaded+=':*Thread*:*Concurren*:*Overlap*:*Background*:CudaPath*:OverlapOrder*'
+build/tsan/tests/kvlab_threaded_tests --gtest_filter="$threaded"
+stage "fuzz: libFuzzer targets (trace readers, backend operations, sweep files, replay/compare options), 15 s each"
+scripts/fuzz.sh "${KVLAB_FUZZ_SECONDS:-15}"
 stage "all test stages passed"

@@ -20,7 +20,7 @@ set_tests_properties(cli.beam_search PROPERTIES LABELS cli
 add_test(NAME cli.device_emulated
          COMMAND ${CMAKE_COMMAND} -DBINARY=$<TARGET_FILE:kvlab> -DOUT=${CMAKE_CURRENT_BINARY_DIR}/cli-device
          -P ${CMAKE_CURRENT_SOURCE_DIR}/cli/check_device.cmake)
-set_tests_properties(cli.device_emulated PROPERTIES LABELS cli TIMEOUT 900)
+set_tests_properties(cli.device_emulated PROPERTIES LABELS "cli;emulated-e2e" TIMEOUT 900)
 add_test(NAME cli.help_has_examples COMMAND $<TARGET_FILE:kvlab> replay --help)
 set_tests_properties(cli.help_has_examples PROPERTIES LABELS cli PASS_REGULAR_EXPRESSION "Examples:")
 add_test(NAME cli.compare_writes_csv_and_chart
@@ -35,7 +35,7 @@ set_tests_properties(cli.trace_errors_name_file_line_field PROPERTIES LABELS cli
 add_test(NAME figures.device_emulated
          COMMAND ${CMAKE_COMMAND} -DBINARY=$<TARGET_FILE:kvlab> -DOUT=${CMAKE_CURRENT_BINARY_DIR}/figure-device-emulated
                  -P ${CMAKE_CURRENT_SOURCE_DIR}/cli/check_figure_device.cmake)
-set_tests_properties(figures.device_emulated PROPERTIES LABELS figures TIMEOUT 900 FIXTURES_SETUP figures_device)
+set_tests_properties(figures.device_emulated PROPERTIES LABELS "figures;emulated-e2e" TIMEOUT 900 FIXTURES_SETUP figures_device)
 # Every paper figure at smoke scale, so none rots (CI runs this with the rest of ctest).
 add_test(NAME figures.smoke COMMAND $<TARGET_FILE:kvlab> figure all --no-progress --out ${CMAKE_CURRENT_BINARY_DIR}/figures)
 set_tests_properties(figures.smoke PROPERTIES LABELS figures TIMEOUT 600 FIXTURES_SETUP figures_smoke)
@@ -46,7 +46,7 @@ add_test(NAME figures.readme_numbers
 set_tests_properties(figures.readme_numbers PROPERTIES LABELS figures FIXTURES_REQUIRED figures_smoke)
 add_test(NAME figures.readme_numbers_device
          COMMAND python3 ${PROJECT_SOURCE_DIR}/scripts/check_readme_numbers.py ${CMAKE_CURRENT_BINARY_DIR}/figure-device-emulated)
-set_tests_properties(figures.readme_numbers_device PROPERTIES LABELS figures FIXTURES_REQUIRED figures_device)
+set_tests_properties(figures.readme_numbers_device PROPERTIES LABELS "figures;emulated-e2e" FIXTURES_REQUIRED figures_device)
 add_test(NAME results.readme_numbers
          COMMAND python3 ${PROJECT_SOURCE_DIR}/scripts/check_readme_numbers.py ${PROJECT_SOURCE_DIR}/results)
 set_tests_properties(results.readme_numbers PROPERTIES LABELS figures)
