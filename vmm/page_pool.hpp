@@ -33,8 +33,9 @@ inline constexpr PageId kNoPage = -1;
 // first; its free list is threaded through prev/next index arrays so that take() removes one
 // particular free page (a prefix-cache hit revives it) in O(1). (take() on a lifo pool removes the
 // page from the stack in O(free pages); nothing calls it there: only prefix sharing takes pages.)
-// Both orders hand out page 0 first. The pool knows nothing about where pages are mapped. Without a
-// driver (accounting only) a page is just an index.
+// allocate_pages / release_pages do the same for a row of pages at once (the vmm backend's
+// accounting moves whole rows). Both orders hand out page 0 first. The pool knows nothing about where pages are mapped.
+// Without a driver (accounting only) a page is just an index.
 //
 // Limitations. Not thread-safe (the backend's mutex guards it). The page count is fixed for the
 // pool's lifetime; growing or shrinking the budget means a new pool. Handles are released only at
@@ -71,21 +72,31 @@ class PhysicalPagePool {
   /// taken when fewer are free. A replay in accounting mode takes a row of pages at a time.
   [[nodiscard]] bool allocate_pages(std::span<PageId> out) {
     if (std::cmp_less(num_free_, out.size())) return false;
-    for (PageId& p : out) {
-      if (order_ == PageFreeOrder::lifo) {
-        p = stack_.back();
-        stack_.pop_back();
-        --num_free_;
-        in_use_[static_cast<std::size_t>(p)] = 1;
-      } else {
-        p = allocate_lru();
-      }
+    if (order_ != PageFreeOrder::lifo) {
+      for (PageId& p : out) p = allocate_lru();
+      return true;
     }
+    const std::size_t top = stack_.size();
+    for (std::size_t i = 0; i < out.size(); ++i) {
+      out[i] = stack_[top - 1 - i];
+      in_use_[static_cast<std::size_t>(out[i])] = 1;
+    }
+    stack_.resize(top - out.size());
+    num_free_ -= static_cast<std::int64_t>(out.size());
     return true;
   }
-  /// release() of each of `pages`, in order.
+  /// release() of each of `pages`, in order (the last one is handed out first).
   void release_pages(std::span<const PageId> pages) {
-    for (const PageId p : pages) release(p);
+    if (order_ != PageFreeOrder::lifo) {
+      for (const PageId p : pages) release(p);
+      return;
+    }
+    for (const PageId p : pages) {
+      KVLAB_EXPECTS(p >= 0 && p < num_pages() && in_use(p), "page " + std::to_string(p) + " is not in use");
+      in_use_[static_cast<std::size_t>(p)] = 0;
+    }
+    stack_.insert(stack_.end(), pages.begin(), pages.end());
+    num_free_ += static_cast<std::int64_t>(pages.size());
   }
   /// Takes the free page `page` off the free list (it must be free).
   void take(PageId page);
