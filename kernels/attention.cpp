@@ -1,10 +1,10 @@
 #include "kernels/attention.hpp"
 
-#include "alloc/error.hpp"
+#include "alloc/core/error.hpp"
 #include "kernels/dispatch.hpp"
 #include "kernels/simt/emulated_attention.hpp"
 #if KVLAB_HAS_CUDA
-#include "alloc/cuda_check.hpp"
+#include "alloc/cuda/cuda_check.hpp"
 #include "kernels/cuda/cuda_attention.hpp"
 #endif
 #if KVLAB_HAS_FLASHINFER

@@ -5,7 +5,7 @@
 // kernels/dispatch.hpp.
 #include <cstdint>
 
-#include "alloc/device.hpp"
+#include "alloc/core/device.hpp"
 #include "kernels/attention_params.hpp"
 #include "kernels/kv_view.hpp"
 #include "kernels/simt/block_copy_kernel.hpp"

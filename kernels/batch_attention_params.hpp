@@ -6,8 +6,8 @@
 #include <cmath>
 #include <cstdint>
 
-#include "alloc/kv_backend.hpp"
-#include "alloc/model_geometry.hpp"
+#include "alloc/backend/kv_backend.hpp"
+#include "alloc/core/model_geometry.hpp"
 #include "kernels/attention_params.hpp"
 
 namespace kvlab {

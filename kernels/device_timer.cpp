@@ -2,9 +2,9 @@
 
 #include <chrono>
 
-#include "alloc/error.hpp"
+#include "alloc/core/error.hpp"
 #if KVLAB_HAS_CUDA
-#include "alloc/cuda_check.hpp"
+#include "alloc/cuda/cuda_check.hpp"
 #endif
 
 namespace kvlab {

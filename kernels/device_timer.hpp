@@ -4,7 +4,7 @@
 // are asynchronous: the stop event is waited for, so the time covers the work, not the launches).
 #include <functional>
 
-#include "alloc/device.hpp"
+#include "alloc/core/device.hpp"
 
 namespace kvlab {
 

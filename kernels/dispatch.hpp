@@ -5,8 +5,8 @@
 #include <type_traits>
 #include <utility>
 
-#include "alloc/dtype.hpp"
-#include "alloc/error.hpp"
+#include "alloc/core/dtype.hpp"
+#include "alloc/core/error.hpp"
 #include "kernels/kv_view.hpp"
 #include "kernels/numeric.hpp"
 

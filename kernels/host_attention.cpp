@@ -27,7 +27,7 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
 
-#include "alloc/error.hpp"
+#include "alloc/core/error.hpp"
 #include "kernels/attention.hpp"
 #include "kernels/dispatch.hpp"
 #include "kernels/host_simd.hpp"

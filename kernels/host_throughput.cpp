@@ -9,7 +9,7 @@
 
 #include <string>
 
-#include "alloc/error.hpp"
+#include "alloc/core/error.hpp"
 #include "kernels/huge_pages.hpp"
 
 namespace kvlab {

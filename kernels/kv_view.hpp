@@ -7,13 +7,13 @@
 // sit at a constant token stride. A contiguous view has one run per sequence; a paged view has one
 // run per block. Both views expose the same three accessors, so one kernel body serves both and
 // the paged view's block-table lookup happens once per block, not once per token. The erased
-// form backends hand out (KvView) is in alloc/kv_view.hpp; as_contiguous/as_paged and erase()
+// form backends hand out (KvView) is in alloc/core/kv_view.hpp; as_contiguous/as_paged and erase()
 // convert between the two.
 #include <cstdint>
 #include <type_traits>
 
-#include "alloc/dtype.hpp"
-#include "alloc/kv_view.hpp"
+#include "alloc/core/dtype.hpp"
+#include "alloc/core/kv_view.hpp"
 #include "kernels/numeric.hpp"
 #include "kernels/platform.hpp"
 

@@ -6,7 +6,7 @@
 #include <cstring>
 #include <type_traits>
 
-#include "alloc/dtype.hpp"
+#include "alloc/core/dtype.hpp"
 #include "kernels/platform.hpp"
 
 #if defined(__CUDACC__)

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <string>
 
-#include "alloc/error.hpp"
+#include "alloc/core/error.hpp"
 
 namespace kvlab {
 

@@ -1,6 +1,6 @@
 #include "paged/hash_prefix_cache.hpp"
 
-#include "alloc/error.hpp"
+#include "alloc/core/error.hpp"
 
 namespace kvlab {
 

@@ -3,7 +3,7 @@
 // (docs/prefix-caching.md).
 //
 //  * Only full blocks are cached, in the chained block-hash index shared with the vmm backend
-//    (alloc/chained_prefix_index.hpp), one paged block per entry: a hit is verified token by
+//    (alloc/backend/chained_prefix_index.hpp), one paged block per entry: a hit is verified token by
 //    token and through its parent's generation, so a hash collision never shares other KV.
 //  * Freed blocks keep their entries and wait in the pool's LRU free queue (FreeOrder::lru); an
 //    entry is dropped (an eviction) only when its block is handed out again (forget_block).
@@ -18,7 +18,7 @@
 #include <span>
 #include <vector>
 
-#include "alloc/chained_prefix_index.hpp"
+#include "alloc/backend/chained_prefix_index.hpp"
 #include "paged/block_pool.hpp"
 #include "paged/prefix_cache.hpp"
 

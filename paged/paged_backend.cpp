@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <string>
 
-#include "alloc/copy.hpp"
-#include "alloc/error.hpp"
+#include "alloc/transfer/copy.hpp"
+#include "alloc/core/error.hpp"
 #include "kernels/attention.hpp"
 #include "paged/hash_prefix_cache.hpp"
 #include "paged/radix_cache.hpp"
@@ -139,12 +139,6 @@ std::byte* PagedBackend::plane(int layer, int kv) const noexcept {
 }
 
 const std::vector<BlockId>& PagedBackend::block_table(SeqId id) const { return at(id).blocks; }
-
-const HashPrefixCache* PagedBackend::hash_cache() const noexcept {
-  return dynamic_cast<const HashPrefixCache*>(cache_.get());
-}
-
-const RadixCache* PagedBackend::radix_cache() const noexcept { return dynamic_cast<const RadixCache*>(cache_.get()); }
 
 // ---- prefix caching -------------------------------------------------------------------------
 

@@ -9,7 +9,7 @@
 //    reference (copy-on-write). Beam search and parallel sampling are built on it.
 //  * swap_out copies a sequence's blocks to host memory (pinned memory on CUDA) and frees them;
 //    swap_in allocates blocks and copies the same bytes back. Release frees for recomputation.
-//    The copies run on a stream of their own (alloc/copy_stream.hpp): prepare_batch and the
+//    The copies run on a stream of their own (alloc/transfer/copy_stream.hpp): prepare_batch and the
 //    backend's own device copies fence them, begin_step waits for them and frees the host buffers
 //    swap-ins emptied.
 //  * Layout: [layer][K|V][num_blocks][block_size][kv_heads][head_dim]; the kernels read it
@@ -39,16 +39,13 @@
 #include <unordered_map>
 #include <vector>
 
-#include "alloc/copy_stream.hpp"
-#include "alloc/memory_resource.hpp"
-#include "alloc/table_backend.hpp"
+#include "alloc/transfer/copy_stream.hpp"
+#include "alloc/memory/memory_resource.hpp"
+#include "alloc/backend/table_backend.hpp"
 #include "paged/block_pool.hpp"
 #include "paged/prefix_cache.hpp"
 
 namespace kvlab {
-
-class HashPrefixCache;
-class RadixCache;
 
 struct PagedConfig {
   ModelGeometry model;
@@ -108,9 +105,6 @@ class PagedBackend final : public TableBackend<PagedSequence> {
   /// Blocks an allocation can get now: free blocks, plus evictable tree blocks in radix mode.
   [[nodiscard]] std::int64_t available_blocks() const;
   [[nodiscard]] const PrefixCache& prefix_cache() const noexcept { return *cache_; }
-  /// The caches themselves, for tests and inspection (nullptr unless in that mode).
-  [[nodiscard]] const HashPrefixCache* hash_cache() const noexcept;
-  [[nodiscard]] const RadixCache* radix_cache() const noexcept;
 
  private:
   using Sequence = PagedSequence;

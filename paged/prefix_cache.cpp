@@ -2,7 +2,7 @@
 
 #include <string>
 
-#include "alloc/error.hpp"
+#include "alloc/core/error.hpp"
 #include "paged/hash_prefix_cache.hpp"
 #include "paged/radix_cache.hpp"
 

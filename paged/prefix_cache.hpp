@@ -8,7 +8,7 @@
 #include <string_view>
 #include <vector>
 
-#include "alloc/kv_backend.hpp"
+#include "alloc/backend/kv_backend.hpp"
 #include "paged/block_pool.hpp"
 
 namespace kvlab {

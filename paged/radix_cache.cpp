@@ -5,8 +5,8 @@
 #include <queue>
 #include <tuple>
 
-#include "alloc/error.hpp"
-#include "alloc/block_hash.hpp"
+#include "alloc/core/error.hpp"
+#include "alloc/backend/block_hash.hpp"
 
 namespace kvlab {
 

@@ -4,7 +4,9 @@
     scripts/check_layers.py [--root DIR]
 
   tests/        test-only code (tests/support: doubles): no shipped folder includes it
-  alloc/        errors, memory, the backend front door: includes nothing from the other folders
+  alloc/        errors, memory, the backend front door: includes nothing from the other folders.
+                Its rooms have floors, bottom up: core, memory, faults, cuda (cuda/emulated is
+                cuda's), transfer, backend, contiguous
   kernels/      attention kernels: may include alloc/, nothing else of ours
   paged/, vmm/  backends: alloc/ and kernels/; never each other
   experiments/  replayer, CLI, figures: reaches backends only through the factory — no file but
@@ -31,30 +33,34 @@ ALLOWED = {
 }
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"/]+)/')
 CONCRETE = re.compile(r"\b(ContiguousBackend|PagedBackend|VmmBackend|ContiguousConfig|PagedConfig|VmmConfig)\b")
-BACKEND_HEADERS = re.compile(r'#\s*include\s+"(paged/paged_backend|vmm/vmm_backend|alloc/contiguous_backend)\.hpp"')
+BACKEND_HEADERS = re.compile(r'#\s*include\s+"(paged/paged_backend|vmm/vmm_backend|alloc/contiguous/contiguous_backend)\.hpp"')
 FACTORY = "experiments/replay/backend_factory.cpp"
-ROOMS = ["support", "traces", "clock", "replay", "report", "runs", "figures", "cli"]
-ROOM_ALIASES = {"devices": "clock", "benchmarks": "cli"}  # a data folder; the top floor
-ROOM_INCLUDE = re.compile(r'^\s*#\s*include\s+"experiments/([^"/]+)/')
+# The rooms of a folder, bottom up, and folders that count as a room's (a data folder; the top floor).
+ROOMS = {
+    "experiments": ["support", "traces", "clock", "replay", "report", "runs", "figures", "cli"],
+    "alloc": ["core", "memory", "faults", "cuda", "transfer", "backend", "contiguous"],
+}
+ROOM_ALIASES = {"experiments": {"devices": "clock", "benchmarks": "cli"}, "alloc": {}}
 
 
-def room_of(rel: str) -> str | None:
-    """The experiments/ room of a file (None for one at experiments/'s top, which should not exist)."""
+def room_of(folder: str, rel: str) -> str | None:
+    """The room of a file in `folder` (None for one at the folder's top, which should not exist)."""
     parts = rel.split("/")
     if len(parts) < 3:
         return None
-    return ROOM_ALIASES.get(parts[1], parts[1])
+    return ROOM_ALIASES[folder].get(parts[1], parts[1])
 
 
-def check_rooms(rel: str, n: int, line: str) -> list[str]:
-    m = ROOM_INCLUDE.match(line)
+def check_rooms(folder: str, rel: str, n: int, line: str) -> list[str]:
+    m = re.match(r'^\s*#\s*include\s+"' + folder + r'/([^"/]+)/', line)
     if not m:
         return []
-    mine, theirs = room_of(rel), ROOM_ALIASES.get(m.group(1), m.group(1))
-    if mine not in ROOMS or theirs not in ROOMS:
-        return [f"{rel}:{n}: experiments/ files live in a room ({', '.join(ROOMS)}) ({line.strip()})"]
-    if ROOMS.index(theirs) > ROOMS.index(mine):
-        return [f"{rel}:{n}: experiments/{mine}/ must not include experiments/{theirs}/, a room above it ({line.strip()})"]
+    rooms = ROOMS[folder]
+    mine, theirs = room_of(folder, rel), ROOM_ALIASES[folder].get(m.group(1), m.group(1))
+    if mine not in rooms or theirs not in rooms:
+        return [f"{rel}:{n}: {folder}/ files live in a room ({', '.join(rooms)}) ({line.strip()})"]
+    if rooms.index(theirs) > rooms.index(mine):
+        return [f"{rel}:{n}: {folder}/{mine}/ must not include {folder}/{theirs}/, a room above it ({line.strip()})"]
     return []
 SUFFIXES = {".cpp", ".hpp", ".cu", ".cuh", ".h"}
 
@@ -74,9 +80,10 @@ def check(root: pathlib.Path) -> list[str]:
                 m = INCLUDE.match(line)
                 if m and m.group(1) in INCLUDABLE and m.group(1) not in ALLOWED[folder]:
                     problems.append(f"{rel}:{n}: {folder}/ must not include {m.group(1)}/ ({line.strip()})")
+                if folder in ROOMS:
+                    problems += check_rooms(folder, rel, n, line)
                 if folder != "experiments":
                     continue
-                problems += check_rooms(rel, n, line)
                 if rel == FACTORY:
                     continue
                 code = code_only(line)

@@ -1,13 +1,13 @@
 #pragma once
 // The virtual-memory driver over CUDA's VMM API (cuMemAddressReserve, cuMemCreate, cuMemMap, ...),
 // reached only through a `const CudaDriverApi&`: production passes cuda_driver(), tests the
-// contract-checking host double (alloc/emulated/cuda_driver_double.hpp).
+// contract-checking host double (alloc/cuda/emulated/cuda_driver_double.hpp).
 #if !KVLAB_HAS_CUDA_HEADERS
 #error "vmm/cuda_vm_driver.hpp needs the CUDA toolkit headers; guard the include with KVLAB_HAS_CUDA_HEADERS"
 #endif
 
-#include "alloc/cuda_driver.hpp"
-#include "alloc/cuda_primary_context.hpp"
+#include "alloc/cuda/cuda_driver.hpp"
+#include "alloc/cuda/cuda_primary_context.hpp"
 #include "vmm/vm_driver.hpp"
 
 namespace kvlab {

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "alloc/error.hpp"
+#include "alloc/core/error.hpp"
 #include "vmm/vm_driver.hpp"
 
 namespace kvlab {

@@ -8,8 +8,8 @@
 #include <span>
 #include <vector>
 
-#include "alloc/chained_prefix_index.hpp"
-#include "alloc/kv_backend.hpp"
+#include "alloc/backend/chained_prefix_index.hpp"
+#include "alloc/backend/kv_backend.hpp"
 #include "vmm/slot_arena.hpp"
 
 namespace kvlab {
@@ -29,7 +29,7 @@ namespace kvlab {
 //    the prefix cache no page is ever in two slots and a row of T pages is simply counted.
 //  * The index: a block is the fewest whole rows that hold whole tokens (lcm(page, token bytes)
 //    bytes: G rows, 1 whenever a token divides the page); the chained prefix index
-//    (alloc/chained_prefix_index.hpp) names the G x T pages holding each cached block. A block is
+//    (alloc/backend/chained_prefix_index.hpp) names the G x T pages holding each cached block. A block is
 //    entered as soon as it is complete and its token ids are known (vLLM v1's rule): the prompt's
 //    at admit, then whatever growth completes (later prefill chunks; decode when the spec's ids
 //    cover the generated tokens). Only whole rows below every holder's length are entered, and

@@ -13,7 +13,7 @@
 #include <cstring>
 #include <string>
 
-#include "alloc/error.hpp"
+#include "alloc/core/error.hpp"
 
 namespace kvlab {
 

@@ -5,7 +5,7 @@
 #include <chrono>
 #include <string>
 
-#include "alloc/error.hpp"
+#include "alloc/core/error.hpp"
 
 namespace kvlab {
 

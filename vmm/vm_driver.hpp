@@ -22,7 +22,7 @@
 #include <optional>
 #include <string>
 
-#include "alloc/device.hpp"
+#include "alloc/core/device.hpp"
 
 namespace kvlab {
 

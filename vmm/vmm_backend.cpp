@@ -4,8 +4,8 @@
 #include <chrono>
 #include <string>
 
-#include "alloc/copy.hpp"
-#include "alloc/error.hpp"
+#include "alloc/transfer/copy.hpp"
+#include "alloc/core/error.hpp"
 
 namespace kvlab {
 

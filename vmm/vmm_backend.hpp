@@ -6,8 +6,8 @@
 #include <mutex>
 #include <vector>
 
-#include "alloc/memory_resource.hpp"
-#include "alloc/table_backend.hpp"
+#include "alloc/memory/memory_resource.hpp"
+#include "alloc/backend/table_backend.hpp"
 #include "vmm/background_mapper.hpp"
 #include "vmm/page_pool.hpp"
 #include "vmm/page_sharing.hpp"

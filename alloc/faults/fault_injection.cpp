@@ -2,7 +2,7 @@
 
 #include <atomic>
 
-#include "alloc/error.hpp"
+#include "alloc/core/error.hpp"
 
 namespace kvlab {
 

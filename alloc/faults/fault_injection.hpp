@@ -14,7 +14,7 @@
 #include <random>
 #include <string>
 
-#include "alloc/memory_resource.hpp"
+#include "alloc/memory/memory_resource.hpp"
 
 namespace kvlab {
 
@@ -53,7 +53,7 @@ class ScopedFaultPause {
   ScopedFaultPause& operator=(const ScopedFaultPause&) = delete;
 };
 
-/// Device copies (alloc/copy.hpp) consult this injector while it is installed (nullptr: none).
+/// Device copies (alloc/transfer/copy.hpp) consult this injector while it is installed (nullptr: none).
 /// An injected copy failure throws kvlab::Error before any byte moves.
 void set_copy_fault_injector(FaultInjector* injector) noexcept;
 [[nodiscard]] FaultInjector* copy_fault_injector() noexcept;

@@ -23,8 +23,8 @@
 #include <vector>
 
 #include "experiments/benchmarks/host_context.hpp"
-#include "alloc/cuda_runtime.hpp"
-#include "alloc/cuda_driver.hpp"
+#include "alloc/cuda/cuda_runtime.hpp"
+#include "alloc/cuda/cuda_driver.hpp"
 #include "kernels/attention.hpp"
 #include "kernels/cuda/cuda_attention.hpp"
 #include "vmm/cuda_vm_driver.hpp"
@@ -154,7 +154,7 @@ class DeviceKv {
         vb.push_back(v_ + static_cast<std::size_t>(s) * context * row);
       }
       view_ = erase(ContiguousKv<half_t>{upload(kb), upload(vb), row, kHeadDim}, kKvHeads, kHeadDim);
-      // The common-base form FlashInfer reads (alloc/kv_view.hpp): sequence s is s x context rows
+      // The common-base form FlashInfer reads (alloc/core/kv_view.hpp): sequence s is s x context rows
       // after k_ and v_.
       std::vector<std::int32_t> index;
       for (int s = 0; s < batch; ++s) index.push_back(s * context);

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "alloc/model_geometry.hpp"
+#include "alloc/core/model_geometry.hpp"
 #include "experiments/replay/backend_factory.hpp"
 #include "experiments/replay/replayer.hpp"
 #include "experiments/traces/trace_reader.hpp"

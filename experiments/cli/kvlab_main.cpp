@@ -26,11 +26,11 @@
 #include <thread>
 #include <vector>
 
-#include "alloc/cuda_runtime.hpp"
-#include "alloc/error.hpp"
+#include "alloc/cuda/cuda_runtime.hpp"
+#include "alloc/core/error.hpp"
 #include "alloc/faults/fault_injection.hpp"
-#include "alloc/limiting_adaptor.hpp"
-#include "alloc/model_geometry.hpp"
+#include "alloc/memory/limiting_adaptor.hpp"
+#include "alloc/core/model_geometry.hpp"
 #include "experiments/replay/backend_factory.hpp"
 #include "experiments/runs/calibrate.hpp"
 #include "experiments/cli/messages.hpp"

@@ -5,8 +5,8 @@
 #include <cmath>
 #include <sstream>
 
-#include "alloc/error.hpp"
-#include "alloc/model_geometry.hpp"
+#include "alloc/core/error.hpp"
+#include "alloc/core/model_geometry.hpp"
 #include "experiments/replay/backend_factory.hpp"
 #include "experiments/cli/messages.hpp"
 #include "experiments/replay/schedule_policy.hpp"

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "experiments/replay/backend_factory.hpp"
-#include "alloc/device.hpp"
+#include "alloc/core/device.hpp"
 #include "alloc/faults/fault_injection.hpp"
 #include "experiments/clock/device_model.hpp"
 #include "experiments/support/provenance.hpp"

@@ -12,9 +12,9 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "alloc/kv_backend.hpp"
-#include "alloc/kv_view.hpp"
-#include "alloc/model_geometry.hpp"
+#include "alloc/backend/kv_backend.hpp"
+#include "alloc/core/kv_view.hpp"
+#include "alloc/core/model_geometry.hpp"
 #include "experiments/clock/device_model.hpp"
 
 namespace kvlab {

@@ -14,7 +14,7 @@
 
 #include <fmt/format.h>
 
-#include "alloc/error.hpp"
+#include "alloc/core/error.hpp"
 #include "experiments/devices/embedded_device_models.hpp"
 
 namespace kvlab {

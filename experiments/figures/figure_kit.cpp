@@ -10,7 +10,7 @@
 #include <sstream>
 #include <thread>
 
-#include "alloc/error.hpp"
+#include "alloc/core/error.hpp"
 #include "experiments/runs/run_control.hpp"
 #include "experiments/support/atomic_file.hpp"
 #include "experiments/support/progress.hpp"

@@ -6,7 +6,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "alloc/error.hpp"
+#include "alloc/core/error.hpp"
 #include "experiments/figures/figure_list.hpp"
 
 namespace kvlab {

@@ -9,8 +9,8 @@
 #include <map>
 #include <span>
 
-#include "alloc/staged_arrays.hpp"
-#include "alloc/memory_resource.hpp"
+#include "alloc/transfer/staged_arrays.hpp"
+#include "alloc/memory/memory_resource.hpp"
 #include "experiments/figures/figure_kit.hpp"
 #include "experiments/figures/figure_list.hpp"
 #include "experiments/replay/serving_metrics.hpp"

@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <set>
 
-#include "alloc/memory_resource.hpp"
+#include "alloc/memory/memory_resource.hpp"
 #include "experiments/figures/figure_kit.hpp"
 #include "experiments/figures/figure_list.hpp"
 

@@ -7,8 +7,8 @@
 #include <cstring>
 #include <limits>
 
-#include "alloc/error.hpp"
-#include "alloc/memory_resource.hpp"
+#include "alloc/core/error.hpp"
+#include "alloc/memory/memory_resource.hpp"
 #include "experiments/figures/figure_kit.hpp"
 #include "experiments/figures/figure_list.hpp"
 #include "kernels/kv_view.hpp"

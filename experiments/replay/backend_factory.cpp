@@ -1,21 +1,21 @@
 #include "experiments/replay/backend_factory.hpp"
 
-#include "alloc/contiguous_backend.hpp"
-#include "alloc/cuda_runtime.hpp"
-#include "alloc/error.hpp"
+#include "alloc/contiguous/contiguous_backend.hpp"
+#include "alloc/cuda/cuda_runtime.hpp"
+#include "alloc/core/error.hpp"
 #include "alloc/faults/fault_injection.hpp"
 #include "paged/paged_backend.hpp"
 #include "vmm/posix_vm_driver.hpp"
 #include "vmm/vmm_backend.hpp"
 #if KVLAB_HAS_CUDA_HEADERS
-#include "alloc/cuda_driver_log.hpp"
-#include "alloc/cuda_vmm_memory_resource.hpp"
-#include "alloc/emulated/cuda_driver_double.hpp"
+#include "alloc/cuda/cuda_driver_log.hpp"
+#include "alloc/cuda/cuda_vmm_memory_resource.hpp"
+#include "alloc/cuda/emulated/cuda_driver_double.hpp"
 #include "vmm/cuda_vm_driver.hpp"
 #endif
 #if KVLAB_HAS_CUDA
-#include "alloc/cuda_check.hpp"
-#include "alloc/cuda_memory_resource.hpp"
+#include "alloc/cuda/cuda_check.hpp"
+#include "alloc/cuda/cuda_memory_resource.hpp"
 #endif
 
 #include <fmt/format.h>

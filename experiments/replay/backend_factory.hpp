@@ -10,15 +10,15 @@
 #include <string_view>
 #include <vector>
 
-#include "alloc/device.hpp"
-#include "alloc/kv_backend.hpp"
-#include "alloc/memory_resource.hpp"
+#include "alloc/core/device.hpp"
+#include "alloc/backend/kv_backend.hpp"
+#include "alloc/memory/memory_resource.hpp"
 #include "vmm/vm_driver.hpp"
 
 namespace kvlab {
 
-struct CudaDriverApi;    // alloc/cuda_driver.hpp
-class CudaDriverDouble;  // alloc/emulated/cuda_driver_double.hpp
+struct CudaDriverApi;    // alloc/cuda/cuda_driver.hpp
+class CudaDriverDouble;  // alloc/cuda/emulated/cuda_driver_double.hpp
 class FaultInjector;     // alloc/faults/fault_injection.hpp
 
 /// What one device gives a run: the memory resource its KV pools, per-batch arrays and kernel

@@ -2,8 +2,8 @@
 
 #include <vector>
 
-#include "alloc/copy.hpp"
-#include "alloc/error.hpp"
+#include "alloc/transfer/copy.hpp"
+#include "alloc/core/error.hpp"
 #include "alloc/faults/fault_injection.hpp"
 #include "kernels/dispatch.hpp"
 

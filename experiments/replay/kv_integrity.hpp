@@ -13,7 +13,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "alloc/kv_backend.hpp"
+#include "alloc/backend/kv_backend.hpp"
 
 namespace kvlab {
 

@@ -8,8 +8,8 @@
 #include <numeric>
 #include <random>
 
-#include "alloc/device_staging.hpp"
-#include "alloc/error.hpp"
+#include "alloc/transfer/device_staging.hpp"
+#include "alloc/core/error.hpp"
 #include "experiments/replay/kv_integrity.hpp"
 #include "experiments/traces/token_ids.hpp"
 #include "kernels/attention.hpp"

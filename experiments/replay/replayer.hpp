@@ -31,9 +31,9 @@
 #include <string>
 #include <vector>
 
-#include "alloc/kv_backend.hpp"
-#include "alloc/memory_breakdown.hpp"
-#include "alloc/memory_resource.hpp"
+#include "alloc/backend/kv_backend.hpp"
+#include "alloc/core/memory_breakdown.hpp"
+#include "alloc/memory/memory_resource.hpp"
 #include "experiments/clock/cost_model.hpp"
 #include "experiments/replay/schedule_policy.hpp"
 #include "experiments/traces/workload.hpp"

@@ -4,7 +4,7 @@
 #include <numeric>
 #include <string>
 
-#include "alloc/error.hpp"
+#include "alloc/core/error.hpp"
 
 namespace kvlab {
 

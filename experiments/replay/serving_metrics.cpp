@@ -4,7 +4,7 @@
 #include <cmath>
 #include <sstream>
 
-#include "alloc/error.hpp"
+#include "alloc/core/error.hpp"
 
 namespace kvlab {
 

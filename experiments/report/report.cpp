@@ -5,7 +5,7 @@
 #include <iomanip>
 #include <sstream>
 
-#include "alloc/error.hpp"
+#include "alloc/core/error.hpp"
 #include "experiments/support/atomic_file.hpp"
 #include "experiments/support/shell.hpp"
 #include "experiments/report/summary_json.hpp"

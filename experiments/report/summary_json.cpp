@@ -12,7 +12,7 @@
 #include <numeric>
 #include <vector>
 
-#include "alloc/error.hpp"
+#include "alloc/core/error.hpp"
 #include "experiments/support/atomic_file.hpp"
 
 namespace kvlab {

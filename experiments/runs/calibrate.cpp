@@ -17,11 +17,11 @@
 
 #include <fmt/format.h>
 
-#include "alloc/copy.hpp"
-#include "alloc/cuda_runtime.hpp"
-#include "alloc/staged_arrays.hpp"
-#include "alloc/error.hpp"
-#include "alloc/model_geometry.hpp"
+#include "alloc/transfer/copy.hpp"
+#include "alloc/cuda/cuda_runtime.hpp"
+#include "alloc/transfer/staged_arrays.hpp"
+#include "alloc/core/error.hpp"
+#include "alloc/core/model_geometry.hpp"
 #include "experiments/replay/backend_factory.hpp"
 #include "experiments/replay/replayer.hpp"
 #include "experiments/traces/workload.hpp"
@@ -206,9 +206,10 @@ void measure_device_bandwidth(const Session& s, DeviceModel& m) {
   }
   const double bw = median(rates);
   s.set(m, &DeviceModel::memory_bandwidth, "memory_bandwidth", bw,
-        s.source(fmt::format("device-to-device copy (alloc/copy.hpp copy_bytes: cudaMemcpy) of {} MiB, bytes read + "
-                             "written over the time kernels/device_timer measures, {} repetitions, median",
-                             bytes / kMiB, rates.size())));
+        s.source(fmt::format(
+            "device-to-device copy (alloc/transfer/copy.hpp copy_bytes: cudaMemcpy) of {} MiB, bytes read + "
+            "written over the time kernels/device_timer measures, {} repetitions, median",
+            bytes / kMiB, rates.size())));
   s.say(fmt::format("memory_bandwidth = {} (device-to-device copy, read + write)", gbps(bw)));
 }
 
@@ -274,7 +275,7 @@ struct DecodeData {
     p.host_seq_lens = lens.data();
     return p;
   }
-  /// With the common-base form (alloc/kv_view.hpp), so FlashInfer's non-paged kernel reads it.
+  /// With the common-base form (alloc/core/kv_view.hpp), so FlashInfer's non-paged kernel reads it.
   [[nodiscard]] KvView contiguous() const {
     KvView v = erase(ContiguousKv<half_t>{kptr_at, vptr_at, kRow, kHeadDim}, kKvHeads, kHeadDim);
     v.k_base = k_at;
@@ -562,7 +563,7 @@ void measure_host_copies(const Session& s, DeviceModel& m) {
       buffer);
   const std::string what = fmt::format(
       "least-squares fit (relative error) of latency + bytes / bandwidth to memmove "
-      "(alloc/copy.hpp copy_bytes) of chunks of 4 KiB .. 4 MiB at rotating offsets in "
+      "(alloc/transfer/copy.hpp copy_bytes) of chunks of 4 KiB .. 4 MiB at rotating offsets in "
       "{} MiB, {} repetitions per size, median per size",
       buffer / kMiB, s.size.reps);
   s.set(m, &DeviceModel::host_bandwidth, "host_bandwidth", fit.bandwidth, s.source(what));
@@ -596,17 +597,19 @@ void measure_device_copies(const Session& s, DeviceModel& m) {
       "4 KiB .. 4 MiB at rotating offsets in {} MiB, {} repetitions per size timed by "
       "kernels/device_timer, median per size",
       buffer / kMiB, s.size.reps);
-  s.set(m, &DeviceModel::host_bandwidth, "host_bandwidth", link.bandwidth,
-        s.source("copies between pinned host memory and device memory (alloc/copy.hpp copy_bytes: cudaMemcpy), half "
-                 "each way; " +
-                 how));
+  s.set(
+      m, &DeviceModel::host_bandwidth, "host_bandwidth", link.bandwidth,
+      s.source(
+          "copies between pinned host memory and device memory (alloc/transfer/copy.hpp copy_bytes: cudaMemcpy), half "
+          "each way; " +
+          how));
   // Each sample is two transfers (out, then back in): the fitted intercept is two latencies.
   s.set(m, &DeviceModel::host_transfer_latency_s, "host_transfer_latency_s", link.latency / 2,
         s.source("half the intercept of the same fit (each sample is two transfers, one each way); " + how));
   const CopyFit local = fit_copies(
       s, [&](std::size_t off, std::size_t size) { copy_bytes(device, b.data + off, a.data + off, size); }, buffer);
   s.set(m, &DeviceModel::device_copy_latency_s, "device_copy_latency_s", local.latency,
-        s.source("device-to-device copies (alloc/copy.hpp copy_bytes: cudaMemcpy); " + how));
+        s.source("device-to-device copies (alloc/transfer/copy.hpp copy_bytes: cudaMemcpy); " + how));
   s.say(
       fmt::format("host_bandwidth = {}, host_transfer_latency_s = {:.3g} s ({}); device_copy_latency_s = {:.3g} s "
                   "({})",

@@ -14,7 +14,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "alloc/error.hpp"
+#include "alloc/core/error.hpp"
 #include "experiments/support/atomic_file.hpp"
 
 namespace kvlab {

@@ -21,8 +21,9 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "alloc/error.hpp"
+#include "alloc/core/error.hpp"
 #include "experiments/support/atomic_file.hpp"
+#include "experiments/support/csv.hpp"
 #include "experiments/support/progress.hpp"
 #include "experiments/report/report.hpp"
 #include "experiments/runs/run_control.hpp"
@@ -454,21 +455,6 @@ std::optional<Grid> read_grid(const fs::path& out) {
   return g;
 }
 
-/// The fields of one CSV line, each as written (quotes kept); commas inside quotes do not split.
-std::vector<std::string> raw_csv_fields(const std::string& line) {
-  std::vector<std::string> out(1);
-  bool quoted = false;
-  for (const char c : line) {
-    if (c == '"') quoted = !quoted;
-    if (c == ',' && !quoted) {
-      out.emplace_back();
-    } else {
-      out.back() += c;
-    }
-  }
-  return out;
-}
-
 /// One finished point's compare.csv: its command, columns and rows.
 struct PointTable {
   std::string name, command;
@@ -490,9 +476,20 @@ PointTable read_point_table(const fs::path& dir) {
     const auto j = nlohmann::json::parse(run, nullptr, /*allow_exceptions=*/false);
     if (j.is_object() && j.contains("command") && j["command"].is_string()) t.command = j["command"].get<std::string>();
   }
-  t.columns = raw_csv_fields(head);
-  while (std::getline(in, line))
-    if (!line.empty()) t.rows.push_back(raw_csv_fields(line));
+  // Fields are read unquoted (support/csv.hpp) and quoted again where they need it when merged.
+  int n = 1;
+  const auto fields = [&](const std::string& text) {
+    try {
+      return csv_fields(text);
+    } catch (const CsvError& e) {
+      throw CsvError("compare.csv line " + std::to_string(n) + ": " + e.what());
+    }
+  };
+  t.columns = fields(head);
+  while (std::getline(in, line)) {
+    ++n;
+    if (!line.empty()) t.rows.push_back(fields(line));
+  }
   return t;
 }
 
@@ -508,7 +505,7 @@ std::string merge_tables(const std::vector<std::string>& axes, const std::vector
   f << "point";
   for (const std::string& a : axes) f << ",axis_" << csv_field(a);
   f << ",command";
-  for (const std::string& c : columns) f << ',' << c;
+  for (const std::string& c : columns) f << ',' << csv_field(c);
   f << '\n';
   for (const PointTable& t : tables)
     for (const auto& r : t.rows) {
@@ -517,7 +514,7 @@ std::string merge_tables(const std::vector<std::string>& axes, const std::vector
       f << t.name;
       for (const std::string& v : t.values) f << ',' << csv_field(v);
       f << ',' << csv_field(t.command);
-      for (const std::string& v : out) f << ',' << v;
+      for (const std::string& v : out) f << ',' << csv_field(v);
       f << '\n';
       ++rows;
     }
@@ -551,7 +548,12 @@ Collected collect_sweep(const fs::path& out) {
       c.skipped.push_back(name + ": " + why);
       continue;
     }
-    tables.push_back(read_point_table(out / name));
+    try {
+      tables.push_back(read_point_table(out / name));
+    } catch (const CsvError& e) {
+      c.skipped.push_back(name + ": " + e.what());
+      continue;
+    }
     tables.back().name = name;
     tables.back().values = values;
   }

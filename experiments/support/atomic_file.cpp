@@ -13,7 +13,7 @@
 #include <string>
 #include <system_error>
 
-#include "alloc/error.hpp"
+#include "alloc/core/error.hpp"
 
 namespace kvlab {
 

@@ -2,7 +2,7 @@
 
 #include <fmt/format.h>
 
-#include "alloc/error.hpp"
+#include "alloc/core/error.hpp"
 
 namespace kvlab {
 

@@ -81,7 +81,7 @@ WallClock parse_wallclock(std::string_view text, const At& at, const std::string
 
 /// CSV header: column name -> index; duplicates are an error.
 struct Header {
-  std::vector<std::string_view> names;
+  std::vector<std::string> names;
   std::int64_t line = 0;
   std::string_view text;
 
@@ -104,7 +104,7 @@ struct Header {
 Header read_header(Lines& lines, const std::string& source) {
   Header h;
   if (!lines.next(h.text, h.line)) throw TraceError(source, 1, "", "empty file (expected a CSV header)");
-  h.names = split_csv(h.text);
+  h.names = split_csv(h.text, source, h.line);
   // One hash-set pass (linear in the header; a pairwise check took minutes on a megabyte header).
   std::unordered_set<std::string_view> seen;
   seen.reserve(h.names.size());
@@ -116,8 +116,8 @@ Header read_header(Lines& lines, const std::string& source) {
   return h;
 }
 
-std::vector<std::string_view> row_fields(std::string_view line, const Header& h, const At& at) {
-  auto f = split_csv(line);
+std::vector<std::string> row_fields(std::string_view line, const Header& h, const At& at) {
+  auto f = split_csv(line, at.source, at.line);
   if (f.size() != h.names.size()) {
     at.fail("", "expected " + std::to_string(h.names.size()) + " comma-separated fields like the header, found " +
                     std::to_string(f.size()));
@@ -146,7 +146,7 @@ Parsed read_azure(std::string_view text, const std::string& source, const TraceO
   std::int64_t no = 0;
   WallClock first, prev;
   std::int64_t prev_line = 0;
-  std::string_view prev_text;
+  std::string prev_text;  // a copy: the row's fields go with it
   while (lines.next(line, no)) {
     const At at{source, no};
     const auto f = row_fields(line, h, at);
@@ -154,8 +154,9 @@ Parsed read_azure(std::string_view text, const std::string& source, const TraceO
     if (p.rows.empty()) {
       first = now;
     } else if (now < prev) {
-      at.fail("TIMESTAMP", quoted(f[static_cast<std::size_t>(c_time)]) + " is earlier than " + quoted(prev_text) +
-                               " on line " + std::to_string(prev_line) + " (Azure traces are in time order)");
+      at.fail("TIMESTAMP", quoted(std::string_view(f[static_cast<std::size_t>(c_time)])) + " is earlier than " +
+                               quoted(std::string_view(prev_text)) + " on line " + std::to_string(prev_line) +
+                               " (Azure traces are in time order)");
     }
     prev = now;
     prev_line = no;

@@ -68,7 +68,7 @@ enum class Syntax { csv, json_lines };
 /// What detection sees of the first line: its text (trimmed) and, for CSV, its column names.
 struct FirstLine {
   std::string_view text;
-  std::vector<std::string_view> columns;
+  std::vector<std::string> columns;
   [[nodiscard]] bool has_column(std::string_view name) const {
     return std::find(columns.begin(), columns.end(), name) != columns.end();
   }
@@ -133,7 +133,7 @@ TraceFormat detect_trace_format(std::string_view text, const std::string& source
   if (!lines.next(first, no)) throw TraceError(source, 1, "", "empty file");
   FirstLine line{trim(first), {}};
   const Syntax syntax = line.text.front() == '{' ? Syntax::json_lines : Syntax::csv;
-  if (syntax == Syntax::csv) line.columns = split_csv(line.text);
+  if (syntax == Syntax::csv) line.columns = split_csv(line.text, source, no);
   for (const FormatRow& r : kFormats)
     if (r.syntax == syntax && r.detects(line)) return r.format;
   if (syntax == Syntax::json_lines) {

@@ -12,7 +12,7 @@
 #include <string_view>
 #include <vector>
 
-#include "alloc/error.hpp"
+#include "alloc/core/error.hpp"
 #include "experiments/traces/workload.hpp"
 
 namespace kvlab {

@@ -2,6 +2,7 @@
 // (declarations and contracts: trace_text.hpp).
 #include "experiments/traces/trace_text.hpp"
 
+#include "experiments/support/csv.hpp"
 #include "experiments/support/text.hpp"
 
 #include <charconv>
@@ -52,13 +53,11 @@ bool Lines::next(std::string_view& line, std::int64_t& number) {
   return false;
 }
 
-std::vector<std::string_view> split_csv(std::string_view line) {
-  std::vector<std::string_view> out;
-  for (std::size_t pos = 0;;) {
-    const std::size_t next = line.find(',', pos);
-    out.push_back(trim(line.substr(pos, next - pos)));
-    if (next == std::string_view::npos) return out;
-    pos = next + 1;
+std::vector<std::string> split_csv(std::string_view line, const std::string& source, std::int64_t line_no) {
+  try {
+    return csv_fields(line);
+  } catch (const CsvError& e) {
+    throw TraceError(source, line_no, "", e.what());
   }
 }
 

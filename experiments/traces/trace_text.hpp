@@ -42,8 +42,9 @@ class Lines {
   std::int64_t line_ = 0;
 };
 
-/// A CSV line's comma-separated fields, each trimmed (no quoting: trace fields hold none).
-std::vector<std::string_view> split_csv(std::string_view line);
+/// A CSV line's fields (support/csv.hpp: RFC 4180 quoting, spaces around a field dropped); an
+/// unterminated quote is a TraceError at `source`:`line_no`.
+std::vector<std::string> split_csv(std::string_view line, const std::string& source, std::int64_t line_no);
 
 /// Where a value came from, for messages.
 struct At {

@@ -6,7 +6,7 @@
 #include <charconv>
 #include <cmath>
 
-#include "alloc/error.hpp"
+#include "alloc/core/error.hpp"
 
 namespace kvlab {
 

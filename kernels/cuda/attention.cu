@@ -5,8 +5,8 @@
 #include <type_traits>
 #include <vector>
 
-#include "alloc/cuda_check.hpp"
-#include "alloc/error.hpp"
+#include "alloc/cuda/cuda_check.hpp"
+#include "alloc/core/error.hpp"
 #include "kernels/attention.hpp"
 #include "kernels/cuda/cuda_attention.hpp"
 #include "kernels/dispatch.hpp"

@@ -1,8 +1,8 @@
 // The batched block-copy kernel of kernels/simt/block_copy_kernel.hpp instantiated with CudaExec.
 #include <algorithm>
 
-#include "alloc/cuda_check.hpp"
-#include "alloc/error.hpp"
+#include "alloc/cuda/cuda_check.hpp"
+#include "alloc/core/error.hpp"
 #include "kernels/cuda/cuda_attention.hpp"
 #include "kernels/simt/block_copy_kernel.hpp"
 

@@ -14,8 +14,8 @@
 #include <string>
 #include <vector>
 
-#include "alloc/cuda_check.hpp"
-#include "alloc/error.hpp"
+#include "alloc/cuda/cuda_check.hpp"
+#include "alloc/core/error.hpp"
 #include "kernels/flashinfer/flashinfer_types.cuh"
 
 namespace kvlab {

@@ -6,7 +6,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "alloc/error.hpp"
+#include "alloc/core/error.hpp"
 #include "kernels/attention.hpp"
 #include "kernels/dispatch.hpp"
 #include "kernels/simt/attention_kernel.hpp"

@@ -39,7 +39,7 @@
 #include <source_location>
 #include <type_traits>
 
-#include "alloc/error.hpp"
+#include "alloc/core/error.hpp"
 #include "kernels/simt/exec.hpp"
 
 namespace kvlab::simt {

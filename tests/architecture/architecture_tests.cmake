@@ -1,7 +1,8 @@
 # The floors of the design, checked on every test run (docs/backend-interface.md):
 #  * folders depend one way: alloc <- kernels <- paged, vmm <- experiments; vmm and paged never
 #    include each other; only the factory names a concrete backend; experiments/'s rooms depend one
-#    way too (support <- traces <- clock <- replay <- report <- runs <- figures <- cli)
+#    way too (support <- traces <- clock <- replay <- report <- runs <- figures <- cli), and so do
+#    alloc/'s (core <- memory <- faults <- cuda <- transfer <- backend <- contiguous)
 #    (scripts/check_layers.py);
 #  * no function outside kernels/ has a body longer than 80 lines (scripts/function_lengths.py).
 # Each checker is also run on a fixture that breaks its rule, so a checker that stopped finding
@@ -13,7 +14,7 @@ add_test(NAME architecture.layers COMMAND Python3::Interpreter ${PROJECT_SOURCE_
 add_test(NAME architecture.layers_checker_finds_violations
          COMMAND Python3::Interpreter ${PROJECT_SOURCE_DIR}/scripts/check_layers.py --root ${arch}/fixtures/bad_tree)
 set_tests_properties(architecture.layers_checker_finds_violations PROPERTIES
-  PASS_REGULAR_EXPRESSION "alloc/upward.hpp:3: alloc/ must not include kernels/.*paged/reaches_tests.cpp:2: paged/ must not include tests/.*vmm/sideways.cpp:2: vmm/ must not include paged/.*replay/upstairs.cpp:2: experiments/replay/ must not include experiments/report/, a room above it.*side_road.cpp:2: only the factory includes a concrete backend.*side_road.cpp:3: names a concrete backend type outside the factory.*side_road.cpp:3: dynamic_cast")
+  PASS_REGULAR_EXPRESSION "alloc/core/upstairs.hpp:2: alloc/core/ must not include alloc/backend/, a room above it.*alloc/upward.hpp:3: alloc/ must not include kernels/.*paged/reaches_tests.cpp:2: paged/ must not include tests/.*vmm/sideways.cpp:2: vmm/ must not include paged/.*replay/upstairs.cpp:2: experiments/replay/ must not include experiments/report/, a room above it.*side_road.cpp:2: only the factory includes a concrete backend.*side_road.cpp:3: names a concrete backend type outside the factory.*side_road.cpp:3: dynamic_cast")
 add_test(NAME architecture.function_length
          COMMAND Python3::Interpreter ${PROJECT_SOURCE_DIR}/scripts/function_lengths.py --max 80
                  --exclude tests/architecture/fixtures alloc paged vmm experiments tests

@@ -1,5 +1,5 @@
 // Shared test bodies, instantiated over every backend the factory knows: the contract of
-// alloc/kv_backend.hpp (all-or-nothing mutations, side-effect-free questions, accounting that sums
+// alloc/backend/kv_backend.hpp (all-or-nothing mutations, side-effect-free questions, accounting that sums
 // to the capacity, memory back to zero) holds for each of them.
 #include <gtest/gtest.h>
 
@@ -7,8 +7,8 @@
 #include <random>
 #include <vector>
 
-#include "alloc/error.hpp"
-#include "alloc/statistics_adaptor.hpp"
+#include "alloc/core/error.hpp"
+#include "alloc/memory/statistics_adaptor.hpp"
 #include "experiments/replay/backend_factory.hpp"
 #include "experiments/replay/kv_integrity.hpp"
 #include "tests/support/tiny_model.hpp"
@@ -133,7 +133,7 @@ TEST_P(BackendConformance, StorageIsReturnedAtTeardown) {
   EXPECT_EQ(stats.statistics().current_bytes, 0u);
 }
 
-// kvlab's contiguous views have the common-base form FlashInfer's kernels address (alloc/kv_view.hpp):
+// kvlab's contiguous views have the common-base form FlashInfer's kernels address (alloc/core/kv_view.hpp):
 // one K base and one V base per layer, each sequence the same whole number of granules after
 // both. Checked on host memory; tests/gpu/flashinfer_attention_test.cpp runs the kernels on it.
 TEST_P(BackendConformance, ContiguousViewsShareOneKBaseAndOneVBase) {
@@ -170,7 +170,7 @@ TEST_P(BackendConformance, ContiguousViewsShareOneKBaseAndOneVBase) {
   for (SeqId id : ids) b->release(id);
 }
 
-/// One bad call and the error every backend must give for it (the front door's, alloc/kv_backend.cpp).
+/// One bad call and the error every backend must give for it (the front door's, alloc/backend/kv_backend.cpp).
 struct BadCall {
   const char* what;
   std::function<void(KvBackend&)> call;
@@ -267,7 +267,8 @@ TEST_P(BackendConformance, BadInputsGetTheSameErrorFromTheFrontDoor) {
       ADD_FAILURE() << c.what << ": no error";
     } catch (const InvalidArgument& e) {
       const std::string msg = e.what();
-      EXPECT_NE(msg.find("alloc/kv_backend.cpp:"), std::string::npos) << c.what << ": not the front door's: " << msg;
+      EXPECT_NE(msg.find("alloc/backend/kv_backend.cpp:"), std::string::npos)
+          << c.what << ": not the front door's: " << msg;
       EXPECT_NE(msg.find(c.error), std::string::npos) << c.what << ": " << msg;
     }
   }
@@ -298,7 +299,7 @@ TEST_P(BackendConformance, SwappedSequencesAreNotResident) {
       call();
       ADD_FAILURE() << "a swapped-out sequence was used";
     } catch (const InvalidArgument& e) {
-      EXPECT_NE(std::string(e.what()).find("alloc/kv_backend.cpp:"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("alloc/backend/kv_backend.cpp:"), std::string::npos) << e.what();
       EXPECT_NE(std::string(e.what()).find("sequence 1 is"), std::string::npos) << e.what();
     }
   }

@@ -12,9 +12,9 @@
 
 #include <algorithm>
 
-#include "alloc/copy.hpp"
-#include "alloc/error.hpp"
-#include "alloc/table_backend.hpp"
+#include "alloc/transfer/copy.hpp"
+#include "alloc/core/error.hpp"
+#include "alloc/backend/table_backend.hpp"
 #include "experiments/replay/backend_factory.hpp"
 #include "experiments/replay/replayer.hpp"
 #include "experiments/traces/workload.hpp"

@@ -5,7 +5,7 @@
 #include <gtest/gtest.h>
 
 #if KVLAB_HAS_CUDA_HEADERS
-#include "alloc/emulated/cuda_driver_double.hpp"
+#include "alloc/cuda/emulated/cuda_driver_double.hpp"
 #include "experiments/replay/replayer.hpp"
 #include "kernels/simt/emulated_attention.hpp"
 #include "tests/support/tiny_model.hpp"

@@ -6,8 +6,8 @@
 // KV that remains reads back as written, and the double holds nothing once the backend is gone.
 #include <gtest/gtest.h>
 
-#include "alloc/cuda_runtime.hpp"
-#include "alloc/error.hpp"
+#include "alloc/cuda/cuda_runtime.hpp"
+#include "alloc/core/error.hpp"
 #include "alloc/faults/fault_injection.hpp"
 #include "experiments/replay/backend_factory.hpp"
 #include "experiments/replay/replayer.hpp"
@@ -16,7 +16,7 @@
 #include "tests/support/tiny_model.hpp"
 
 #if KVLAB_HAS_CUDA_HEADERS
-#include "alloc/emulated/cuda_driver_double.hpp"
+#include "alloc/cuda/emulated/cuda_driver_double.hpp"
 
 namespace kvlab {
 namespace {

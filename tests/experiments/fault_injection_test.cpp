@@ -3,9 +3,9 @@
 // a reason; the backend must end empty with every byte of its memory returned.
 #include <gtest/gtest.h>
 
-#include "alloc/error.hpp"
+#include "alloc/core/error.hpp"
 #include "alloc/faults/fault_injection.hpp"
-#include "alloc/statistics_adaptor.hpp"
+#include "alloc/memory/statistics_adaptor.hpp"
 #include "experiments/replay/backend_factory.hpp"
 #include "experiments/replay/replayer.hpp"
 #include "tests/support/tiny_model.hpp"

@@ -5,7 +5,7 @@
 
 #include <numeric>
 
-#include "alloc/memory_resource.hpp"
+#include "alloc/memory/memory_resource.hpp"
 #include "experiments/replay/backend_factory.hpp"
 #include "experiments/replay/replayer.hpp"
 #include "experiments/traces/token_ids.hpp"

@@ -2,7 +2,7 @@
 // release, swap_out, swap_in, the can_* questions, prepare_batch, misuse) on a backend chosen by
 // the first byte from backend_forms() (and a few vmm option variants), with a tiny model, a small capacity and no
 // memory resource (accounting only). Every operation is checked against a reference model of the contract in
-// alloc/kv_backend.hpp:
+// alloc/backend/kv_backend.hpp:
 //   * sequences, their lengths and swap state match the model after every call;
 //   * the breakdown is consistent: used() <= capacity, the five fractions sum to 1,
 //     allocated() <= capacity; token_states == sum of resident lengths x bytes/token where no
@@ -31,7 +31,7 @@
 #include <string>
 #include <vector>
 
-#include "alloc/error.hpp"
+#include "alloc/core/error.hpp"
 #include "experiments/replay/backend_factory.hpp"
 
 namespace {

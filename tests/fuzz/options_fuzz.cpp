@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "alloc/error.hpp"
+#include "alloc/core/error.hpp"
 #include "experiments/cli/messages.hpp"
 #include "experiments/cli/run_options.hpp"
 

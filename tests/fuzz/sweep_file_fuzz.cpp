@@ -13,7 +13,7 @@
 #include <sstream>
 #include <string>
 
-#include "alloc/error.hpp"
+#include "alloc/core/error.hpp"
 #include "experiments/runs/sweep.hpp"
 
 namespace {

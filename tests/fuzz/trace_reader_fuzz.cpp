@@ -15,7 +15,7 @@
 #include <string_view>
 #include <vector>
 
-#include "alloc/error.hpp"
+#include "alloc/core/error.hpp"
 #include "experiments/traces/trace_reader.hpp"
 
 namespace {

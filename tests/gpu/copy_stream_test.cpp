@@ -1,4 +1,4 @@
-// CopyStream on a GPU (alloc/copy_stream.hpp): pinned host -> device -> pinned host on the copy
+// CopyStream on a GPU (alloc/transfer/copy_stream.hpp): pinned host -> device -> pinned host on the copy
 // stream, a kernel-free fence that the default stream's synchronous copy must respect, and
 // releases that run only after synchronize. Skips without a GPU.
 #include <gtest/gtest.h>
@@ -9,9 +9,9 @@
 #include <numeric>
 #include <vector>
 
-#include "alloc/copy_stream.hpp"
-#include "alloc/cuda_memory_resource.hpp"
-#include "alloc/cuda_runtime.hpp"
+#include "alloc/transfer/copy_stream.hpp"
+#include "alloc/cuda/cuda_memory_resource.hpp"
+#include "alloc/cuda/cuda_runtime.hpp"
 
 namespace kvlab {
 namespace {

@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
-#include "alloc/cuda_driver.hpp"
-#include "alloc/cuda_memory_resource.hpp"
-#include "alloc/cuda_runtime.hpp"
+#include "alloc/cuda/cuda_driver.hpp"
+#include "alloc/cuda/cuda_memory_resource.hpp"
+#include "alloc/cuda/cuda_runtime.hpp"
 #include "kernels/cuda/cuda_attention.hpp"
 #include "tests/gpu/device_array.hpp"
 #include "tests/support/kv_fixture.hpp"

@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "alloc/cuda_runtime.hpp"
-#include "alloc/error.hpp"
+#include "alloc/cuda/cuda_runtime.hpp"
+#include "alloc/core/error.hpp"
 #include "experiments/replay/backend_factory.hpp"
 #include "kernels/attention.hpp"
 #include "kernels/batch_attention_params.hpp"

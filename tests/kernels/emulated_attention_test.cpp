@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "alloc/error.hpp"
+#include "alloc/core/error.hpp"
 #include "kernels/simt/emulated_attention.hpp"
 #include "tests/support/kv_fixture.hpp"
 

@@ -10,7 +10,7 @@
 #include <string>
 #include <tuple>
 
-#include "alloc/error.hpp"
+#include "alloc/core/error.hpp"
 #include "kernels/attention.hpp"
 #include "kernels/host_simd.hpp"
 #include "tests/support/kv_fixture.hpp"

@@ -6,7 +6,7 @@
 #include <cmath>
 #include <cstddef>
 
-#include "alloc/error.hpp"
+#include "alloc/core/error.hpp"
 #include "kernels/thread_pool.hpp"
 
 namespace kvlab {

@@ -6,7 +6,7 @@
 #include <set>
 #include <vector>
 
-#include "alloc/error.hpp"
+#include "alloc/core/error.hpp"
 #include "paged/block_pool.hpp"
 
 namespace kvlab {

@@ -11,10 +11,11 @@
 #include <string>
 #include <vector>
 
-#include "alloc/statistics_adaptor.hpp"
+#include "alloc/memory/statistics_adaptor.hpp"
 #include "paged/hash_prefix_cache.hpp"
 #include "paged/paged_backend.hpp"
 #include "tests/support/tiny_model.hpp"
+#include "tests/paged/prefix_cache_access.hpp"
 
 namespace kvlab {
 namespace {
@@ -53,7 +54,8 @@ MemoryBreakdown full_recount(const PagedBackend& b, std::int64_t bs,
   std::int64_t cached_free = 0;
   for (std::size_t blk = 0; blk < filled.size(); ++blk) {
     const auto id = static_cast<BlockId>(blk);
-    if (b.hash_cache() != nullptr && pool.ref_count(id) == 0 && b.hash_cache()->is_cached(id)) ++cached_free;
+    if (testing::hash_cache(b) != nullptr && pool.ref_count(id) == 0 && testing::hash_cache(b)->is_cached(id))
+      ++cached_free;
     if (held[blk] == 0) continue;
     const std::int64_t ev = std::max(eventual[blk], filled[blk]);
     m.token_states += static_cast<std::size_t>(filled[blk]) * token_bytes;
@@ -62,7 +64,7 @@ MemoryBreakdown full_recount(const PagedBackend& b, std::int64_t bs,
   }
   m.shared_savings =
       static_cast<std::size_t>(logical_blocks - physical_blocks) * static_cast<std::size_t>(bs) * token_bytes;
-  if (b.radix_cache() != nullptr) cached_free = b.num_cached_free_blocks();  // the tree's own O(1) count
+  if (testing::radix_cache(b) != nullptr) cached_free = b.num_cached_free_blocks();  // the tree's own O(1) count
   m.cached = static_cast<std::size_t>(cached_free) * static_cast<std::size_t>(bs) * token_bytes;
   return m;
 }

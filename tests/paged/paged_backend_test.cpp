@@ -4,9 +4,9 @@
 #include <random>
 #include <vector>
 
-#include "alloc/contiguous_backend.hpp"
-#include "alloc/error.hpp"
-#include "alloc/statistics_adaptor.hpp"
+#include "alloc/contiguous/contiguous_backend.hpp"
+#include "alloc/core/error.hpp"
+#include "alloc/memory/statistics_adaptor.hpp"
 #include "kernels/attention.hpp"
 #include "kernels/reference_attention.hpp"
 #include "paged/paged_backend.hpp"

@@ -9,12 +9,13 @@
 #include <string>
 #include <vector>
 
-#include "alloc/block_hash.hpp"
-#include "alloc/error.hpp"
+#include "alloc/backend/block_hash.hpp"
+#include "alloc/core/error.hpp"
 #include "paged/paged_backend.hpp"
 #include "paged/hash_prefix_cache.hpp"
 #include "paged/radix_cache.hpp"
 #include "tests/support/tiny_model.hpp"
+#include "tests/paged/prefix_cache_access.hpp"
 
 namespace kvlab {
 namespace {
@@ -57,7 +58,7 @@ std::int64_t peek(const PagedBackend& b, const Tokens& ids) {
   return b.lookup_cached_tokens(spec_of(ids), static_cast<std::int64_t>(ids.size()));
 }
 void check(const PagedBackend& b) {
-  if (b.radix_cache() != nullptr) b.radix_cache()->check_invariants();
+  if (testing::radix_cache(b) != nullptr) testing::radix_cache(b)->check_invariants();
   EXPECT_NEAR(MemoryFractions::of(b.breakdown()).sum(), 1.0, 1e-12);
 }
 
@@ -160,7 +161,7 @@ TEST_P(PrefixCache, FailedAdmissionChangesNothing) {
   admit(b, 1, a);
   b.release(1);
   const auto free_before = b.pool().free_list();
-  const std::string tree_before = b.radix_cache() ? b.radix_cache()->dump() : "";
+  const std::string tree_before = testing::radix_cache(b) ? testing::radix_cache(b)->dump() : "";
   const PrefixCacheStats st_before = b.prefix_cache_stats();
   const Tokens x = cat(a, seq(900, 32));
   EXPECT_FALSE(b.can_admit(spec_of(x), 80));
@@ -170,8 +171,8 @@ TEST_P(PrefixCache, FailedAdmissionChangesNothing) {
   EXPECT_FALSE(b.can_admit(spec_of(y), 80));
   EXPECT_THROW(admit(b, 3, y), OutOfMemory);
   EXPECT_EQ(b.pool().free_list(), free_before);  // LRU order included
-  if (b.radix_cache()) {
-    EXPECT_EQ(b.radix_cache()->dump(), tree_before);
+  if (testing::radix_cache(b)) {
+    EXPECT_EQ(testing::radix_cache(b)->dump(), tree_before);
   }
   const PrefixCacheStats st = b.prefix_cache_stats();
   EXPECT_EQ(st.queries, st_before.queries);
@@ -311,11 +312,11 @@ TEST_P(PrefixCache, DecodeBlocksAreCachedAsSoonAsTheyAreFull) {
   b.grow(1, 19);  // 78 tokens: block 3 full (cached), one new block 4 (partial, not cached)
   ASSERT_EQ(b.block_table(1).size(), 5u);
   EXPECT_EQ(b.prefix_cache_stats().inserted_blocks, 4);
-  if (const HashPrefixCache* h = b.hash_cache()) {
+  if (const HashPrefixCache* h = testing::hash_cache(b)) {
     EXPECT_TRUE(h->is_cached(b.block_table(1)[3]));
     EXPECT_FALSE(h->is_cached(b.block_table(1)[4]));
   } else {
-    EXPECT_EQ(b.radix_cache()->cached_blocks(), 4);
+    EXPECT_EQ(testing::radix_cache(b)->cached_blocks(), 4);
   }
   // prompt + output as the next prompt (a chat's next turn): cap (78 - 1) / 16 = 4 blocks.
   admit(b, 2, all);
@@ -375,7 +376,7 @@ TEST(PrefixCacheHash, FreedBlocksAreEvictedTailFirstInLruOrder) {
   b.admit(3, {64, 64}, 64);
   EXPECT_EQ(b.block_table(3), (std::vector<BlockId>{5, 6, 7, 2}));
   EXPECT_EQ(b.prefix_cache_stats().evictions, 1);
-  EXPECT_FALSE(b.hash_cache()->is_cached(2));
+  EXPECT_FALSE(testing::hash_cache(b)->is_cached(2));
   EXPECT_EQ(peek(b, cat(a, seq(9, 1))), 32);  // blocks 0 1 still cached
   b.admit(4, {16, 16}, 16);                   // takes 1
   EXPECT_EQ(b.block_table(4), (std::vector<BlockId>{1}));
@@ -410,7 +411,7 @@ TEST(PrefixCacheHash, EvictedParentInvalidatesItsCachedChildren) {
   b.release(2);
   admit(b, 4, a);
   EXPECT_EQ(b.cached_tokens(4), 16);
-  const auto& hc = *b.hash_cache();
+  const auto& hc = *testing::hash_cache(b);
   EXPECT_TRUE(hc.is_cached(b.block_table(4)[1]));  // re-entered
 }
 
@@ -431,7 +432,7 @@ TEST(PrefixCacheHash, KeysChainThroughTheParentAndTheSalt) {
 
 TEST(PrefixCacheRadix, PartialMatchSplitsTheNodeAndEvictionTakesUnlockedLeaves) {
   PagedBackend b(config(PrefixCacheMode::radix, 8));
-  const RadixCache& tree = *b.radix_cache();
+  const RadixCache& tree = *testing::radix_cache(b);
   const Tokens a = seq(0, 64);
   admit(b, 1, a);  // blocks 0 1 2 3
   EXPECT_EQ(tree.dump(), "(0..64 [0,1,2,3] L1)");
@@ -462,7 +463,7 @@ TEST(PrefixCacheRadix, PartialMatchSplitsTheNodeAndEvictionTakesUnlockedLeaves) 
 
 TEST(PrefixCacheRadix, LeastRecentlyUsedLeafGoesFirst) {
   PagedBackend b(config(PrefixCacheMode::radix, 8));
-  const RadixCache& tree = *b.radix_cache();
+  const RadixCache& tree = *testing::radix_cache(b);
   const Tokens a = seq(0, 48), bb = seq(1000, 32);
   admit(b, 1, a);   // 0 1 2
   admit(b, 2, bb);  // 3 4
@@ -520,7 +521,7 @@ TEST(PrefixCacheHost, EvictedBlocksWaitOnTheHostAndComeBackOnAHit) {
   EXPECT_EQ(counter(b, "prefix_host_hit_blocks"), 3);
   EXPECT_EQ(counter(b, "prefix_host_inserted_blocks"), 7);
   EXPECT_EQ(counter(b, "prefix_host_cached_blocks"), 4);
-  EXPECT_TRUE(b.hash_cache()->is_cached(b.block_table(3)[0]));
+  EXPECT_TRUE(testing::hash_cache(b)->is_cached(b.block_table(3)[0]));
   EXPECT_EQ(b.step_costs().host_transfer_bytes, 10.0 * 16 * kToken);  // 7 out, 3 back
   // No room for B's two host blocks while 3 holds every device block: all or nothing.
   const Tokens b2 = seq(1000, 33);
@@ -646,16 +647,16 @@ TEST(PrefixCacheAgreement, HashAndRadixReportTheSameHitsOnRandomWorkloads) {
       EXPECT_EQ(h.prefix_cache_stats().queries, r.prefix_cache_stats().queries);
       EXPECT_EQ(h.prefix_cache_stats().inserted_blocks, r.prefix_cache_stats().inserted_blocks);
       EXPECT_EQ(h.available_blocks(), r.available_blocks());  // same blocks held by sequences
-      r.radix_cache()->check_invariants();
+      testing::radix_cache(r)->check_invariants();
       for (SeqId id : live) {
         h.release(id);
         r.release(id);
       }
       for (BlockId i = 0; i < h.pool().num_blocks(); ++i) ASSERT_EQ(h.pool().ref_count(i), 0);
       for (BlockId i = 0; i < r.pool().num_blocks(); ++i) ASSERT_LE(r.pool().ref_count(i), 1);
-      EXPECT_EQ(r.pool().num_used(), r.radix_cache()->cached_blocks());
+      EXPECT_EQ(r.pool().num_used(), testing::radix_cache(r)->cached_blocks());
       EXPECT_EQ(h.num_cached_free_blocks(), r.num_cached_free_blocks());
-      r.radix_cache()->check_invariants();
+      testing::radix_cache(r)->check_invariants();
     }
   }
 }

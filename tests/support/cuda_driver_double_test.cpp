@@ -2,7 +2,7 @@
 // case and a violating case that must return the documented CUresult and change nothing.
 #include <gtest/gtest.h>
 
-#include "alloc/error.hpp"
+#include "alloc/core/error.hpp"
 
 #if KVLAB_HAS_CUDA_HEADERS
 #include <algorithm>
@@ -13,7 +13,7 @@
 #include <thread>
 #include <vector>
 
-#include "alloc/emulated/cuda_driver_double.hpp"
+#include "alloc/cuda/emulated/cuda_driver_double.hpp"
 
 namespace kvlab {
 namespace {

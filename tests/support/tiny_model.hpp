@@ -1,7 +1,7 @@
 #pragma once
 // A small model whose numbers are easy to compute by hand: 2 layers, 4 query / 2 KV heads,
 // head dim 32, fp16 -> 256 KV bytes per token per layer, 512 per token.
-#include "alloc/model_geometry.hpp"
+#include "alloc/core/model_geometry.hpp"
 
 namespace kvlab::testing {
 

@@ -1,13 +1,13 @@
 // The CUDA virtual-memory driver and the vmm backend over it, against the contract-checking host
-// double of the driver API (alloc/emulated/cuda_driver_double.hpp): no violation, no leak, data in place.
+// double of the driver API (alloc/cuda/emulated/cuda_driver_double.hpp): no violation, no leak, data in place.
 #include <gtest/gtest.h>
 
 #if KVLAB_HAS_CUDA_HEADERS
 #include <cstring>
 #include <vector>
 
-#include "alloc/emulated/cuda_driver_double.hpp"
-#include "alloc/error.hpp"
+#include "alloc/cuda/emulated/cuda_driver_double.hpp"
+#include "alloc/core/error.hpp"
 #include "tests/vmm/vmm_test_support.hpp"
 #include "vmm/cuda_vm_driver.hpp"
 

@@ -8,7 +8,7 @@
 #include <random>
 #include <vector>
 
-#include "alloc/error.hpp"
+#include "alloc/core/error.hpp"
 #include "tests/vmm/vmm_test_support.hpp"
 #include "vmm/page_pool.hpp"
 #include "vmm/posix_vm_driver.hpp"

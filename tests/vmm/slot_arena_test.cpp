@@ -8,7 +8,7 @@
 #include <utility>
 #include <stdexcept>
 
-#include "alloc/error.hpp"
+#include "alloc/core/error.hpp"
 #include "tests/vmm/vmm_test_support.hpp"
 #include "vmm/slot_arena.hpp"
 

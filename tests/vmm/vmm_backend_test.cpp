@@ -7,8 +7,8 @@
 #include <random>
 #include <vector>
 
-#include "alloc/contiguous_backend.hpp"
-#include "alloc/error.hpp"
+#include "alloc/contiguous/contiguous_backend.hpp"
+#include "alloc/core/error.hpp"
 #include "kernels/attention.hpp"
 #include "kernels/reference_attention.hpp"
 #include "tests/support/kv_fixture.hpp"

@@ -8,7 +8,7 @@
 #include <thread>
 #include <vector>
 
-#include "alloc/error.hpp"
+#include "alloc/core/error.hpp"
 #include "kernels/attention.hpp"
 #include "tests/vmm/vmm_test_support.hpp"
 

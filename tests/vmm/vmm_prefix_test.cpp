@@ -9,10 +9,10 @@
 #include <random>
 #include <vector>
 
-#include "alloc/error.hpp"
+#include "alloc/core/error.hpp"
 #include "tests/vmm/vmm_test_support.hpp"
 #if KVLAB_HAS_CUDA_HEADERS
-#include "alloc/emulated/cuda_driver_double.hpp"
+#include "alloc/cuda/emulated/cuda_driver_double.hpp"
 #include "vmm/cuda_vm_driver.hpp"
 #endif
 

@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "alloc/error.hpp"
+#include "alloc/core/error.hpp"
 #include "experiments/clock/device_model.hpp"
 
 namespace kvlab {

@@ -8,7 +8,7 @@
 
 #include <random>
 
-#include "alloc/memory_resource.hpp"
+#include "alloc/memory/memory_resource.hpp"
 #include "experiments/replay/backend_factory.hpp"
 #include "experiments/replay/replayer.hpp"
 #include "tests/support/tiny_model.hpp"

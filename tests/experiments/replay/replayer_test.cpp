@@ -2,10 +2,10 @@
 
 #include <cmath>
 
-#include "alloc/contiguous_backend.hpp"
-#include "alloc/error.hpp"
+#include "alloc/contiguous/contiguous_backend.hpp"
+#include "alloc/core/error.hpp"
 #include "experiments/replay/backend_factory.hpp"
-#include "alloc/memory_resource.hpp"
+#include "alloc/memory/memory_resource.hpp"
 #include "experiments/replay/replayer.hpp"
 #include "tests/support/tiny_model.hpp"
 

@@ -4,7 +4,7 @@
 
 #include <algorithm>
 
-#include "alloc/error.hpp"
+#include "alloc/core/error.hpp"
 #include "experiments/replay/backend_factory.hpp"
 #include "experiments/replay/replayer.hpp"
 #include "tests/support/tiny_model.hpp"

@@ -4,8 +4,8 @@
 
 #include <cmath>
 
-#include "alloc/contiguous_backend.hpp"
-#include "alloc/error.hpp"
+#include "alloc/contiguous/contiguous_backend.hpp"
+#include "alloc/core/error.hpp"
 #include "experiments/replay/replayer.hpp"
 #include "experiments/replay/serving_metrics.hpp"
 #include "experiments/traces/workload.hpp"

@@ -10,9 +10,9 @@
 #include <fstream>
 #include <string>
 
-#include "alloc/cuda_runtime.hpp"
-#include "alloc/error.hpp"
-#include "alloc/model_geometry.hpp"
+#include "alloc/cuda/cuda_runtime.hpp"
+#include "alloc/core/error.hpp"
+#include "alloc/core/model_geometry.hpp"
 #include "experiments/support/atomic_file.hpp"
 #include "experiments/replay/backend_factory.hpp"
 #include "experiments/runs/calibrate.hpp"

@@ -9,7 +9,7 @@
 #include <fstream>
 #include <string>
 
-#include "alloc/error.hpp"
+#include "alloc/core/error.hpp"
 #include "experiments/runs/run_control.hpp"
 #include "experiments/runs/sweep.hpp"
 

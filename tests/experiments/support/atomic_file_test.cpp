@@ -9,7 +9,7 @@
 #include <sstream>
 #include <string>
 
-#include "alloc/error.hpp"
+#include "alloc/core/error.hpp"
 #include "experiments/support/atomic_file.hpp"
 
 namespace kvlab {

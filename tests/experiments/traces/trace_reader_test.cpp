@@ -15,7 +15,7 @@
 #include <unistd.h>
 #include <vector>
 
-#include "alloc/error.hpp"
+#include "alloc/core/error.hpp"
 
 namespace kvlab {
 namespace {

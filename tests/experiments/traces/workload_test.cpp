@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <random>
 
-#include "alloc/error.hpp"
+#include "alloc/core/error.hpp"
 #include "experiments/clock/cost_model.hpp"
 #include "experiments/traces/workload.hpp"
 
