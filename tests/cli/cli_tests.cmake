@@ -127,7 +127,7 @@ set_tests_properties(cli.rejections_are_reported PROPERTIES LABELS cli)
 add_test(NAME cli.readme_emulated_example_verifies COMMAND sh -c
   "out=$(\"$0\" replay --backend vmm-2m --device emulated --execute --verify-kv --execute-layers 1 --model yi-6b --capacity-gib 0.25 --max-seq-len 256 --requests 8 --prompt-len uniform:8:40 --output-len uniform:2:10 2>&1) && echo \"$out\" | grep -Eq '0 rejected, [1-9][0-9]* token reads verified, 0 KV mismatches' && ! echo \"$out\" | grep -q warning && grep -q -- '--requests 8 --prompt-len uniform:8:40 --output-len uniform:2:10' $1"
   $<TARGET_FILE:kvlab> ${PROJECT_SOURCE_DIR}/README.md)
-set_tests_properties(cli.readme_emulated_example_verifies PROPERTIES LABELS cli)
+set_tests_properties(cli.readme_emulated_example_verifies PROPERTIES LABELS "cli;emulated-e2e")
 # Every subcommand answers --help with exit 0 (issue 30: `models --help` failed), and the sweep file
 # sweep --help cites exists and runs.
 add_test(NAME cli.every_help_works COMMAND sh -c
