@@ -52,7 +52,7 @@ if [ -z "$build" ]; then build="$PWD/build/release"; else case "$build" in /*) ;
 if [ -n "$keep" ]; then case "$keep" in /*) ;; *) keep="$caller/$keep" ;; esac; fi
 db="$build/compile_commands.json"
 [ -f "$db" ] || { echo "attention_ab: $db not found: configure and build first (scripts/setup.sh)" >&2; exit 1; }
-for lib in kernels/libkvlab_kernels.a alloc/libkvlab_alloc.a; do
+for lib in kernels/libkvlab_kernels.a alloc/libkvlab_alloc_core.a alloc/libkvlab_alloc_backend.a; do
   [ -f "$build/$lib" ] || { echo "attention_ab: $build/$lib not found: build first (cmake --build $build)" >&2; exit 1; }
 done
 

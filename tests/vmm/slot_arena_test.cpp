@@ -155,18 +155,23 @@ std::pair<std::int64_t, std::int64_t> expect_row_bounds_match(const SlotArena& a
   return {lo, hi};
 }
 
+/// Three slots of `rows` 4 KiB pages per tensor, and pages enough to fill them all.
+ArenaShape walk_shape(int tensors, int rows) {
+  ArenaShape shape;
+  shape.tensors = tensors;
+  shape.slots = 3;
+  shape.page_bytes = 4 * kKiB;
+  shape.slot_bytes = static_cast<std::size_t>(rows) * shape.page_bytes;
+  shape.num_pages = static_cast<std::int64_t>(tensors) * 3 * rows;
+  return shape;
+}
+
 /// complete_rows, top_rows and missing_pages are kept incrementally; recomputed here from the page
 /// lists after every one of a seeded random walk of maps and unmaps (shared pages included, so a
 /// page's last unmap and an unmap that keeps it both occur), over 1, 2, 3 and 5 tensors.
 TEST(SlotArena, RowBoundsMatchThePageListsAfterEveryMapAndUnmap) {
   for (const int tensors : {1, 2, 3, 5}) {
-    ArenaShape shape;
-    shape.tensors = tensors;
-    shape.slots = 3;
-    shape.page_bytes = 4 * kKiB;
-    shape.slot_bytes = 6 * shape.page_bytes;
-    shape.num_pages = static_cast<std::int64_t>(tensors) * 3 * 6;
-    SlotArena arena(nullptr, shape, PageFreeOrder::lifo);
+    SlotArena arena(nullptr, walk_shape(tensors, 6), PageFreeOrder::lifo);
     std::mt19937 rng(20261126u + static_cast<unsigned>(tensors));
     int checked_partial = 0;
     for (int step = 0; step < 4000; ++step) {
@@ -295,13 +300,7 @@ char random_operation(ArenaModel& m, std::mt19937& rng) {
 /// tensors; then an uncommitted transaction holding a row and a page leaves the books as they were.
 TEST(SlotArena, RowAndPageOperationsKeepTheSameBooksAsAPlainModel) {
   for (const int tensors : {1, 2, 3, 7}) {
-    ArenaShape shape;
-    shape.tensors = tensors;
-    shape.slots = 3;
-    shape.page_bytes = 4 * kKiB;
-    shape.slot_bytes = 5 * shape.page_bytes;
-    shape.num_pages = static_cast<std::int64_t>(tensors) * 3 * 5;
-    SlotArena arena(nullptr, shape, PageFreeOrder::lifo);
+    SlotArena arena(nullptr, walk_shape(tensors, 5), PageFreeOrder::lifo);
     ArenaModel model(arena);
     std::mt19937 rng(20261128u + static_cast<unsigned>(tensors));
     int rows_mapped = 0, rows_unmapped = 0;
