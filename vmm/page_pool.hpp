@@ -91,10 +91,7 @@ class PhysicalPagePool {
       for (const PageId p : pages) release(p);
       return;
     }
-    for (const PageId p : pages) {
-      KVLAB_EXPECTS(p >= 0 && p < num_pages() && in_use(p), "page " + std::to_string(p) + " is not in use");
-      in_use_[static_cast<std::size_t>(p)] = 0;
-    }
+    for (const PageId p : pages) mark_free(p);
     stack_.insert(stack_.end(), pages.begin(), pages.end());
     num_free_ += static_cast<std::int64_t>(pages.size());
   }
@@ -102,8 +99,7 @@ class PhysicalPagePool {
   void take(PageId page);
   /// Gives `page` (in use) back. Inline for lifo, like allocate_page(): once per page unmapped.
   void release(PageId page) {
-    KVLAB_EXPECTS(page >= 0 && page < num_pages() && in_use(page), "page " + std::to_string(page) + " is not in use");
-    in_use_[static_cast<std::size_t>(page)] = 0;
+    mark_free(page);
     ++num_free_;
     if (order_ == PageFreeOrder::lifo) {
       stack_.push_back(page);
@@ -133,6 +129,11 @@ class PhysicalPagePool {
   std::int64_t num_free_ = 0;
   void unlink(PageId page) noexcept;
   void append_lru(PageId page) noexcept;
+  /// Marks the in-use `page` free (the caller puts it on the free list and counts it).
+  void mark_free(PageId page) {
+    KVLAB_EXPECTS(page >= 0 && page < num_pages() && in_use(page), "page " + std::to_string(page) + " is not in use");
+    in_use_[static_cast<std::size_t>(page)] = 0;
+  }
   [[nodiscard]] PageId allocate_lru();
 };
 

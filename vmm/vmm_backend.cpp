@@ -182,7 +182,9 @@ std::int64_t VmmBackend::reclaimable_from_others(int slot) const noexcept {
 }
 
 bool VmmBackend::feasible(int slot, std::int64_t rows) const noexcept {
-  return arena_.missing_pages(slot, rows) <= arena_.pool().num_free() + reclaimable_from_others(slot);
+  // Nothing missing is the common case (a sequence grows into a row it has): answered in O(1).
+  const std::int64_t missing = arena_.missing_pages(slot, rows);
+  return missing == 0 || missing <= arena_.pool().num_free() + reclaimable_from_others(slot);
 }
 
 int VmmBackend::choose_slot(std::int64_t rows) const noexcept {
@@ -490,8 +492,7 @@ bool VmmBackend::do_can_grow(SeqId id, std::int64_t n) const {
   const Sequence& s = at(id);
   if (s.length + n > config_.max_seq_len) return false;
   const auto lock = guard();
-  const std::int64_t rows = rows_for(s.length + n);
-  return arena_.missing_pages(s.slot, rows) == 0 || feasible(s.slot, rows);
+  return feasible(s.slot, rows_for(s.length + n));
 }
 
 void VmmBackend::do_grow(SeqId id, std::int64_t n) {
@@ -503,7 +504,7 @@ void VmmBackend::do_grow(SeqId id, std::int64_t n) {
   if (n == 0) return;
   const auto lock = guard();
   const std::int64_t rows = rows_for(s.length + n);
-  if (arena_.missing_pages(s.slot, rows) > 0 && !feasible(s.slot, rows)) {
+  if (!feasible(s.slot, rows)) {
     KVLAB_THROW(OutOfMemory, "growing sequence " + std::to_string(id) + " by " + std::to_string(n) + " tokens needs " +
                                  std::to_string(arena_.missing_pages(s.slot, rows)) + " pages, " +
                                  std::to_string(arena_.pool().num_free()) + " free and " +

@@ -340,7 +340,7 @@ TEST(VmmBackend, RowBookkeepingWithoutADriverMatchesPageByPageWithOneAlsoUnderOv
       ASSERT_FALSE(::testing::Test::HasFailure()) << "step " << step;
     }
     EXPECT_GT(ooms, 10) << "variant " << variant << ": the workload never ran out of memory";
-    EXPECT_GT(rows.stats().reclaimed_pages, defer ? 40 : -1) << "deferred reclamation never reclaimed";
+    if (defer) EXPECT_GT(rows.stats().reclaimed_pages, 40) << "deferred reclamation never reclaimed";
     testing::expect_consistent(rows);
     testing::expect_consistent(pages);
   }
