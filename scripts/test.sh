@@ -34,7 +34,7 @@ cmake --preset fuzz >/dev/null
 cmake --build build/fuzz -j "$jobs"
 stage "sanitizers: all tests under AddressSanitizer + UndefinedBehaviorSanitizer"
 # Left out: gpu (no GPU), examples and figure-checks (they rerun code the other tests run here),
-# emulated-e2e (kvlab end to end on the emulated GPU, 220 s under ASan: the release stage runs them,
+# emulated-e2e (kvlab end to end on the emulated GPU, about 260 s under ASan: the release stage runs them,
 # and here CudaPathEndToEnd.*, EveryFamily/EmulatedDevice.* and EmulatedAttention.* run the same
 # driver double, SIMT emulator and kernels under the sanitizers).
 ctest --preset fuzz -j "$jobs" --timeout 900 -LE "gpu|examples|figure-checks|emulated-e2e"
