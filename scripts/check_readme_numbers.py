@@ -2,6 +2,7 @@
 """Fails when a figure's README states a number that none of its data files holds (issue 28).
 
     scripts/check_readme_numbers.py DIR [DIR ...]   # each DIR a figure folder or a folder above them
+    scripts/check_readme_numbers.py --index results/README.md   # the index of figures
     scripts/check_readme_numbers.py --self-test     # proves the check fails where it should
 
 A figure folder is one holding README.md and data.csv. What is checked is everything the README
@@ -12,6 +13,10 @@ files (data.csv, facts.csv, steps.csv), either as it is or as a percentage of a 
 may differ (prose says "fell by 5.3 %" of a -5.3 column). Not numbers of a claim, and skipped:
 citations (Fig. 12, sec. 6.1, Table 2, SOSP'23), names that carry digits (Llama-3-8B, A100-40GB,
 vmm-2m, p99, fp16) and `code spans`.
+
+--index checks an index of figures (results/README.md): each table row that links a figure's
+README (`[name](full/name/README.md)`) may state only numbers in that figure's CSV files, at the
+scale it links or at the other one (`full/name` and `name` beside it).
 """
 import csv
 import os
@@ -94,6 +99,47 @@ def figure_folders(root):
             yield d
 
 
+INDEX_ROW = re.compile(r"^\| \[[^\]]+\]\(([^)]+)/README\.md\) \|")
+
+
+def scale_twins(root, linked):
+    """The folder an index row links, and the same figure at the other scale."""
+    folder = os.path.normpath(os.path.join(root, linked))
+    name = os.path.basename(folder)
+    full = os.path.join(root, "full", name)
+    smoke = os.path.join(root, name)
+    return [f for f in dict.fromkeys([folder, full, smoke]) if os.path.isfile(os.path.join(f, "data.csv"))]
+
+
+def check_index(path):
+    """Each index row's numbers that none of its figure's CSV files holds, as (row name, numbers)."""
+    root = os.path.dirname(path)
+    bad = []
+    rows = 0
+    with open(path) as f:
+        for line in f:
+            m = INDEX_ROW.match(line)
+            if not m:
+                continue
+            rows += 1
+            folders = scale_twins(root, m.group(1))
+            values = [v for folder in folders for v in data_values(folder)]
+            cells = line.split("|")
+            text = CITATION.sub(" ", re.sub(r"`[^`]*`", " ", "|".join(cells[3:])))
+            missing = [tok for tok, v, d in numbers_in(text) if not matches(v, d, values)]
+            if missing or not folders:
+                bad.append((m.group(1), missing or ["(no data.csv)"]))
+    return rows, bad
+
+
+def main_index(path):
+    rows, bad = check_index(path)
+    for linked, missing in bad:
+        print(f"{path}: row {linked}: {len(missing)} number(s) in no data file: {', '.join(missing[:20])}")
+    print(f"check_readme_numbers: {path}: {rows} rows, {len(bad)} with numbers not in their figure's data")
+    return 1 if bad or not rows else 0
+
+
 def main(roots):
     folders = sorted(f for r in roots for f in figure_folders(r))
     if not folders:
@@ -133,6 +179,16 @@ def self_test():
         assert check_folder(d) == [], check_folder(d)
         write("README.md", readme.format(q="3.26"))
         assert check_folder(d) == ["3.26"], check_folder(d)
+        # an index row may quote its figure at either scale, and nothing else
+        os.makedirs(os.path.join(d, "full", "x"))
+        write(os.path.join("full", "x", "data.csv"), "a\n9.75\n")
+        os.makedirs(os.path.join(d, "x"))
+        write(os.path.join("x", "data.csv"), "a\n1.5\n")
+        row = "| [x](full/x/README.md) | vLLM Fig. 12 | ours {} at full, 1.5 at smoke |\n"
+        write("index.md", "# index\n\n| figure | reproduces | headline |\n|---|---|---|\n" + row.format("9.75"))
+        assert check_index(os.path.join(d, "index.md")) == (1, []), check_index(os.path.join(d, "index.md"))
+        write("index.md", row.format("9.76"))
+        assert check_index(os.path.join(d, "index.md")) == (1, [("full/x", ["9.76"])])
     print("check_readme_numbers: self-test passed")
     return 0
 
@@ -140,6 +196,8 @@ def self_test():
 if __name__ == "__main__":
     if sys.argv[1:] == ["--self-test"]:
         sys.exit(self_test())
+    if len(sys.argv) == 3 and sys.argv[1] == "--index":
+        sys.exit(main_index(sys.argv[2]))
     if len(sys.argv) < 2:
         print(__doc__)
         sys.exit(2)

@@ -50,6 +50,10 @@ set_tests_properties(figures.readme_numbers_device PROPERTIES LABELS "figures;em
 add_test(NAME results.readme_numbers
          COMMAND python3 ${PROJECT_SOURCE_DIR}/scripts/check_readme_numbers.py ${PROJECT_SOURCE_DIR}/results)
 set_tests_properties(results.readme_numbers PROPERTIES LABELS figures)
+# The index's headline per figure quotes only that figure's data, at either scale.
+add_test(NAME results.readme_index
+         COMMAND python3 ${PROJECT_SOURCE_DIR}/scripts/check_readme_numbers.py --index ${PROJECT_SOURCE_DIR}/results/README.md)
+set_tests_properties(results.readme_index PROPERTIES LABELS figures)
 # docs/schema.md lists every column of every output (compare over every backend family, every
 # figure), and nothing that is not written (issue 30).
 add_test(NAME cli.schema
