@@ -42,6 +42,7 @@
 #include "experiments/report/summary_json.hpp"
 #include "experiments/support/progress.hpp"
 #include "experiments/replay/replayer.hpp"
+#include "experiments/replay/step_plan.hpp"
 #include "experiments/runs/run_control.hpp"
 #include "kernels/attention.hpp"
 #include "kernels/simt/emulated_attention.hpp"
@@ -165,7 +166,7 @@ int cmd_models() {
 
 /// compare.csv, the chart, and last the completion marker naming every file of the run.
 void finish_output_dir(const fs::path& dir, const std::string& invocation, const std::string& description,
-                       const std::vector<ReplaySummary>& rows, bool chart, const Provenance& provenance) {
+                       const std::vector<ReplaySummary>& rows, bool chart, const Provenance& provenance, bool plans) {
   throw_if_interrupted();
   write_file_atomically(dir / "run.json", run_json(invocation, provenance));
   write_compare_csv(dir / "compare.csv", description, rows);
@@ -174,7 +175,8 @@ void finish_output_dir(const fs::path& dir, const std::string& invocation, const
   if (!chart) fs::remove(dir / "compare.png");
   std::vector<std::string> files = {"run.json", "compare.csv"};
   for (const ReplaySummary& s : rows)
-    for (const char* f : {"steps.csv", "requests.csv", "summary.json"}) files.push_back(s.backend + "/" + f);
+    for (const char* f : {"steps.csv", "requests.csv", "summary.json", "plans.txt"})
+      if (plans || f != std::string_view("plans.txt")) files.push_back(s.backend + "/" + f);
   if (chart) {
     std::string error;
     switch (plot_compare(dir, &error)) {
@@ -197,6 +199,20 @@ void finish_output_dir(const fs::path& dir, const std::string& invocation, const
   }
   throw_if_interrupted();
   write_completion_marker(dir, invocation, files);
+}
+
+/// --dump-plans: a backend's plans, printed, or with --out written to BACKEND/plans.txt. Without
+/// --dump-plans an older run's plans.txt is removed: it would not be this run's.
+void write_plans(const RunOptions& c, const std::string& backend, std::int64_t steps, const std::string& plans) {
+  if (c.dump_plans == 0) {
+    if (!c.out_dir.empty()) fs::remove(fs::path(c.out_dir) / backend / "plans.txt");
+    return;
+  }
+  if (c.out_dir.empty()) {
+    std::cout << "plans of " << backend << ", the first " << steps << " step(s):\n" << plans << "\n";
+    return;
+  }
+  write_file_atomically(fs::path(c.out_dir) / backend / "plans.txt", plans);
 }
 
 /// Replays the workload through one backend on the run's device, with the faults armed (copies,
@@ -338,7 +354,14 @@ int run_backends(const RunOptions& c, const std::vector<std::string>& names, con
   bool corrupted = false;
   std::vector<std::string> faults;
   for (std::size_t i = 0; i < names.size(); ++i) {
-    const ReplayResult r = replay_one(c, names[i], std::move(built[i]), *device, workload, rc);
+    std::string plans;  // --dump-plans: the first N plans, as text
+    std::int64_t planned = 0;
+    ReplayConfig rc_backend = rc;
+    if (c.dump_plans > 0)
+      rc_backend.on_plan = [&](const StepPlan& plan) {
+        if (planned++ < c.dump_plans) plans += format_plan(plan);
+      };
+    const ReplayResult r = replay_one(c, names[i], std::move(built[i]), *device, workload, rc_backend);
     warn_about_rejections(std::cerr, r);
     if (c.verify_kv && r.summary.kv_mismatches > 0) corrupted = true;
     if (!r.summary.device_fault.empty()) faults.push_back(r.summary.device_fault);
@@ -348,13 +371,15 @@ int run_backends(const RunOptions& c, const std::vector<std::string>& names, con
                          RunInfo{invocation, model.name, description, r.summary.clock, rc.device.name, c.device.name(),
                                  c.provenance(*device)},
                          r);
+    write_plans(c, r.summary.backend, std::min(planned, c.dump_plans), plans);
   }
   print_summary_table(std::cout, rows);
   if (corrupted) {
     std::cerr << "kvlab: KV integrity check failed: some KV did not read back as written\n";
     return 1;
   }
-  if (!c.out_dir.empty()) finish_output_dir(c.out_dir, invocation, description, rows, chart, c.provenance(*device));
+  if (!c.out_dir.empty())
+    finish_output_dir(c.out_dir, invocation, description, rows, chart, c.provenance(*device), c.dump_plans > 0);
   if (!faults.empty()) {
     std::cerr << "kvlab: " << faults.size() << " of " << names.size()
               << " backend(s) left the device unclean (recorded as device_fault in their summary.json); first: "

@@ -187,6 +187,9 @@ po::options_description RunOptions::output_options() {
   out.add_options()("out", po::value(&out_dir),
                     "write run.json, compare.csv and per backend summary.json, "
                     "steps.csv and requests.csv here (columns: docs/schema.md)")(
+      "dump-plans", po::value(&dump_plans)->value_name("N"),
+      "show the scheduler's plan of each of the first N steps: what each request prefills or decodes and which "
+      "are admitted, preempted, swapped or rejected (printed; with --out, written to BACKEND/plans.txt)")(
       "max-memory-gib", po::value(&max_memory_gib)->default_value(0.0),
       "refuse a run that would keep more than this in memory (per-request and per-step records, every token's "
       "inter-token gap; estimated from the workload before it starts); 0: half of this machine's memory")(
@@ -200,6 +203,7 @@ void RunOptions::check(const po::variables_map& vm) {
   options = resolved_options(vm);
   rate_given = vm.count("rate") != 0 && !vm["rate"].defaulted();
   progress = vm.count("no-progress") == 0;
+  dump_plans_given = vm.count("dump-plans") != 0;
   check_numbers();
   check_names(vm);
   check_applicable(vm);
@@ -242,6 +246,9 @@ void RunOptions::check_numbers() const {
   if (!(time_scale >= 1e-6 && time_scale <= 1e6))
     throw UsageError(fmt::format("--time-scale must be between 1e-06 and 1e+06 (got {})", time_scale));
   if (!(capacity_gib <= 1e6)) throw UsageError("--capacity-gib must be at most 1e6 (a million GiB)");
+  // The plans are kept in memory until the backend's replay ends: a million steps is about 100 MB.
+  if (dump_plans_given && (dump_plans < 1 || dump_plans > kMaxDumpedPlans))
+    throw UsageError(fmt::format("--dump-plans must be between 1 and {} steps (got {})", kMaxDumpedPlans, dump_plans));
 }
 
 void RunOptions::check_names(const po::variables_map& vm) {

@@ -1,5 +1,7 @@
 #pragma once
-// Continuous-batching replay of a workload through one KV backend, on a virtual clock.
+// Continuous-batching replay of a workload through one KV backend, on a virtual clock: the
+// scheduler (experiments/replay/scheduler.hpp) plans each step as a StepPlan (step_plan.hpp), and
+// the replayer runs the plan (clock, kernels) and hands it back for its tokens.
 //
 // Scheduling, each step (vLLM-style, FCFS):
 //  1. Arrivals join the waiting queue; a request longer than max_seq_len is rejected or truncated
@@ -38,6 +40,7 @@
 #include "experiments/replay/schedule_policy.hpp"
 #include "experiments/traces/workload.hpp"
 #include "experiments/replay/serving_metrics.hpp"
+#include "experiments/replay/step_plan.hpp"
 #include "kernels/attention_params.hpp"
 
 namespace kvlab {
@@ -97,6 +100,10 @@ struct ReplayConfig {
   /// Called before every step; it may throw to stop the replay there (kvlab's SIGINT/SIGTERM
   /// handling: experiments/runs/run_control.hpp). Empty: nothing.
   std::function<void()> at_step_boundary;
+  /// Called with every step's plan once the scheduler made it, before the step runs (`kvlab replay
+  /// --dump-plans`): the plans that run, and those that only record events (an admission refused,
+  /// a request rejected). Empty: nothing.
+  std::function<void(const StepPlan&)> on_plan;
 };
 
 struct StepRecord {

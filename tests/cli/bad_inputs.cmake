@@ -367,6 +367,7 @@ bad(NUM-48 2 "shared prefix tokens must be at most 1048576" replay --shared-pref
 bad(NUM-60 2 "--percentiles: '101' is not a percentile in .0, 100. .e.g. 90,99." replay --percentiles 90,101)
 bad(NUM-61 2 "--percentiles must be distinct and ascending .got '99,90'." compare --percentiles 99,90)
 bad(NUM-62 2 "--percentiles: at most 10 .got 11." replay --percentiles 1,2,3,4,5,6,7,8,9,10,11)
+bad(NUM-63 2 "--dump-plans must be between 1 and 1000000 steps .got 0." replay --dump-plans 0)
 bad(NUM-56 2 "--max-memory-gib must be a number >= 0" replay --max-memory-gib -1)
 bad(NUM-57 2 "--max-memory-gib must be a number >= 0" replay --max-memory-gib nan)
 bad(NUM-58 2 "--max-memory-gib: this run would keep up to [0-9.]+ GiB in memory .100000 requests, 400000000 generated tokens' inter-token gaps, up to 400100000 steps for steps.csv., over the limit of 0.10 GiB; shorten the workload" replay --requests 100000 --output-len fixed:4000 --max-memory-gib 0.1 --out @D@/never_made)

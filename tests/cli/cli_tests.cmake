@@ -72,6 +72,11 @@ add_test(NAME cli.examples
          COMMAND python3 ${CMAKE_CURRENT_SOURCE_DIR}/cli/check_examples.py $<TARGET_FILE:kvlab> ${PROJECT_SOURCE_DIR}
                  ${CMAKE_CURRENT_BINARY_DIR}/cli-examples)
 set_tests_properties(cli.examples PROPERTIES LABELS "cli;examples" TIMEOUT 900)
+# replay --dump-plans: the scheduler's plans, each agreeing with its row of steps.csv (issue 31).
+add_test(NAME cli.dump_plans
+         COMMAND python3 ${CMAKE_CURRENT_SOURCE_DIR}/cli/check_dump_plans.py $<TARGET_FILE:kvlab>
+                 ${CMAKE_CURRENT_BINARY_DIR}/cli-dump-plans)
+set_tests_properties(cli.dump_plans PROPERTIES LABELS cli)
 add_test(NAME scripts.check_readme_numbers_self_test
          COMMAND python3 ${PROJECT_SOURCE_DIR}/scripts/check_readme_numbers.py --self-test)
 set_tests_properties(scripts.check_readme_numbers_self_test PROPERTIES LABELS scripts)

@@ -42,6 +42,8 @@ void check_bounds(const kvlab::cli::RunOptions& o, const std::vector<std::string
   if (!(o.burstiness > 0 && o.burstiness <= 1000)) fail("--burstiness out of bounds accepted");
   if (!(o.beam_reselect >= 0 && o.beam_reselect <= 1)) fail("--beam-reselect out of bounds accepted");
   if (!(o.max_memory_gib >= 0) || !std::isfinite(o.max_memory_gib)) fail("--max-memory-gib out of bounds accepted");
+  if (o.dump_plans < 0 || o.dump_plans > o.kMaxDumpedPlans || (o.dump_plans_given && o.dump_plans < 1))
+    fail("--dump-plans out of bounds accepted");
   if (o.limit < 0 || o.turns < 1 || o.prefix_groups < 0 || o.shared_prefix < 0 || o.execute_layers < 0)
     fail("a negative count accepted");
   for (const double p : o.percentiles)
