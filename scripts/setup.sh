@@ -12,7 +12,7 @@ preset="${KVLAB_PRESET:-release}"
 # nlohmann-json, fmt and xxHash (all three used header-only).
 # docs/dependencies.md says why each one is here.
 packages=(build-essential cmake ninja-build pkg-config libgtest-dev libgmock-dev libbenchmark-dev
-          libboost-program-options-dev nlohmann-json3-dev libfmt-dev libxxhash-dev libcsv-dev python3-matplotlib curl ca-certificates clang libclang-rt-dev clang-format)
+          libboost-program-options-dev nlohmann-json3-dev libfmt-dev libxxhash-dev libcsv-dev python3-matplotlib curl ca-certificates clang libclang-rt-dev clang-format clang-tidy)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Sets kvlab up (scripts/setup.sh) and runs the whole test suite:
 #   1. the release build: every test (GPU tests skip with the reason on machines without one);
-#   2. the fuzz preset (clang, ASan + UBSan, libFuzzer coverage, host code): every test again
+#   2. the fuzz preset (clang, ASan + UBSan, libFuzzer coverage, host code): every test again, and
+#      clang-tidy over its compile commands (architecture.function_size skips on the gcc build)
 #      (one sanitizer build serves the tests and the fuzzers; the gcc `asan` preset stays for
 #      whoever wants gcc's ASan, and runs the same tests);
 #   3. the tsan preset: the threaded parts (thread pool, SIMT emulator, vmm background mapper,
@@ -9,7 +10,7 @@
 #      binary of the test files that hold them (kvlab_threaded_tests);
 #   4. the fuzzers of that same build, each for a bounded time.
 # KVLAB_QUICK=1 runs step 1 only, without the slow end-to-end tests (labels examples, figure-checks,
-# emulated-e2e). tests/gpu/run.sh runs the GPU suite where a GPU exists.
+# emulated-e2e) and clang-tidy (tidy). tests/gpu/run.sh runs the GPU suite where a GPU exists.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs="$(nproc)"
@@ -22,7 +23,7 @@ if [ "${KVLAB_QUICK:-0}" = 1 ]; then
   # The quick round: every unit and CLI test of the release build, without the slow end-to-end runs
   # (examples, the figure text re-checks, kvlab on the emulated GPU) and the sanitizer stages.
   stage "release: all tests but examples, figure-checks and emulated-e2e (KVLAB_QUICK=1)"
-  ctest --preset release -j "$jobs" --timeout 900 -LE "gpu|examples|figure-checks|emulated-e2e"
+  ctest --preset release -j "$jobs" --timeout 900 -LE "gpu|examples|figure-checks|emulated-e2e|tidy"
   stage "quick round passed (KVLAB_QUICK=1: scripts/test.sh without it runs everything)"
   exit 0
 fi

@@ -305,20 +305,14 @@ void check_kept_memory(const std::vector<Request>& workload, const ReplayConfig&
       max_memory_gib > 0 ? "" : " (half of this machine's memory)", kept.steps > 0 ? ", drop --out" : ""));
 }
 
-int run_backends(const RunOptions& c, const std::vector<std::string>& names, const std::string& invocation,
-                 bool chart) {
-  if (names.empty()) throw UsageError("no backend named");
-  const ModelGeometry model = model_preset(c.model_name);
-  // Execute mode needs real KV bytes: the device's memory (host memory by default), one backend at
-  // a time. The device is opened first: without the GPU asked for, nothing else runs.
-  const std::unique_ptr<DeviceContext> device = c.open_device();
-  const BackendOptions probe = c.backend_options(nullptr, device.get());
-  // Memory mode replays the backends made here (each is made once per run); with KV storage these
-  // are accounting-only probes, and each replay makes its own on the device's memory, one at a time.
-  const bool storage = c.execute || c.verify_kv;
+/// Makes each named backend once, before any long run: a bad name, one named twice, or a preemption
+/// it cannot do fails here. Memory mode replays these; with KV storage (`storage`) they were only
+/// accounting probes and each replay makes its own on the device's memory (nullptr here).
+std::vector<std::unique_ptr<KvBackend>> make_named_backends(const RunOptions& c, const std::vector<std::string>& names,
+                                                            const BackendOptions& probe, bool storage) {
   std::vector<std::unique_ptr<KvBackend>> built;
   std::vector<std::pair<std::string, std::string>> canonical;  // (canonical name, as given)
-  for (const auto& n : names) {  // fail on a bad name, or a preemption it cannot do, before any long run
+  for (const auto& n : names) {
     auto b = make_backend(n, probe);
     // Two spellings of one backend (paged-16, paged-016) would write one folder twice.
     for (const auto& [name, given] : canonical)
@@ -333,6 +327,21 @@ int run_backends(const RunOptions& c, const std::vector<std::string>& names, con
                       n));
     built.push_back(storage ? nullptr : std::move(b));
   }
+  return built;
+}
+
+int run_backends(const RunOptions& c, const std::vector<std::string>& names, const std::string& invocation,
+                 bool chart) {
+  if (names.empty()) throw UsageError("no backend named");
+  const ModelGeometry model = model_preset(c.model_name);
+  // Execute mode needs real KV bytes: the device's memory (host memory by default), one backend at
+  // a time. The device is opened first: without the GPU asked for, nothing else runs.
+  const std::unique_ptr<DeviceContext> device = c.open_device();
+  const BackendOptions probe = c.backend_options(nullptr, device.get());
+  // Memory mode replays the backends made here (each is made once per run); with KV storage these
+  // are accounting-only probes, and each replay makes its own on the device's memory, one at a time.
+  const bool storage = c.execute || c.verify_kv;
+  std::vector<std::unique_ptr<KvBackend>> built = make_named_backends(c, names, probe, storage);
   auto [workload, description] = c.workload();
   ReplayConfig rc = c.replay_config();
   rc.at_step_boundary = throw_if_interrupted;         // SIGINT/SIGTERM stop the replay between steps
