@@ -1,7 +1,7 @@
 #pragma once
 // The host's own limits, measured: memory read bandwidth and fp32 FMA throughput. Kernel
 // throughput is reported as a fraction of numbers taken on the same machine in the same run
-// (experiments/benchmarks/attention_bench.cpp), and `kvlab calibrate` writes them into a device
+// (benchmarks/attention_bench.cpp), and `kvlab calibrate` writes them into a device
 // model file (experiments/runs/calibrate.hpp).
 #include <cstddef>
 #include <cstdint>

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A/B of the host attention kernel in one process: kernels/host_attention.cpp at a base revision
 # (A) against the working tree's (B), on the same data, round by round. See
-# experiments/benchmarks/attention_ab.cpp for the cases and why (this host's bandwidth drifts too
+# benchmarks/attention_ab.cpp for the cases and why (this host's bandwidth drifts too
 # much for two separate benchmark runs to resolve a 5 % change).
 set -euo pipefail
 caller="$PWD"
@@ -13,7 +13,7 @@ usage: scripts/attention_ab.sh [BASE] [options]
 
 Compiles kernels/host_attention.cpp at git revision BASE (default HEAD) as build A and the working
 tree's as build B, both with the flags the build directory compiles it with, links them with
-experiments/benchmarks/attention_ab.cpp, checks that A and B compute the same outputs, and prints
+benchmarks/attention_ab.cpp, checks that A and B compute the same outputs, and prints
 B's speed relative to A's (the median over rounds of time(A)/time(B)) for decode from memory
 (all threads and one), paged-16 decode, decode with the KV in L2, and prefill.
 
@@ -99,7 +99,7 @@ echo "# command: scripts/attention_ab.sh $base --build $build --rounds $rounds $
 # The renaming define makes each copy define its own entry point (the header's declaration is renamed with it).
 "${compile[@]}" -I"$PWD" -Dhost_attention=host_attention_a -c "$work/host_attention_a.cpp" -o "$work/a.o" & pa=$!
 "${compile[@]}" -I"$PWD" -Dhost_attention=host_attention_b -c "$work/host_attention_b.cpp" -o "$work/b.o" & pb=$!
-"${compile[@]}" -I"$PWD" -c experiments/benchmarks/attention_ab.cpp -o "$work/driver.o" & pd=$!
+"${compile[@]}" -I"$PWD" -c benchmarks/attention_ab.cpp -o "$work/driver.o" & pd=$!
 failed=0
 for p in $pa $pb $pd; do wait "$p" || failed=1; done
 [ "$failed" = 0 ] || { echo "attention_ab: compiling failed (see above)" >&2; exit 1; }

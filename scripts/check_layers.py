@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
 """Checks that kvlab's folders depend on each other one way only (the floors of the design).
 
-    scripts/check_layers.py [--root DIR]
+    scripts/check_layers.py [--root DIR] [--max-share PCT]
+
+--max-share PCT: also no top-level source folder holds more than PCT % of the lines of code (the
+sources of alloc, kernels, paged, vmm, serving, experiments and benchmarks; tests and scripts apart).
 
   tests/        test-only code (tests/support: doubles): no shipped folder includes it
   alloc/        errors, memory, the backend front door: includes nothing from the other folders.
@@ -9,12 +12,16 @@
                 cuda's), transfer, backend, contiguous
   kernels/      attention kernels: may include alloc/, nothing else of ours
   paged/, vmm/  backends: alloc/ and kernels/; never each other
-  experiments/  replayer, CLI, figures: reaches backends only through the factory — no file but
-                experiments/replay/backend_factory.cpp includes paged/ or vmm/ backend headers or names a
-                concrete backend type, and nothing there uses dynamic_cast. Its rooms have floors of
-                their own, bottom up: support, traces, clock, replay, report, runs, figures, cli
-                (benchmarks/ may include any room); a room includes only its own headers and those
-                of the rooms below it (devices/, the device model files, is clock's)
+  serving/      the serving simulation (traces, clock, scheduler and replayer, output files):
+                alloc/, kernels/, and the backends only through the factory — no file but
+                serving/replay/backend_factory.cpp includes paged/ or vmm/ backend headers or names a
+                concrete backend type, and nothing uses dynamic_cast (here, in experiments/ and in
+                benchmarks/). Its rooms, bottom up: support, traces, clock, replay, report
+                (devices/, the device model files, is clock's)
+  experiments/  sweeps and run control, figures, the CLI: serving/ and below. Its rooms, bottom up:
+                runs, figures, cli
+  benchmarks/   Google Benchmark binaries: any folder but tests/
+A room includes only its own headers and those of the rooms below it.
 Prints one line per violation (FILE:LINE: what) and exits 1 if there is any.
 """
 import argparse
@@ -22,25 +29,29 @@ import pathlib
 import re
 import sys
 
-OURS = ("alloc", "kernels", "paged", "vmm", "experiments")
+OURS = ("alloc", "kernels", "paged", "vmm", "serving", "experiments", "benchmarks")
 INCLUDABLE = OURS + ("tests",)  # folders an #include "X/..." can name
 ALLOWED = {
     "alloc": {"alloc"},
     "kernels": {"alloc", "kernels"},
     "paged": {"alloc", "kernels", "paged"},
     "vmm": {"alloc", "kernels", "vmm"},
-    "experiments": set(OURS),
+    "serving": {"alloc", "kernels", "paged", "vmm", "serving"},
+    "experiments": {"alloc", "kernels", "paged", "vmm", "serving", "experiments"},
+    "benchmarks": set(OURS),
 }
+FRONT_DOOR_ONLY = ("serving", "experiments", "benchmarks")  # reach backends only through the factory
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"/]+)/')
 CONCRETE = re.compile(r"\b(ContiguousBackend|PagedBackend|VmmBackend|ContiguousConfig|PagedConfig|VmmConfig)\b")
 BACKEND_HEADERS = re.compile(r'#\s*include\s+"(paged/paged_backend|vmm/vmm_backend|alloc/contiguous/contiguous_backend)\.hpp"')
-FACTORY = "experiments/replay/backend_factory.cpp"
+FACTORY = "serving/replay/backend_factory.cpp"
 # The rooms of a folder, bottom up, and folders that count as a room's (a data folder; the top floor).
 ROOMS = {
-    "experiments": ["support", "traces", "clock", "replay", "report", "runs", "figures", "cli"],
+    "serving": ["support", "traces", "clock", "replay", "report"],
+    "experiments": ["runs", "figures", "cli"],
     "alloc": ["core", "memory", "faults", "cuda", "transfer", "backend", "contiguous"],
 }
-ROOM_ALIASES = {"experiments": {"devices": "clock", "benchmarks": "cli"}, "alloc": {}}
+ROOM_ALIASES = {"serving": {"devices": "clock"}, "experiments": {"sweeps": "runs"}, "alloc": {}}
 
 
 def room_of(folder: str, rel: str) -> str | None:
@@ -82,7 +93,7 @@ def check(root: pathlib.Path) -> list[str]:
                     problems.append(f"{rel}:{n}: {folder}/ must not include {m.group(1)}/ ({line.strip()})")
                 if folder in ROOMS:
                     problems += check_rooms(folder, rel, n, line)
-                if folder != "experiments":
+                if folder not in FRONT_DOOR_ONLY:
                     continue
                 if rel == FACTORY:
                     continue
@@ -92,14 +103,35 @@ def check(root: pathlib.Path) -> list[str]:
                 if CONCRETE.search(code):
                     problems.append(f"{rel}:{n}: names a concrete backend type outside the factory ({line.strip()})")
                 if "dynamic_cast" in code:
-                    problems.append(f"{rel}:{n}: dynamic_cast in experiments/ ({line.strip()})")
+                    problems.append(f"{rel}:{n}: dynamic_cast in {folder}/ ({line.strip()})")
     return problems
+
+
+def shares(root: pathlib.Path) -> dict[str, int]:
+    """Lines of source code per top-level folder."""
+    lines = {}
+    for folder in OURS:
+        lines[folder] = sum(len(f.read_text(errors="replace").splitlines())
+                            for f in (root / folder).rglob("*") if f.suffix in SUFFIXES | {".py"})
+    return lines
+
+
+def check_shares(root: pathlib.Path, max_pct: float) -> list[str]:
+    lines = shares(root)
+    total = sum(lines.values()) or 1
+    print("lines of code per folder: " + ", ".join(f"{k} {v} ({100 * v / total:.1f} %)" for k, v in lines.items()))
+    return [f"{k}/ holds {100 * v / total:.1f} % of the code, more than {max_pct:g} %"
+            for k, v in lines.items() if 100 * v / total > max_pct]
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--root", default=str(pathlib.Path(__file__).resolve().parent.parent))
-    problems = check(pathlib.Path(ap.parse_args().root))
+    ap.add_argument("--max-share", type=float, default=None)
+    args = ap.parse_args()
+    problems = check(pathlib.Path(args.root))
+    if args.max_share is not None:
+        problems += check_shares(pathlib.Path(args.root), args.max_share)
     for p in problems:
         print(p)
     return 1 if problems else 0

@@ -31,12 +31,12 @@ files = set()
 for entry in json.load(open(db)):
     f = entry["file"]
     rel = f[len(root):] if f.startswith(root) else ""
-    if rel and rel.endswith(".cpp") and rel.split("/")[0] in ("alloc", "paged", "vmm", "experiments", "tests"):
+    if rel and rel.endswith(".cpp") and rel.split("/")[0] in ("alloc", "paged", "vmm", "serving", "experiments", "benchmarks", "tests"):
         files.add(f)
 print("\n".join(sorted(files)))
 PY
 )
-[ "${#files[@]}" -gt 0 ] || { echo "clang_tidy: no translation unit of alloc, paged, vmm, experiments or tests in $db"; exit 1; }
+[ "${#files[@]}" -gt 0 ] || { echo "clang_tidy: no translation unit of alloc, paged, vmm, serving, experiments, benchmarks or tests in $db"; exit 1; }
 jobs="$(nproc)"
 log="$(mktemp)"
 trap 'rm -f "$log"' EXIT

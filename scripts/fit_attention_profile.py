@@ -18,7 +18,7 @@ and, over the rows with min-mib <= bytes / 2^20 < max-mib, it fits
 
 by least squares in relative error (weights 1/t^2; a closed form, deterministic). It prints eta
 (attention_bandwidth_efficiency), floor (attention_layer_overhead_s, seconds) and the mean and worst
-relative error, the numbers experiments/devices/a100-*.txt cite, and the same fit over the rows of
+relative error, the numbers serving/devices/a100-*.txt cite, and the same fit over the rows of
 64 MiB and more as a check of the shape. Times in the file are milliseconds (Vidur's CUDA timer).
 Only the standard library.
 """

@@ -13,7 +13,7 @@ it from github.com/microsoft/vidur, data/profiling/compute) and fits, over the t
 where W and P are one layer's weight bytes (fp16) and parameters and t sums the median times of the
 layer's operators (projections, MLP, activation, norms, rope, residual adds). It prints eta_bw,
 eta_flops and c (seconds per layer) with the mean and worst relative error, the numbers that
-experiments/devices/*.txt cite. Grid search on the efficiencies (steps of 0.01), least squares on
+serving/devices/*.txt cite. Grid search on the efficiencies (steps of 0.01), least squares on
 relative error for c; deterministic. Only the standard library.
 """
 import argparse

@@ -67,7 +67,7 @@ struct PreparedBatch {
 /// What a backend did on the caller's critical path since the last begin_step(), by kind of
 /// operation, not by backend: any backend that maps memory reports mapping, any that copies KV to
 /// the host reports transfers. The measured clock uses the seconds; the modelled clock prices the
-/// counts with the device model (experiments/clock/cost_model.hpp).
+/// counts with the device model (serving/clock/cost_model.hpp).
 struct StepCosts {
   double mapping_s = 0;  ///< measured time mapping/unmapping physical memory inside admit/grow/fork/release
   std::int64_t maps = 0, unmaps = 0;  ///< pages mapped / unmapped on the critical path

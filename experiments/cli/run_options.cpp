@@ -7,11 +7,11 @@
 
 #include "alloc/core/error.hpp"
 #include "alloc/core/model_geometry.hpp"
-#include "experiments/replay/backend_factory.hpp"
+#include "serving/replay/backend_factory.hpp"
 #include "experiments/cli/messages.hpp"
-#include "experiments/replay/schedule_policy.hpp"
-#include "experiments/report/summary_json.hpp"
-#include "experiments/traces/trace_reader.hpp"
+#include "serving/replay/schedule_policy.hpp"
+#include "serving/report/summary_json.hpp"
+#include "serving/traces/trace_reader.hpp"
 #include "kernels/simt/emulated_attention.hpp"
 
 namespace kvlab::cli {

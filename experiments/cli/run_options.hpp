@@ -15,14 +15,14 @@
 #include <utility>
 #include <vector>
 
-#include "experiments/replay/backend_factory.hpp"
+#include "serving/replay/backend_factory.hpp"
 #include "alloc/core/device.hpp"
 #include "alloc/faults/fault_injection.hpp"
-#include "experiments/clock/device_model.hpp"
-#include "experiments/support/provenance.hpp"
-#include "experiments/replay/replayer.hpp"
-#include "experiments/replay/serving_metrics.hpp"
-#include "experiments/traces/workload.hpp"
+#include "serving/clock/device_model.hpp"
+#include "serving/support/provenance.hpp"
+#include "serving/replay/replayer.hpp"
+#include "serving/replay/serving_metrics.hpp"
+#include "serving/traces/workload.hpp"
 #include "kernels/attention.hpp"
 
 namespace kvlab::cli {

@@ -12,12 +12,12 @@
 
 #include "alloc/core/error.hpp"
 #include "experiments/runs/run_control.hpp"
-#include "experiments/support/atomic_file.hpp"
-#include "experiments/support/progress.hpp"
-#include "experiments/report/report.hpp"
-#include "experiments/support/shell.hpp"
-#include "experiments/report/summary_json.hpp"
-#include "experiments/traces/trace_reader.hpp"
+#include "serving/support/atomic_file.hpp"
+#include "serving/support/progress.hpp"
+#include "serving/report/report.hpp"
+#include "serving/support/shell.hpp"
+#include "serving/report/summary_json.hpp"
+#include "serving/traces/trace_reader.hpp"
 
 namespace kvlab::fig {
 

@@ -7,10 +7,10 @@
 #include <utility>
 #include <vector>
 
-#include "experiments/replay/backend_factory.hpp"
+#include "serving/replay/backend_factory.hpp"
 #include "experiments/figures/figures.hpp"
-#include "experiments/replay/replayer.hpp"
-#include "experiments/traces/workload.hpp"
+#include "serving/replay/replayer.hpp"
+#include "serving/traces/workload.hpp"
 
 namespace kvlab::fig {
 

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "experiments/support/provenance.hpp"
+#include "serving/support/provenance.hpp"
 
 namespace kvlab {
 

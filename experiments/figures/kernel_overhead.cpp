@@ -13,7 +13,7 @@
 #include "alloc/memory/memory_resource.hpp"
 #include "experiments/figures/figure_kit.hpp"
 #include "experiments/figures/figure_list.hpp"
-#include "experiments/replay/serving_metrics.hpp"
+#include "serving/replay/serving_metrics.hpp"
 #include "experiments/runs/run_control.hpp"
 #include "kernels/attention.hpp"
 #include "kernels/batch_attention_params.hpp"

@@ -5,8 +5,8 @@
 #include <vector>
 
 #include "experiments/figures/figures.hpp"
-#include "experiments/replay/replayer.hpp"
-#include "experiments/traces/workload.hpp"
+#include "serving/replay/replayer.hpp"
+#include "serving/traces/workload.hpp"
 
 namespace kvlab::fig {
 

@@ -4,8 +4,8 @@
 
 #include "experiments/figures/figure_kit.hpp"
 #include "experiments/figures/figure_list.hpp"
-#include "experiments/replay/schedule_policy.hpp"
-#include "experiments/traces/trace_reader.hpp"
+#include "serving/replay/schedule_policy.hpp"
+#include "serving/traces/trace_reader.hpp"
 
 namespace kvlab::fig {
 

@@ -3,7 +3,7 @@
 // sequence's KV, (b) end-to-end ShareGPT replays through paged-B with each preemption mode.
 #include <fmt/format.h>
 
-#include "experiments/clock/cost_model.hpp"
+#include "serving/clock/cost_model.hpp"
 #include "experiments/figures/figure_kit.hpp"
 #include "experiments/figures/figure_list.hpp"
 
@@ -25,7 +25,7 @@ struct PreemptionCost {
 
 // ---------------------------------------------------------------------------------------------
 // THE CLOCK HOOK OF PART (a): the only place this figure asks the clock for a time, through the
-// same step-time model the replayer uses (experiments/clock/cost_model.hpp). Swapping moves whole blocks
+// same step-time model the replayer uses (serving/clock/cost_model.hpp). Swapping moves whole blocks
 // as the paged backend does: one host transfer per block, per layer, for K and for V (vLLM v0's
 // swap_blocks), each paying the device model's per-transfer latency plus its bytes at the host
 // link's bandwidth; recomputing is one prefill of `tokens` tokens, which attends to everything

@@ -22,9 +22,9 @@
 #include "alloc/transfer/staged_arrays.hpp"
 #include "alloc/core/error.hpp"
 #include "alloc/core/model_geometry.hpp"
-#include "experiments/replay/backend_factory.hpp"
-#include "experiments/replay/replayer.hpp"
-#include "experiments/traces/workload.hpp"
+#include "serving/replay/backend_factory.hpp"
+#include "serving/replay/replayer.hpp"
+#include "serving/traces/workload.hpp"
 #include "kernels/attention.hpp"
 #include "kernels/device_timer.hpp"
 #include "kernels/host_throughput.hpp"
@@ -668,7 +668,7 @@ void measure_cpu_overhead(const Session& s, DeviceModel& m) {
     }
   const std::vector<double> x = nonnegative_least_squares(rows, y);
   const std::string what = fmt::format(
-      "kvlab's own scheduler (experiments/replay/replayer.hpp replay(), memory mode, paged-B backend, llama-3-8b, "
+      "kvlab's own scheduler (serving/replay/replayer.hpp replay(), memory mode, paged-B backend, llama-3-8b, "
       "prompts of "
       "512 and outputs of {} tokens arriving at once) at block sizes 1, 16, 128 x batch sizes {}, {}, {}: "
       "least-squares fit (non-negative) of the replay's wall time = a * steps + b * sequences + c * block-table "

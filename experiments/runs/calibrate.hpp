@@ -1,6 +1,6 @@
 #pragma once
 // `kvlab calibrate`: measures the present machine and returns a device model (the constants of the
-// modelled clock, experiments/clock/device_model.hpp) whose every key says how it was measured.
+// modelled clock, serving/clock/device_model.hpp) whose every key says how it was measured.
 //
 // Rationale: the presets' GPU constants come from datasheets and published profiles, but the
 // constants of kvlab's own work (the scheduler's CPU time per step, a mapping call) and of the
@@ -23,7 +23,7 @@
 #include <string>
 #include <vector>
 
-#include "experiments/clock/device_model.hpp"
+#include "serving/clock/device_model.hpp"
 
 namespace kvlab {
 

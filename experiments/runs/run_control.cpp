@@ -15,7 +15,7 @@
 #include <sstream>
 
 #include "alloc/core/error.hpp"
-#include "experiments/support/atomic_file.hpp"
+#include "serving/support/atomic_file.hpp"
 
 namespace kvlab {
 
@@ -58,7 +58,7 @@ int try_lock(const fs::path& file, std::string& holder) {
 }  // namespace
 
 namespace {
-/// Removes the temporaries (NAME.tmp.PID, experiments/support/atomic_file.cpp) that a kvlab process killed
+/// Removes the temporaries (NAME.tmp.PID, serving/support/atomic_file.cpp) that a kvlab process killed
 /// outright left in `dir` and the folders directly in it, when that PID runs no more: nothing ever
 /// names them, and they can be large (a 10 MB steps.csv.tmp after a closed terminal).
 void remove_dead_temporaries(const fs::path& dir) {

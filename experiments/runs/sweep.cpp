@@ -1,6 +1,6 @@
 #include "experiments/runs/sweep.hpp"
 
-#include "experiments/support/input_file.hpp"
+#include "serving/support/input_file.hpp"
 
 #include <fcntl.h>
 #include <sys/prctl.h>
@@ -22,13 +22,13 @@
 #include <nlohmann/json.hpp>
 
 #include "alloc/core/error.hpp"
-#include "experiments/support/atomic_file.hpp"
-#include "experiments/support/csv.hpp"
-#include "experiments/support/progress.hpp"
-#include "experiments/report/report.hpp"
+#include "serving/support/atomic_file.hpp"
+#include "serving/support/csv.hpp"
+#include "serving/support/progress.hpp"
+#include "serving/report/report.hpp"
 #include "experiments/runs/run_control.hpp"
-#include "experiments/support/shell.hpp"
-#include "experiments/support/text.hpp"
+#include "serving/support/shell.hpp"
+#include "serving/support/text.hpp"
 
 namespace kvlab {
 

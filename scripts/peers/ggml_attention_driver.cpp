@@ -1,5 +1,5 @@
 // Peer benchmark driver: times ggml's CPU flash attention (ggml_flash_attn_ext) at the shape of
-// kvlab's BM_DecodeContiguous (experiments/benchmarks/attention_bench.cpp): llama-3-8b decode,
+// kvlab's BM_DecodeContiguous (benchmarks/attention_bench.cpp): llama-3-8b decode,
 // 32 query / 8 KV heads, head dim 128, fp16 K and V, 32 sequences of 4096 tokens, one query token
 // per sequence, fp32 q and out, scale 1/sqrt(128).
 //

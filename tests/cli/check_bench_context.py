@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Every benchmark JSON names the host it ran on (experiments/benchmarks/host_context.hpp).
+"""Every benchmark JSON names the host it ran on (benchmarks/host_context.hpp).
 
     check_bench_context.py BENCH_BINARY FILTER OUT_JSON [KEY...]
 

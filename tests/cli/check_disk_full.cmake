@@ -1,5 +1,5 @@
 # No silent loss: a write that fails makes kvlab exit non-zero with one line naming what was lost,
-# and never leaves a truncated or temporary file behind (experiments/support/atomic_file.hpp).
+# and never leaves a truncated or temporary file behind (serving/support/atomic_file.hpp).
 #   * stdout on a full disk (/dev/full): `kvlab models`, `kvlab replay`;
 #   * `kvlab collect DIR /dev/full`: the error, and /dev/full still a device (written in place);
 #   * a full disk inside --out, injected with KVLAB_FAIL_WRITES_AFTER_BYTES=N at several N: the

@@ -4,7 +4,7 @@
     check_schema.py KVLAB OUT SCHEMA_MD FIGURES_DIR
 
 Runs one `kvlab compare` over a backend of every family and variant that has counters of its own
-(with --goodput, so every serving column has a value), reads the headers of compare.csv, steps.csv
+(with --goodput, so every serving column has a value, and --dump-plans), reads the headers of compare.csv, steps.csv
 and requests.csv, the keys of summary.json and run.json (nested keys joined with '.'), and the
 header of every figure's data.csv, facts.csv and steps.csv under FIGURES_DIR (the figures.smoke
 output). Fails naming each column that is written but not documented, or documented but never
@@ -63,7 +63,7 @@ def main(kvlab, out, schema_md, figures):
     shutil.rmtree(out, ignore_errors=True)  # an earlier run's backend folders are not this run's
     run = subprocess.run([kvlab, "compare", "--backends", BACKENDS, "--requests", "30", "--rate", "20", "--model",
                           "llama-3-8b", "--capacity-gib", "1", "--no-progress", "--goodput", "ttft:500,tpot:50",
-                          "--out", out], capture_output=True, text=True)
+                          "--dump-plans", "5", "--out", out], capture_output=True, text=True)
     if run.returncode != 0:
         sys.exit(f"check_schema: kvlab compare failed ({run.returncode}): {run.stderr.strip()}")
     written = {}
@@ -78,6 +78,9 @@ def main(kvlab, out, schema_md, figures):
             summary = json.load(f)
         written.setdefault("`summary.json`", set()).update(keys(summary))
         counters.update(summary["counters"])
+        if not os.path.exists(os.path.join(d, "plans.txt")):
+            sys.exit(f"check_schema: --dump-plans wrote no {backend}/plans.txt")
+    written["`plans.txt` (`--dump-plans N`)"] = set()  # text, no columns: its layout is described there
     written["backend counters (`counters` in `summary.json`, columns of `compare.csv`)"] = counters
     written["`compare.csv`"] = {c for c in header(os.path.join(out, "compare.csv")) if c not in counters}
     with open(os.path.join(out, "run.json")) as f:

@@ -108,7 +108,7 @@ add_test(NAME cli.empty_trace_names COMMAND sh -c
   $<TARGET_FILE:kvlab>)
 set_tests_properties(cli.empty_trace_names PROPERTIES LABELS cli)
 # Write failures (a full stdout, /dev/full, an injected full disk in --out): non-zero exit, one line,
-# no partial or temporary file (experiments/support/atomic_file.hpp).
+# no partial or temporary file (serving/support/atomic_file.hpp).
 add_test(NAME cli.disk_full_no_silent_loss
          COMMAND ${CMAKE_COMMAND} -DBINARY=$<TARGET_FILE:kvlab> -DOUT=${CMAKE_CURRENT_BINARY_DIR}/cli-disk-full
          -P ${CMAKE_CURRENT_SOURCE_DIR}/cli/check_disk_full.cmake)

@@ -9,8 +9,8 @@
 
 #include "alloc/core/error.hpp"
 #include "alloc/memory/statistics_adaptor.hpp"
-#include "experiments/replay/backend_factory.hpp"
-#include "experiments/replay/kv_integrity.hpp"
+#include "serving/replay/backend_factory.hpp"
+#include "serving/replay/kv_integrity.hpp"
 #include "tests/support/tiny_model.hpp"
 
 namespace kvlab {

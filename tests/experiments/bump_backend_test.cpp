@@ -15,9 +15,9 @@
 #include "alloc/transfer/copy.hpp"
 #include "alloc/core/error.hpp"
 #include "alloc/backend/table_backend.hpp"
-#include "experiments/replay/backend_factory.hpp"
-#include "experiments/replay/replayer.hpp"
-#include "experiments/traces/workload.hpp"
+#include "serving/replay/backend_factory.hpp"
+#include "serving/replay/replayer.hpp"
+#include "serving/traces/workload.hpp"
 #include "tests/support/tiny_model.hpp"
 
 namespace kvlab {

@@ -6,7 +6,7 @@
 
 #if KVLAB_HAS_CUDA_HEADERS
 #include "alloc/cuda/emulated/cuda_driver_double.hpp"
-#include "experiments/replay/replayer.hpp"
+#include "serving/replay/replayer.hpp"
 #include "kernels/simt/emulated_attention.hpp"
 #include "tests/support/tiny_model.hpp"
 #include "vmm/cuda_vm_driver.hpp"

@@ -6,8 +6,8 @@
 #include "alloc/core/error.hpp"
 #include "alloc/faults/fault_injection.hpp"
 #include "alloc/memory/statistics_adaptor.hpp"
-#include "experiments/replay/backend_factory.hpp"
-#include "experiments/replay/replayer.hpp"
+#include "serving/replay/backend_factory.hpp"
+#include "serving/replay/replayer.hpp"
 #include "tests/support/tiny_model.hpp"
 
 namespace kvlab {

@@ -10,7 +10,7 @@
 #include <memory>
 #include <thread>
 
-#include "experiments/replay/replayer.hpp"
+#include "serving/replay/replayer.hpp"
 #include "kernels/attention.hpp"
 #include "kernels/device_timer.hpp"
 #include "tests/support/tiny_model.hpp"

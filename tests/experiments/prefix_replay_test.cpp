@@ -1,4 +1,4 @@
-// Issue 17 through the replayer: answers' ids from a multi-turn trace (experiments/traces/token_ids.hpp),
+// Issue 17 through the replayer: answers' ids from a multi-turn trace (serving/traces/token_ids.hpp),
 // a next turn that reuses the previous turn's answer, and a preempted request that finds its own
 // prompt and generated tokens again (counted apart), with every KV byte verified.
 #include <gtest/gtest.h>
@@ -6,9 +6,9 @@
 #include <numeric>
 
 #include "alloc/memory/memory_resource.hpp"
-#include "experiments/replay/backend_factory.hpp"
-#include "experiments/replay/replayer.hpp"
-#include "experiments/traces/token_ids.hpp"
+#include "serving/replay/backend_factory.hpp"
+#include "serving/replay/replayer.hpp"
+#include "serving/traces/token_ids.hpp"
 #include "paged/paged_backend.hpp"
 #include "tests/support/tiny_model.hpp"
 

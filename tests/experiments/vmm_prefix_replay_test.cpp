@@ -4,8 +4,8 @@
 // tokens, whether it came from its own prefill or from pages another sequence filled.
 #include <gtest/gtest.h>
 
-#include "experiments/replay/backend_factory.hpp"
-#include "experiments/replay/replayer.hpp"
+#include "serving/replay/backend_factory.hpp"
+#include "serving/replay/replayer.hpp"
 #include "tests/support/tiny_model.hpp"
 
 namespace kvlab {

@@ -32,7 +32,7 @@
 #include <vector>
 
 #include "alloc/core/error.hpp"
-#include "experiments/replay/backend_factory.hpp"
+#include "serving/replay/backend_factory.hpp"
 
 namespace {
 

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "alloc/core/error.hpp"
-#include "experiments/traces/trace_reader.hpp"
+#include "serving/traces/trace_reader.hpp"
 
 namespace {
 

@@ -13,7 +13,7 @@
 
 #include "alloc/cuda/cuda_runtime.hpp"
 #include "alloc/core/error.hpp"
-#include "experiments/replay/backend_factory.hpp"
+#include "serving/replay/backend_factory.hpp"
 #include "kernels/attention.hpp"
 #include "kernels/batch_attention_params.hpp"
 #include "kernels/cuda/cuda_attention.hpp"

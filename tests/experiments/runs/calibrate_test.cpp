@@ -13,11 +13,11 @@
 #include "alloc/cuda/cuda_runtime.hpp"
 #include "alloc/core/error.hpp"
 #include "alloc/core/model_geometry.hpp"
-#include "experiments/support/atomic_file.hpp"
-#include "experiments/replay/backend_factory.hpp"
+#include "serving/support/atomic_file.hpp"
+#include "serving/replay/backend_factory.hpp"
 #include "experiments/runs/calibrate.hpp"
-#include "experiments/replay/replayer.hpp"
-#include "experiments/traces/workload.hpp"
+#include "serving/replay/replayer.hpp"
+#include "serving/traces/workload.hpp"
 
 namespace kvlab {
 namespace {

@@ -1,0 +1,459 @@
+#include "serving/replay/backend_factory.hpp"
+
+#include "alloc/contiguous/contiguous_backend.hpp"
+#include "alloc/cuda/cuda_runtime.hpp"
+#include "alloc/core/error.hpp"
+#include "alloc/faults/fault_injection.hpp"
+#include "paged/paged_backend.hpp"
+#include "vmm/posix_vm_driver.hpp"
+#include "vmm/vmm_backend.hpp"
+#if KVLAB_HAS_CUDA_HEADERS
+#include "alloc/cuda/cuda_driver_log.hpp"
+#include "alloc/cuda/cuda_vmm_memory_resource.hpp"
+#include "alloc/cuda/emulated/cuda_driver_double.hpp"
+#include "vmm/cuda_vm_driver.hpp"
+#endif
+#if KVLAB_HAS_CUDA
+#include "alloc/cuda/cuda_check.hpp"
+#include "alloc/cuda/cuda_memory_resource.hpp"
+#endif
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <charconv>
+#include <mutex>
+
+namespace kvlab {
+
+// --- devices ---
+
+struct DeviceContext::Impl {
+  DeviceSpec spec;
+  std::string description;
+#if KVLAB_HAS_CUDA_HEADERS
+  std::unique_ptr<CudaDriverDouble> dbl;  // emulated: destroyed last, after everything using it
+  std::unique_ptr<CudaVmmMemoryResource> device_memory;
+  const CudaDriverApi* api = nullptr;
+#endif
+  std::unique_ptr<MemoryResource> swap;  // pinned host memory on a GPU
+  std::vector<std::string> reported;     // what problems() found last time
+};
+
+namespace {
+#if KVLAB_HAS_CUDA_HEADERS
+constexpr std::size_t kStockGranularity = std::size_t{2} << 20;  // what NVIDIA drivers report
+
+void open_emulated(DeviceContext::Impl& d, std::size_t device_bytes) {
+  CudaDriverDoubleConfig dc;
+  dc.granularity = kStockGranularity;
+  dc.capacity =
+      device_bytes == 0 ? std::size_t{8} << 30 : (device_bytes + dc.granularity - 1) / dc.granularity * dc.granularity;
+  dc.device_name = "kvlab emulated GPU (CUDA driver double)";
+  d.dbl = std::make_unique<CudaDriverDouble>(dc);
+  d.api = &logged_if_requested(d.dbl->api());  // KVLAB_DRIVER_LOG=FILE logs the double's calls too
+  d.device_memory = std::make_unique<CudaVmmMemoryResource>(*d.api, Device::emulated, 0);
+  d.description = fmt::format(
+      "emulated GPU (CUDA driver double, {} MiB granularity, {} MiB; CUDA kernels under the "
+      "SIMT emulator)",
+      dc.granularity >> 20, dc.capacity >> 20);
+}
+
+/// Device `ordinal`'s name from the driver (cuda_status() names device 0 only).
+std::string cuda_device_name(const CudaDriverApi& api, int ordinal) {
+  CUdevice dev = 0;
+  char name[256] = {};
+  if (api.cuDeviceGet(&dev, ordinal) != CUDA_SUCCESS || api.cuDeviceGetName(name, sizeof name, dev) != CUDA_SUCCESS)
+    return "unnamed";
+  return name;
+}
+
+void open_cuda(DeviceContext::Impl& d) {
+  const CudaStatus& status = cuda_status();
+  if (!status.available)
+    throw Error("--device " + d.spec.name() + ": no CUDA GPU found (" + status.message +
+                "); use --device host, or --device emulated to run the CUDA code path on the host");
+  if (d.spec.index >= status.device_count)  // like a missing GPU: a fact of this machine, exit 1
+    throw Error(fmt::format("--device {}: this machine has {} CUDA device(s) (cuda:0..cuda:{})", d.spec.name(),
+                            status.device_count, status.device_count - 1));
+#if KVLAB_HAS_CUDA
+  KVLAB_CUDA_TRY(cudaSetDevice(d.spec.index));  // the runtime (kernels, copies) on the same GPU
+  d.swap = std::make_unique<CudaPinnedMemoryResource>();
+#endif
+  d.api = &cuda_driver();
+  d.device_memory = std::make_unique<CudaVmmMemoryResource>(*d.api, Device::cuda, d.spec.index);
+  d.description = fmt::format("CUDA device {} ({}; driver {}, runtime {})", d.spec.index,
+                              cuda_device_name(*d.api, d.spec.index), status.driver_version, status.runtime_version);
+}
+#endif
+}  // namespace
+
+DeviceContext::DeviceContext(const DeviceSpec& spec, std::size_t device_bytes) : impl_(std::make_unique<Impl>()) {
+  impl_->spec = spec;
+  if (spec.kind == Device::host) {
+    impl_->description = "host memory";
+    return;
+  }
+#if KVLAB_HAS_CUDA_HEADERS
+  if (spec.kind == Device::emulated) {
+    open_emulated(*impl_, device_bytes);
+  } else {
+    open_cuda(*impl_);
+  }
+#else
+  (void)device_bytes;
+  KVLAB_THROW(InvalidArgument, "--device " + spec.name() + " needs a build with the CUDA toolkit headers");
+#endif
+}
+
+DeviceContext::~DeviceContext() = default;
+
+const DeviceSpec& DeviceContext::spec() const noexcept { return impl_->spec; }
+
+MemoryResource& DeviceContext::memory() noexcept {
+#if KVLAB_HAS_CUDA_HEADERS
+  if (impl_->device_memory) return *impl_->device_memory;
+#endif
+  return host_memory_resource();
+}
+
+MemoryResource* DeviceContext::swap_memory() noexcept { return impl_->swap.get(); }
+
+std::size_t DeviceContext::granularity() const noexcept {
+#if KVLAB_HAS_CUDA_HEADERS
+  if (impl_->device_memory) return impl_->device_memory->granularity();
+#endif
+  return 0;
+}
+
+const CudaDriverApi& DeviceContext::driver_api() const {
+#if KVLAB_HAS_CUDA_HEADERS
+  if (impl_->api != nullptr) return *impl_->api;
+#endif
+  KVLAB_THROW(InvalidArgument, "--device " + impl_->spec.name() + " has no CUDA driver");
+}
+
+CudaDriverDouble* DeviceContext::driver_double() noexcept {
+#if KVLAB_HAS_CUDA_HEADERS
+  return impl_->dbl.get();
+#else
+  return nullptr;
+#endif
+}
+
+void DeviceContext::inject_driver_faults(FaultInjector* faults) {
+#if KVLAB_HAS_CUDA_HEADERS
+  if (!impl_->dbl) return;
+  impl_->dbl->use_fault_injector(faults, {CuEntry::cuMemCreate, CuEntry::cuMemMap, CuEntry::cuMemSetAccess,
+                                          CuEntry::cuMemUnmap, CuEntry::cuMemRelease, CuEntry::cuMemAddressReserve,
+                                          CuEntry::cuMemAddressFree, CuEntry::cuCtxSynchronize});
+#else
+  (void)faults;
+#endif
+}
+
+void DeviceContext::refuse_unmaps(bool refuse) {
+#if KVLAB_HAS_CUDA_HEADERS
+  if (impl_->dbl) {
+    if (refuse) {
+      impl_->dbl->fail_randomly(1.0, 1, CUDA_ERROR_UNKNOWN, {CuEntry::cuMemUnmap});
+    } else {
+      impl_->dbl->clear_faults();
+    }
+    return;
+  }
+#endif
+  (void)refuse;
+  KVLAB_THROW(InvalidArgument, "--device " + impl_->spec.name() + ": only the emulated device can refuse unmaps");
+}
+
+std::string DeviceContext::problems() {
+  std::vector<std::string> now;  // everything the device holds or refused right now, one line each
+#if KVLAB_HAS_CUDA_HEADERS
+  if (!impl_->device_memory) return {};
+  impl_->device_memory->flush_pending();  // deallocations a fault deferred
+  const std::size_t pending = impl_->device_memory->pending_frees();
+  if (!impl_->dbl) {  // a GPU: what the memory resource still holds is all kvlab can see
+    const std::size_t live = impl_->device_memory->live_allocations();
+    if (live + pending > 0)
+      now.push_back(fmt::format("{} device allocation(s) still live, {} deallocation(s) the driver refused{}", live,
+                                pending, pending > 0 ? " (" + impl_->device_memory->refusals() + ")" : std::string()));
+  } else {
+    if (pending > 0)
+      now.push_back(
+          fmt::format("{} deallocation(s) the driver refused ({})", pending, impl_->device_memory->refusals()));
+    const CudaDriverDoubleUsage u = impl_->dbl->usage();
+    if (u.reservations + u.handles + u.allocations + u.mappings > 0) {
+      // The memory resource's own primary-context reference is not a leak; anything else is.
+      const std::string report = impl_->dbl->leak_report();
+      for (std::size_t at = 0; at < report.size();) {
+        const std::size_t end = report.find('\n', at);
+        const std::string line = report.substr(at, end - at);
+        if (!line.starts_with("primary context")) now.push_back(line);
+        at = end == std::string::npos ? report.size() : end + 1;
+      }
+    }
+    for (const std::string& v : impl_->dbl->violations()) now.push_back(v);
+  }
+#endif
+  // Only what is new since the last call: a leak a vmm backend's teardown left (a mapping it could
+  // not unmap stays in the driver) is that backend's, not every later one's.
+  std::string out;
+  for (const std::string& line : now)
+    if (std::find(impl_->reported.begin(), impl_->reported.end(), line) == impl_->reported.end())
+      out += (out.empty() ? "" : "; ") + line;
+  impl_->reported = std::move(now);
+  return out;
+}
+
+std::string DeviceContext::describe() const { return impl_->description; }
+
+std::shared_ptr<VmDriver> make_vm_driver(DeviceContext* device, std::size_t host_capacity, std::int64_t max_map_count) {
+  if (device == nullptr || device->device() == Device::host)
+    return std::make_shared<PosixVmDriver>(host_capacity, max_map_count);
+#if KVLAB_HAS_CUDA_HEADERS
+  if (device->device() == Device::emulated)
+    return std::make_shared<CudaVmDriver>(device->driver_api(), CudaVmOptions{0, false, true});
+  return std::make_shared<CudaVmDriver>(device->driver_api(), CudaVmOptions{device->spec().index, false, false});
+#else
+  KVLAB_THROW(InvalidArgument, "--device " + device->spec().name() + " needs a build with the CUDA headers");
+#endif
+}
+
+// --- backends ---
+
+std::string default_compare_backends() {
+  // vmm at vAttention's two page sizes, the 2 MiB one also with layers interleaved (megacache).
+  return "contiguous-max,contiguous-pow2,contiguous-oracle,paged-16,paged-64,vmm-64k,vmm-2m,vmm-2m-mega";
+}
+
+namespace {
+/// The most blocks (paged) or pages (vmm) a backend may keep books on: 2^25, under 1 GiB of
+/// bookkeeping (415 MB at 2^24 paged-16 blocks, 563 MB at 2^25 vmm-4k pages, measured).
+constexpr std::size_t kMaxBookkeptUnits = std::size_t{1} << 25;
+
+/// The integer after a prefix ("paged-16" -> 16), or -1 when the rest is not a plain number.
+long long suffix_number(std::string_view name, std::string_view prefix) {
+  const std::string_view rest = name.substr(prefix.size());
+  long long v = -1;
+  const auto [ptr, ec] = std::from_chars(rest.data(), rest.data() + rest.size(), v);
+  return ec == std::errc() && ptr == rest.data() + rest.size() && !rest.empty() ? v : -1;
+}
+
+/// "vmm-64k" -> 64 KiB page, per-layer layout; "vmm-2m-mega" -> 2 MiB page, megacache layout.
+std::unique_ptr<KvBackend> make_vmm_backend(std::string_view name, const BackendOptions& options) {
+  std::string_view rest = name.substr(4);  // after "vmm-"
+  VmmConfig c;
+  c.deferred_reclamation = true;  // vAttention's default; cached pages count as free (docs/vmm.md)
+  // Options after the page size, each switchable so its effect can be measured:
+  //   -mega (layers inside a token), -overlap (background mapping), -eagerN (map N tokens ahead),
+  //   -nodefer (unmap a finished sequence's pages at once), -prefix (page-granular prefix sharing).
+  std::string_view size = rest.substr(0, rest.find('-'));
+  for (std::string_view opts = rest.substr(size.size()); !opts.empty();) {
+    opts.remove_prefix(1);  // the dash
+    const std::string_view opt = opts.substr(0, opts.find('-'));
+    opts.remove_prefix(opt.size());
+    if (opt == "mega") {
+      c.layout = VmmLayout::megacache;
+    } else if (opt == "overlap") {
+      c.overlap = true;
+    } else if (opt == "nodefer") {
+      c.deferred_reclamation = false;
+    } else if (opt == "prefix") {
+      c.prefix_cache = true;
+    } else if (opt.starts_with("eager") && suffix_number(opt, "eager") > 0) {
+      c.eager_tokens = suffix_number(opt, "eager");
+    } else {
+      KVLAB_THROW(InvalidArgument, fmt::format("backend '{}': unknown vmm option '{}' (options: -mega, -overlap, "
+                                               "-eagerN, -nodefer, -prefix)",
+                                               name, opt));
+    }
+  }
+  rest = size;
+  unsigned long long n = 0;
+  const auto [ptr, ec] = std::from_chars(rest.data(), rest.data() + rest.size(), n);
+  const std::string_view unit = rest.substr(static_cast<std::size_t>(ptr - rest.data()));
+  const unsigned long long scale = unit == "k" ? 1ull << 10 : unit == "m" ? 1ull << 20 : unit == "g" ? 1ull << 30 : 0;
+  if (ec != std::errc() || ptr == rest.data() || scale == 0 || n == 0) {
+    KVLAB_THROW(InvalidArgument, fmt::format("backend '{}': expected vmm-<page size>[-mega] with the size in k, m or g "
+                                             "(vmm-4k, vmm-64k, vmm-256k, vmm-2m)",
+                                             name));
+  }
+  if (n > (1ull << 30) / scale)  // a page is a unit of mapping: past 1 GiB it is the whole cache
+    KVLAB_THROW(InvalidArgument, fmt::format("backend '{}': the page size must be at most 1g (1 GiB)", name));
+  c.page_bytes = static_cast<std::size_t>(n * scale);
+  if (options.capacity_bytes / c.page_bytes > kMaxBookkeptUnits)  // as for paged blocks (make_paged_backend)
+    KVLAB_THROW(InvalidArgument,
+                fmt::format("backend '{}': --capacity-gib gives {} pages, more than {} (their "
+                            "bookkeeping alone would take gigabytes); use a smaller capacity or larger "
+                            "pages",
+                            name, options.capacity_bytes / c.page_bytes, kMaxBookkeptUnits));
+  if (c.page_bytes % 4096 != 0) {
+    KVLAB_THROW(InvalidArgument,
+                fmt::format("backend '{}': the page size ({} bytes) must be a multiple of 4 KiB", name, c.page_bytes));
+  }
+  c.model = options.model;
+  c.capacity_bytes = options.capacity_bytes;
+  c.max_seq_len = options.max_seq_len;
+  const Device device = options.device != nullptr   ? options.device->device()
+                        : options.memory != nullptr ? options.memory->device()
+                                                    : Device::host;
+  if (device != Device::host && options.device != nullptr && c.page_bytes % options.device->granularity() != 0) {
+    // Checked even for accounting only, so a run fails before its first replay (the backend checks
+    // again against its driver).
+    KVLAB_THROW(
+        InvalidArgument,
+        fmt::format("backend '{}' on --device {}: vmm page size {} is not a multiple of the CUDA driver's "
+                    "granularity ({}): use vmm-{} or a multiple of it (smaller pages need vAttention's "
+                    "modified driver)",
+                    name, options.device->spec().name(), page_size_name(c.page_bytes),
+                    page_size_name(options.device->granularity()), page_size_name(options.device->granularity())));
+  }
+  if (options.memory != nullptr) {
+    // Storage: KV bytes come from the VM driver of the device; the resource itself only serves
+    // the per-batch arrays on a device.
+    c.memory = options.memory;
+    KVLAB_EXPECTS(device == Device::host || options.device != nullptr,
+                  fmt::format("backend '{}' on a device needs its DeviceContext", name));
+    c.driver = make_vm_driver(device == Device::host ? nullptr : options.device, options.capacity_bytes,
+                              options.max_map_count);
+  }
+  return std::make_unique<VmmBackend>(std::move(c));
+}
+
+std::unique_ptr<KvBackend> make_contiguous_backend(std::string_view name, const BackendOptions& options) {
+  ContiguousConfig c;
+  c.model = options.model;
+  c.capacity_bytes = options.capacity_bytes;
+  c.max_seq_len = options.max_seq_len;
+  c.memory = options.memory;
+  std::string_view rest = name.substr(std::string_view("contiguous-").size());
+  if (rest.ends_with("-buddy")) {
+    c.arena = ArenaKind::buddy;
+    rest.remove_suffix(std::string_view("-buddy").size());
+  }
+  c.policy = parse_reservation_policy(rest);
+  return std::make_unique<ContiguousBackend>(std::move(c));
+}
+
+/// paged-B or paged-B-hash / paged-B-radix (prefix caching, docs/prefix-caching.md);
+/// paged-B-hash-hostG adds a host tier of G GiB to the hash cache; a -region suffix (not with
+/// hash) turns on region block placement (paged/block_pool.hpp, docs/kernels.md).
+std::unique_ptr<KvBackend> make_paged_backend(std::string_view name, const BackendOptions& options) {
+  std::string_view rest = name.substr(std::string_view("paged-").size());
+  // "paged-b16" is how the backend names itself in every output: accepted back as input.
+  if (rest.size() > 1 && rest[0] == 'b' && std::isdigit(static_cast<unsigned char>(rest[1]))) rest.remove_prefix(1);
+  bool region = false;
+  if (rest.ends_with("-region")) {
+    region = true;
+    rest.remove_suffix(std::string_view("-region").size());
+  }
+  std::size_t host_gib = 0;
+  if (const auto host = rest.find("-host"); host != std::string_view::npos) {
+    const long long g = suffix_number(rest.substr(host + 1), "host");
+    if (g < 1 || g > (1 << 20))
+      KVLAB_THROW(InvalidArgument, fmt::format("backend '{}': host tier must be 1..1048576 GiB", name));
+    host_gib = static_cast<std::size_t>(g);
+    rest = rest.substr(0, host);
+  }
+  PrefixCacheMode cache = PrefixCacheMode::none;
+  if (const auto dash = rest.find('-'); dash != std::string_view::npos) {
+    cache = parse_prefix_cache_mode(rest.substr(dash + 1));
+    rest = rest.substr(0, dash);
+  }
+  const long long bs = suffix_number(rest, "");
+  if (bs < 1 || bs > 1024)
+    KVLAB_THROW(InvalidArgument, fmt::format("backend '{}': block size must be 1..1024 tokens", name));
+  // Block bookkeeping grows with the block count (about 25 bytes a block, 415 MB at 2^24):
+  // refused before anything is allocated rather than past memory (1e6 GiB of paged-16 took 5 GB).
+  const std::size_t block_bytes = static_cast<std::size_t>(bs) * options.model.kv_bytes_per_token();
+  for (const auto& [what, bytes] :
+       {std::pair{"--capacity-gib", options.capacity_bytes}, std::pair{"the host tier", host_gib << 30}})
+    if (block_bytes > 0 && bytes / block_bytes > kMaxBookkeptUnits)
+      KVLAB_THROW(InvalidArgument,
+                  fmt::format("backend '{}': {} gives {} blocks of {} tokens, more than {} (their bookkeeping alone "
+                              "would take gigabytes); use a smaller capacity or larger blocks",
+                              name, what, bytes / block_bytes, bs, kMaxBookkeptUnits));
+  PagedConfig c;
+  c.model = options.model;
+  c.capacity_bytes = options.capacity_bytes;
+  c.max_seq_len = options.max_seq_len;
+  c.memory = options.memory;
+  c.block_size = static_cast<std::int32_t>(bs);
+  c.prefix_cache = cache;
+  c.host_cache_bytes = host_gib << 30;
+  c.region_placement = region;
+  if (region && cache == PrefixCacheMode::hash)
+    KVLAB_THROW(InvalidArgument, fmt::format("backend '{}': region placement cannot be combined with the hash prefix "
+                                             "cache (its LRU free queue decides evictions); use -radix or no cache",
+                                             name));
+  if (options.device != nullptr) c.swap_memory = options.device->swap_memory();  // pinned on a GPU
+  if (host_gib > 0 && cache != PrefixCacheMode::hash)
+    KVLAB_THROW(InvalidArgument, fmt::format("backend '{}': a host tier needs the hash prefix cache", name));
+  return std::make_unique<PagedBackend>(std::move(c));
+}
+
+struct Registry {
+  std::mutex mutex;
+  std::vector<BackendFamily> families;
+};
+
+/// The registry, with the built-in families entered on first use (so no static-initialisation
+/// order matters for code that registers more).
+Registry& registry() {
+  static Registry r{
+      {},
+      {{"contiguous-",
+        "contiguous-max|pow2|oracle[-buddy]",
+        {"contiguous-max", "contiguous-pow2", "contiguous-oracle", "contiguous-pow2-buddy", "contiguous-oracle-buddy"},
+        make_contiguous_backend},
+       {"paged-",
+        "paged-B[-hash[-hostG]|-radix[-region]|-region] (B = 1..1024 tokens, G GiB of host tier)",
+        {"paged-1", "paged-7", "paged-16", "paged-256", "paged-16-hash", "paged-16-radix", "paged-7-region",
+         "paged-16-radix-region"},
+        make_paged_backend},
+       // vmm forms whose pages fit the conformance suite's tiny model (300-2000 token
+       // budgets): a vmm-64k page holds 512 of its tokens per tensor, vmm-2m 16384.
+       {"vmm-",
+        "vmm-SIZE[-mega][-overlap][-eagerN][-nodefer][-prefix] (SIZE: 4k, 64k, 2m, ...)",
+        {"vmm-4k", "vmm-16k", "vmm-64k-mega"},
+        make_vmm_backend}}};
+  return r;
+}
+}  // namespace
+
+void register_backend_family(BackendFamily family) {
+  KVLAB_EXPECTS(!family.prefix.empty(), "a backend family needs a name prefix");
+  KVLAB_EXPECTS(static_cast<bool>(family.make), fmt::format("backend family '{}' has no maker", family.prefix));
+  Registry& r = registry();
+  std::lock_guard lock(r.mutex);
+  for (const BackendFamily& f : r.families) {
+    const bool clash = f.prefix.starts_with(family.prefix) || family.prefix.starts_with(f.prefix);
+    KVLAB_EXPECTS(!clash, fmt::format("backend family '{}' clashes with '{}'", family.prefix, f.prefix));
+  }
+  r.families.push_back(std::move(family));
+}
+
+std::vector<BackendFamily> backend_families() {
+  Registry& r = registry();
+  std::lock_guard lock(r.mutex);
+  return r.families;
+}
+
+std::vector<std::string> backend_forms() {
+  std::vector<std::string> forms;
+  for (const BackendFamily& f : backend_families()) forms.insert(forms.end(), f.test_forms.begin(), f.test_forms.end());
+  return forms;
+}
+
+std::unique_ptr<KvBackend> make_backend(std::string_view name, const BackendOptions& options) {
+  const std::vector<BackendFamily> families = backend_families();
+  for (const BackendFamily& f : families)
+    if (name.starts_with(f.prefix)) return f.make(name, options);
+  std::vector<std::string> known;
+  for (const BackendFamily& f : families) known.push_back(f.usage);
+  KVLAB_THROW(InvalidArgument, fmt::format("unknown backend '{}' (known: {})", name, fmt::join(known, ", ")));
+}
+
+}  // namespace kvlab
