@@ -9,10 +9,10 @@ cd "$(dirname "$0")/.."
 preset="${KVLAB_PRESET:-release}"
 
 # Debian packages: compilers and build tools, GoogleTest, Google Benchmark, Boost.Program_options,
-# nlohmann-json, fmt and xxHash (all three used header-only).
+# nlohmann-json, fmt, xxHash and Howard Hinnant's date (all four used header-only), libcsv.
 # docs/dependencies.md says why each one is here.
 packages=(build-essential cmake ninja-build pkg-config libgtest-dev libgmock-dev libbenchmark-dev
-          libboost-program-options-dev nlohmann-json3-dev libfmt-dev libxxhash-dev libcsv-dev python3-matplotlib curl ca-certificates clang libclang-rt-dev clang-format clang-tidy)
+          libboost-program-options-dev nlohmann-json3-dev libfmt-dev libxxhash-dev libcsv-dev libhowardhinnant-date-dev python3-matplotlib curl ca-certificates clang libclang-rt-dev clang-format clang-tidy)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

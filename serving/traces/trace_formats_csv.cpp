@@ -10,8 +10,11 @@
 #include <string_view>
 #include <system_error>
 #include <unordered_set>
+#include <sstream>
 #include <utility>
 #include <vector>
+
+#include <date/date.h>
 
 #include "serving/traces/trace_formats.hpp"
 #include "serving/traces/trace_text.hpp"
@@ -31,50 +34,53 @@ struct WallClock {
   }
 };
 
-/// "YYYY-MM-DD HH:MM:SS[.f...]" (1 to 9 fraction digits).
+/// Why `text` is not "YYYY-MM-DD HH:MM:SS[.f...]" (1 to 9 fraction digits; 'T' may stand for the
+/// space), naming the first character that does not fit; empty when it is in that form. The form is
+/// checked here, character by character, because the error contract names the character; the value
+/// is date::parse's (parse_wallclock).
+std::string form_error(std::string_view text) {
+  static constexpr std::string_view kForm = "dddd-dd-dd dd:dd:dd";
+  if (text.size() < kForm.size()) return "too short";
+  const auto digits = [&](std::size_t from, std::size_t to) -> std::string {
+    for (std::size_t i = from; i < to; ++i)
+      if (text[i] < '0' || text[i] > '9') return "digit expected at character " + std::to_string(i + 1);
+    return {};
+  };
+  for (std::size_t i = 0; i < kForm.size(); ++i) {
+    if (kForm[i] == 'd') {
+      if (std::string e = digits(i, i + 1); !e.empty()) return e;
+    } else if (text[i] != kForm[i] && !(i == 10 && text[i] == 'T')) {
+      return std::string("'") + kForm[i] + "' expected at character " + std::to_string(i + 1);
+    }
+  }
+  if (text.size() == kForm.size()) return {};
+  if (text[19] != '.') return "'.' expected at character 20";
+  if (text.size() < 21 || text.size() > 29) return "1 to 9 fraction digits expected";
+  return digits(20, text.size());
+}
+
+/// "YYYY-MM-DD HH:MM:SS[.f...]" (1 to 9 fraction digits), parsed by Howard Hinnant's date library
+/// (docs/dependencies.md) once its form is checked.
 WallClock parse_wallclock(std::string_view text, const At& at, const std::string& field) {
   text = trim(text);
   const auto bad = [&](const std::string& why) {
     at.fail(field, quoted(text) + " is not a YYYY-MM-DD HH:MM:SS.fffffff time (" + why + ")");
   };
-  const auto digits = [&](std::size_t at_pos, std::size_t n) -> int {
-    int v = 0;
-    for (std::size_t i = 0; i < n; ++i) {
-      const char c = text[at_pos + i];
-      if (c < '0' || c > '9') bad("digit expected at character " + std::to_string(at_pos + i + 1));
-      v = v * 10 + (c - '0');
-    }
-    return v;
-  };
-  if (text.size() < 19) bad("too short");
-  const auto sep = [&](std::size_t i, char c) {
-    if (text[i] != c) bad(std::string("'") + c + "' expected at character " + std::to_string(i + 1));
-  };
-  const int year = digits(0, 4);
-  sep(4, '-');
-  const int month = digits(5, 2);
-  sep(7, '-');
-  const int day = digits(8, 2);
-  if (text[10] != ' ' && text[10] != 'T') bad("' ' expected at character 11");
-  const int hour = digits(11, 2);
-  sep(13, ':');
-  const int minute = digits(14, 2);
-  sep(16, ':');
-  const int second = digits(17, 2);
-  std::int64_t frac_ns = 0;
-  if (text.size() > 19) {
-    sep(19, '.');
-    const std::size_t n = text.size() - 20;
-    if (n < 1 || n > 9) bad("1 to 9 fraction digits expected");
-    frac_ns = digits(20, n);
-    for (std::size_t i = n; i < 9; ++i) frac_ns *= 10;
+  if (std::string why = form_error(text); !why.empty()) bad(why);
+  std::string spaced(text);
+  spaced[10] = ' ';
+  std::istringstream in(spaced);
+  date::sys_time<std::chrono::nanoseconds> t;
+  in >> date::parse("%Y-%m-%d %H:%M:%S", t);
+  if (in.fail() || in.peek() != std::char_traits<char>::eof()) {
+    // The form fits, so a field is out of range: a month, a day of that month, or a time of day.
+    const int month = std::stoi(spaced.substr(5, 2)), day = std::stoi(spaced.substr(8, 2));
+    const date::year_month_day ymd{date::year(std::stoi(spaced.substr(0, 4))),
+                                   date::month(static_cast<unsigned>(month)), date::day(static_cast<unsigned>(day))};
+    bad(ymd.ok() ? "no such time of day" : "no such date");
   }
-  const std::chrono::year_month_day ymd{std::chrono::year(year), std::chrono::month(static_cast<unsigned>(month)),
-                                        std::chrono::day(static_cast<unsigned>(day))};
-  if (!ymd.ok()) bad("no such date");
-  if (hour > 23 || minute > 59 || second > 59) bad("no such time of day");
-  const std::int64_t days = std::chrono::sys_days(ymd).time_since_epoch().count();
-  return WallClock{((days * 24 + hour) * 60 + minute) * 60 + second, frac_ns};
+  const auto seconds = std::chrono::floor<std::chrono::seconds>(t);
+  return WallClock{seconds.time_since_epoch().count(), (t - seconds).count()};
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -90,6 +90,33 @@ TEST_F(TraceFiles, AzureCsvRebasesWallClockToTheFirstRow) {
   EXPECT_NE(t.info.describe().find("azure trace"), std::string::npos);
 }
 
+// The form is checked character by character (the message names the character); the value and the
+// calendar are Howard Hinnant's date library's.
+TEST_F(TraceFiles, AzureTimestampsTakeATOrASpaceAndNineFractionDigitsAndKnowTheCalendar) {
+  const Trace t = read_trace(write("t.csv",
+                                   "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+                                   "2024-02-28T23:59:59.999999999,1,1\n"
+                                   "2024-02-29 00:00:01,1,1\n"
+                                   "2024-03-01 00:00:01.5,1,1\n"));
+  ASSERT_EQ(t.requests.size(), 3u);
+  EXPECT_NEAR(t.requests[1].arrival_s, 1.000000001, 1e-12);
+  EXPECT_NEAR(t.requests[2].arrival_s, 86400 + 1.500000001, 1e-9);  // 2024 is a leap year
+  const std::string head = "TIMESTAMP,ContextTokens,GeneratedTokens\n";
+  const std::string why = " is not a YYYY-MM-DD HH:MM:SS.fffffff time (";
+  expect_error("a.csv", head + "2023-02-29 00:00:00,1,1\n",
+               "2: field 'TIMESTAMP': '2023-02-29 00:00:00'" + why + "no such date)");
+  expect_error("b.csv", head + "2023-11-16 18:15:60,1,1\n",
+               "2: field 'TIMESTAMP': '2023-11-16 18:15:60'" + why + "no such time of day)");
+  expect_error("c.csv", head + "2023-11-16/18:15:00,1,1\n",
+               "2: field 'TIMESTAMP': '2023-11-16/18:15:00'" + why + "' ' expected at character 11)");
+  expect_error("d.csv", head + "2023-11-16 18:15:00.,1,1\n",
+               "2: field 'TIMESTAMP': '2023-11-16 18:15:00.'" + why + "1 to 9 fraction digits expected)");
+  expect_error("e.csv", head + "2023-11-16 18:15:00.12x,1,1\n",
+               "2: field 'TIMESTAMP': '2023-11-16 18:15:00.12x'" + why + "digit expected at character 23)");
+  expect_error("f.csv", head + "+023-11-16 18:15:00,1,1\n",
+               "2: field 'TIMESTAMP': '+023-11-16 18:15:00'" + why + "digit expected at character 1)");
+}
+
 TEST_F(TraceFiles, VidurCsvWithArrivalsIgnoresExtraColumnsAndAcceptsIntegralFloats) {
   const auto p = write("v.csv",
                        "arrived_at,num_prefill_tokens,num_decode_tokens,num_total_tokens,pd_ratio\n"
