@@ -29,9 +29,9 @@
 #include <vector>
 
 #include "kernels/attention.hpp"
-#include "kernels/huge_pages.hpp"
+#include "kernels/measure/huge_pages.hpp"
 #include "kernels/kv_view.hpp"
-#include "kernels/block_pool_copy.hpp"
+#include "kernels/measure/block_pool_copy.hpp"
 
 namespace kvlab {
 void host_attention_a(const AttentionParams& p, const KvView& kv, ThreadPool& pool);

@@ -22,11 +22,11 @@
 #include <vector>
 
 #include "benchmarks/host_context.hpp"
-#include "kernels/host_throughput.hpp"
-#include "kernels/huge_pages.hpp"
+#include "kernels/measure/host_throughput.hpp"
+#include "kernels/measure/huge_pages.hpp"
 #include "kernels/attention.hpp"
 #include "kernels/kv_view.hpp"
-#include "kernels/block_pool_copy.hpp"
+#include "kernels/measure/block_pool_copy.hpp"
 #include "paged/block_pool.hpp"
 
 namespace {
@@ -110,7 +110,7 @@ std::vector<std::int32_t> region_table(int block_size, std::int32_t pool_blocks)
 
 enum class Placement { shuffled, region };
 
-/// The same KV as a block pool: shuffled (kernels/block_pool_copy.hpp), or where region placement puts it.
+/// The same KV as a block pool: shuffled (kernels/measure/block_pool_copy.hpp), or where region placement puts it.
 struct PagedCopy {
   BlockPoolCopy<half_t> pool;
   PagedKv<half_t> view;

@@ -12,7 +12,7 @@
 #include <string>
 #include <thread>
 
-#include "kernels/host_throughput.hpp"
+#include "kernels/measure/host_throughput.hpp"
 #include "kernels/thread_pool.hpp"
 
 namespace kvlab::bench {

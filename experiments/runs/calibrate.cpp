@@ -27,10 +27,10 @@
 #include "serving/traces/workload.hpp"
 #include "kernels/attention.hpp"
 #include "kernels/device_timer.hpp"
-#include "kernels/host_throughput.hpp"
-#include "kernels/huge_pages.hpp"
+#include "kernels/measure/host_throughput.hpp"
+#include "kernels/measure/huge_pages.hpp"
 #include "kernels/kv_view.hpp"
-#include "kernels/block_pool_copy.hpp"
+#include "kernels/measure/block_pool_copy.hpp"
 
 namespace kvlab {
 

@@ -60,27 +60,28 @@ std::string form_error(std::string_view text) {
 }
 
 /// "YYYY-MM-DD HH:MM:SS[.f...]" (1 to 9 fraction digits), parsed by Howard Hinnant's date library
-/// (docs/dependencies.md) once its form is checked.
+/// (docs/dependencies.md) once its form is checked: the date into a calendar date (any four-digit
+/// year: one time point in nanoseconds would overflow past 2262), the time of day into nanoseconds.
 WallClock parse_wallclock(std::string_view text, const At& at, const std::string& field) {
   text = trim(text);
   const auto bad = [&](const std::string& why) {
     at.fail(field, quoted(text) + " is not a YYYY-MM-DD HH:MM:SS.fffffff time (" + why + ")");
   };
   if (std::string why = form_error(text); !why.empty()) bad(why);
-  std::string spaced(text);
-  spaced[10] = ' ';
-  std::istringstream in(spaced);
-  date::sys_time<std::chrono::nanoseconds> t;
-  in >> date::parse("%Y-%m-%d %H:%M:%S", t);
-  if (in.fail() || in.peek() != std::char_traits<char>::eof()) {
-    // The form fits, so a field is out of range: a month, a day of that month, or a time of day.
-    const int month = std::stoi(spaced.substr(5, 2)), day = std::stoi(spaced.substr(8, 2));
-    const date::year_month_day ymd{date::year(std::stoi(spaced.substr(0, 4))),
-                                   date::month(static_cast<unsigned>(month)), date::day(static_cast<unsigned>(day))};
-    bad(ymd.ok() ? "no such time of day" : "no such date");
-  }
-  const auto seconds = std::chrono::floor<std::chrono::seconds>(t);
-  return WallClock{seconds.time_since_epoch().count(), (t - seconds).count()};
+  std::istringstream date_text{std::string(text.substr(0, 10))};
+  date::year_month_day ymd{};
+  date_text >> date::parse("%Y-%m-%d", ymd);
+  if (date_text.fail()) bad("no such date");
+  // date::parse reads a duration without bounding its fields (18:60:00 would be 19:00): bound them.
+  const auto two = [&](std::size_t i) { return (text[i] - '0') * 10 + (text[i + 1] - '0'); };
+  if (two(11) > 23 || two(14) > 59 || two(17) > 59) bad("no such time of day");
+  std::istringstream time_text{std::string(text.substr(11))};
+  std::chrono::nanoseconds time_of_day{};
+  time_text >> date::parse("%H:%M:%S", time_of_day);
+  if (time_text.fail() || time_text.peek() != std::char_traits<char>::eof()) bad("no such time of day");
+  const auto whole = std::chrono::floor<std::chrono::seconds>(time_of_day);
+  const std::int64_t days = date::sys_days(ymd).time_since_epoch().count();
+  return WallClock{days * 86400 + whole.count(), (time_of_day - whole).count()};
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -340,7 +340,9 @@ TEST(VmmBackend, RowBookkeepingWithoutADriverMatchesPageByPageWithOneAlsoUnderOv
       ASSERT_FALSE(::testing::Test::HasFailure()) << "step " << step;
     }
     EXPECT_GT(ooms, 10) << "variant " << variant << ": the workload never ran out of memory";
-    if (defer) EXPECT_GT(rows.stats().reclaimed_pages, 40) << "deferred reclamation never reclaimed";
+    if (defer) {
+      EXPECT_GT(rows.stats().reclaimed_pages, 40) << "deferred reclamation never reclaimed";
+    }
     testing::expect_consistent(rows);
     testing::expect_consistent(pages);
   }

@@ -35,8 +35,8 @@ TEST(SummaryJson, CarriesTheBackendsNamedCounters) {
   double cow = -1;
   for (const auto& [name, value] : r.summary.backend_counters) cow = name == "cow_copies" ? value : cow;
   EXPECT_GT(cow, 0);  // three samples share a partly filled last block: each write copies it
-  const auto j =
-      nlohmann::json::parse(summary_json(RunInfo{"kvlab test", "tiny", "synthetic", "modelled", "none"}, r.summary));
+  const auto j = nlohmann::json::parse(
+      summary_json(RunInfo{"kvlab test", "tiny", "synthetic", "modelled", "none", "host", {}}, r.summary));
   EXPECT_EQ(j.at("counters").at("cow_copies").get<double>(), cow);
   EXPECT_EQ(j.at("backend"), "paged-b7");
   EXPECT_EQ(j.at("device"), "host");
@@ -46,13 +46,14 @@ TEST(SummaryJson, CarriesTheBackendsNamedCounters) {
 TEST(SummaryJson, BackendsWithoutCountersWriteAnEmptyObject) {
   const ReplayResult r = forked_replay("contiguous-oracle");
   EXPECT_TRUE(r.summary.backend_counters.empty());
-  const std::string text = summary_json(RunInfo{"kvlab test", "tiny", "synthetic", "modelled", "none"}, r.summary);
+  const std::string text =
+      summary_json(RunInfo{"kvlab test", "tiny", "synthetic", "modelled", "none", "host", {}}, r.summary);
   EXPECT_NE(text.find("\n  \"counters\": {},\n  \"provenance\": "), std::string::npos) << text;
 }
 
 TEST(SummaryJson, RecordsHowTheRunWasMade) {
   const ReplayResult r = forked_replay("contiguous-oracle");
-  RunInfo info{"kvlab test", "tiny", "synthetic", "modelled", "none"};
+  RunInfo info{"kvlab test", "tiny", "synthetic", "modelled", "none", "host", {}};
   info.provenance = current_provenance({{"backend", "contiguous-oracle"}, {"rate", "2"}});
   const auto j = nlohmann::json::parse(summary_json(info, r.summary));
   const auto& p = j.at("provenance");

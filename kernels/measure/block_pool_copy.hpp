@@ -17,7 +17,7 @@
 #include <utility>
 #include <vector>
 
-#include "kernels/huge_pages.hpp"
+#include "kernels/measure/huge_pages.hpp"
 #include "kernels/kv_view.hpp"
 
 namespace kvlab {

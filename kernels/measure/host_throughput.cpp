@@ -1,4 +1,4 @@
-#include "kernels/host_throughput.hpp"
+#include "kernels/measure/host_throughput.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -10,7 +10,7 @@
 #include <string>
 
 #include "alloc/core/error.hpp"
-#include "kernels/huge_pages.hpp"
+#include "kernels/measure/huge_pages.hpp"
 
 namespace kvlab {
 

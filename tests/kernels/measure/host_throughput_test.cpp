@@ -1,4 +1,4 @@
-#include "kernels/host_throughput.hpp"
+#include "kernels/measure/host_throughput.hpp"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-#include "kernels/block_pool_copy.hpp"
+#include "kernels/measure/block_pool_copy.hpp"
 
 #include <gtest/gtest.h>
 
