@@ -49,6 +49,6 @@ export TSAN_OPTIONS="halt_on_error=1:allocator_may_return_null=1"  # some tests 
 threaded='ThreadPool*:SimtEmulator*:EmulatedAttention*:EmulatedBlockCopy*:HostAttention.LongContext*:LimitingAdaptor*'
 threaded+=':*Thread*:*Concurren*:*Overlap*:*Background*:CudaPath*:OverlapOrder*'
 build/tsan/tests/kvlab_threaded_tests --gtest_filter="$threaded"
-stage "fuzz: libFuzzer targets (trace readers, backend operations, sweep files, replay/compare options), 10 s each"
-scripts/fuzz.sh "${KVLAB_FUZZ_SECONDS:-10}"
+stage "fuzz: libFuzzer targets (trace readers, backend operations, sweep files, replay/compare options), ${KVLAB_FUZZ_SECONDS:-8} s each"
+scripts/fuzz.sh "${KVLAB_FUZZ_SECONDS:-8}"
 stage "all test stages passed"

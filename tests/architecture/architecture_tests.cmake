@@ -33,7 +33,7 @@ set_tests_properties(architecture.function_size_checker_finds_long_functions PRO
 # build's compile commands (the fuzz preset, scripts/test.sh's sanitizer stage) and skips elsewhere;
 # label tidy, which KVLAB_QUICK=1 leaves out.
 set_tests_properties(architecture.function_size architecture.function_size_checker_finds_long_functions PROPERTIES
-  SKIP_RETURN_CODE 77 LABELS "architecture;tidy" TIMEOUT 600)
+  SKIP_RETURN_CODE 77 LABELS "architecture;tidy" TIMEOUT 600 COST 56)
 # Every source as .clang-format lays it out (skipped, exit 77, without clang-format 14 or git).
 add_test(NAME architecture.format COMMAND ${arch}/check_format.sh)
 set_tests_properties(architecture.format PROPERTIES SKIP_RETURN_CODE 77)

@@ -158,3 +158,12 @@ if(TARGET kvlab_bench_paged)
                    ${CMAKE_CURRENT_BINARY_DIR}/bench-context.json memory_read_bandwidth_bytes_per_s)
   set_tests_properties(cli.bench_host_context PROPERTIES LABELS cli TIMEOUT 120)
 endif()
+
+# The longest tests start first (COST: their seconds in scripts/test.sh's stages on 2 cores, the
+# larger of release and sanitizer): a clean clone has no CTestCostData.txt, and ctest would start
+# them in definition order, leaving one or two to run alone at the end of a stage.
+set_tests_properties(figures.smoke PROPERTIES COST 170)
+set_tests_properties(cli.device_emulated PROPERTIES COST 135)
+set_tests_properties(cli.run_control PROPERTIES COST 68)
+set_tests_properties(cli.examples PROPERTIES COST 64)
+set_tests_properties(figures.device_emulated PROPERTIES COST 30)

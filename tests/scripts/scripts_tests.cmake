@@ -12,7 +12,7 @@ set_tests_properties(scripts.fit_attention_profile PROPERTIES LABELS scripts TIM
 if(KVLAB_BUILD_BENCHMARKS AND CMAKE_GENERATOR MATCHES "Ninja" AND EXISTS ${PROJECT_SOURCE_DIR}/.git)
   add_test(NAME scripts.attention_ab_quick
            COMMAND ${PROJECT_SOURCE_DIR}/scripts/attention_ab.sh HEAD --quick --rounds 3 --build ${PROJECT_BINARY_DIR})
-  set_tests_properties(scripts.attention_ab_quick PROPERTIES LABELS scripts TIMEOUT 300
+  set_tests_properties(scripts.attention_ab_quick PROPERTIES LABELS scripts TIMEOUT 300 COST 13
     PASS_REGULAR_EXPRESSION "decode, memory, all: outputs agree.*paged-16, memory, all: outputs agree.*prefill, all +B/A speed [0-9.]+.*load average after"
     FAIL_REGULAR_EXPRESSION "outputs differ|Sanitizer|runtime error|attention_ab: ")
   add_test(NAME scripts.attention_ab_unknown_revision
