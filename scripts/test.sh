@@ -35,10 +35,11 @@ cmake --preset fuzz >/dev/null
 cmake --build build/fuzz -j "$jobs"
 stage "sanitizers: all tests under AddressSanitizer + UndefinedBehaviorSanitizer"
 # Left out: gpu (no GPU), examples and figure-checks (they rerun code the other tests run here),
+# scripts (the scripts' own tests: Python and shell, nothing instrumented),
 # emulated-e2e (kvlab end to end on the emulated GPU, about 260 s under ASan: the release stage runs them,
 # and here CudaPathEndToEnd.*, EveryFamily/EmulatedDevice.* and EmulatedAttention.* run the same
 # driver double, SIMT emulator and kernels under the sanitizers).
-ctest --preset fuzz -j "$jobs" --timeout 900 -LE "gpu|examples|figure-checks|emulated-e2e"
+ctest --preset fuzz -j "$jobs" --timeout 900 -LE "gpu|examples|figure-checks|emulated-e2e|scripts"
 
 stage "tsan: threaded code under ThreadSanitizer"
 cmake --preset tsan >/dev/null
@@ -49,6 +50,6 @@ export TSAN_OPTIONS="halt_on_error=1:allocator_may_return_null=1"  # some tests 
 threaded='ThreadPool*:SimtEmulator*:EmulatedAttention*:EmulatedBlockCopy*:HostAttention.LongContext*:LimitingAdaptor*'
 threaded+=':*Thread*:*Concurren*:*Overlap*:*Background*:CudaPath*:OverlapOrder*'
 build/tsan/tests/kvlab_threaded_tests --gtest_filter="$threaded"
-stage "fuzz: libFuzzer targets (trace readers, backend operations, sweep files, replay/compare options), ${KVLAB_FUZZ_SECONDS:-8} s each"
-scripts/fuzz.sh "${KVLAB_FUZZ_SECONDS:-8}"
+stage "fuzz: libFuzzer targets (trace readers, backend operations, sweep files, replay/compare options), ${KVLAB_FUZZ_SECONDS:-6} s each"
+scripts/fuzz.sh "${KVLAB_FUZZ_SECONDS:-6}"
 stage "all test stages passed"

@@ -209,7 +209,7 @@ void write_plans(const RunOptions& c, const std::string& backend, std::int64_t s
     return;
   }
   if (c.out_dir.empty()) {
-    std::cout << "plans of " << backend << ", the first " << steps << " step(s):\n" << plans << "\n";
+    std::cout << "plans of " << backend << ", the first " << steps << ":\n" << plans << "\n";
     return;
   }
   write_file_atomically(fs::path(c.out_dir) / backend / "plans.txt", plans);

@@ -536,24 +536,14 @@ void Scheduler::claim_running() {
   }
 }
 
-/// Phase 2, after swap-ins and admissions: counts what really runs (a group preempted after a
+/// Phase 2, after swap-ins and admissions: the plan's work is what really runs (a group preempted after a
 /// partial claim took its slots with it). False when nothing can run; then a swapped group that
 /// cannot come back (forks return unshared, so a group can need more memory than it held) falls
 /// back to recomputing from its prompt.
 bool Scheduler::settle() {
-  seqs_in_step_ = 0;
-  for (const Group& g : running_) {
-    if (!g.in_step) continue;
-    if (g.chunk > 0) {
-      ++seqs_in_step_;
-    } else {
-      for (const Seq& q : g.seqs) seqs_in_step_ += q.has_slot;
-    }
-  }
-  if (seqs_in_step_ > 0) {
-    fill_work();
-    return true;
-  }
+  fill_work();
+  seqs_in_step_ = plan_.sequences();
+  if (seqs_in_step_ > 0) return true;
   if (running_.empty() && !swapped_.empty()) {
     Group g = std::move(swapped_.front());
     swapped_.pop_front();

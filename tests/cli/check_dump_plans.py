@@ -82,7 +82,7 @@ def main(binary, out):
     if os.path.exists(plans_file):
         fail("a rerun without --dump-plans left the older plans.txt")
     printed = kvlab(binary, *RUN, "--dump-plans", "3")
-    if "plans of paged-b16, the first 3 step(s):\nstep 1 at " not in printed:
+    if "plans of paged-b16, the first 3:\nstep 1 at " not in printed:
         fail(f"the plans are not printed without --out: {printed[:300]!r}")
     print("check_dump_plans: plans agree with steps.csv; listed; removed on a rerun; printed without --out")
 
