@@ -168,7 +168,7 @@ void BM_ReplayAzureConversation(benchmark::State& state, const std::string& back
 }
 
 const bool registered_replay = [] {
-  for (const std::string backend : {"contiguous-max", "paged-16", "vmm-64k"}) {
+  for (const std::string backend : {"contiguous-max", "paged-16", "vmm-64k", "elastic-16", "elastic-16-interleaved"}) {
     const std::string name = "BM_ReplayAzureConversation/" + backend;
     benchmark::RegisterBenchmark(name.c_str(), BM_ReplayAzureConversation, backend)
         ->Unit(benchmark::kMillisecond)

@@ -24,6 +24,19 @@
 //    handed out changes: how many blocks anything takes, and so every accounting figure, is the
 //    same as under lifo.
 //
+//  * pages and pages_lifo (the elastic backend, elastic/): the pool's blocks lie on physical
+//    pages (a region is one page group: the blocks whose bytes one mapping holds) that are mapped
+//    on demand, so a region is open (mapped) or closed (not). Only blocks of open regions are handed
+//    out; a closed region is all free, and opening one makes its blocks available. `pages`
+//    (page-aware, kvcached's fix for idle memory) hands out a block of the open region with the
+//    fewest free blocks (the one freed last there), so partly used pages fill up and empty ones
+//    stay empty: open regions sit in buckets by free count (intrusive lists), each with a stack of
+//    its free blocks, so an operation is O(1) (amortised: the lowest non-empty bucket is found
+//    from a hint). `pages_lifo` (page-blind, the baseline) hands out the block freed last among
+//    open regions, as a block manager that does not know about pages would. Opening or closing a
+//    region is O(region blocks). The pool records regions that became wholly free (take_emptied),
+//    for the owner to close when it wants the memory back.
+//
 // A block can be marked cached (hash prefix caching: it has a cache entry); the pool counts the
 // free blocks that are marked, in O(1) per change, so the accounting never scans the pool.
 #include <cstddef>
@@ -37,7 +50,7 @@ namespace kvlab {
 
 using BlockId = std::int32_t;
 
-enum class FreeOrder { lifo, lru, region };
+enum class FreeOrder { lifo, lru, region, pages, pages_lifo };
 
 /// The bytes of one region as PagedBackend sizes it for region order: a 2 MiB huge page (host
 /// THP, the CUDA VMM granularity) of a K or V plane.
@@ -51,14 +64,16 @@ inline constexpr std::size_t kRegionBytes = std::size_t{2} << 20;
 
 class BlockPool {
  public:
-  /// `region_blocks`: block ids per region (region order only; at least 1).
+  /// `region_blocks`: block ids per region (region and page orders; at least 1). Page orders need
+  /// a whole number of regions and start with every region closed.
   explicit BlockPool(std::int32_t num_blocks, FreeOrder order = FreeOrder::lifo, std::int32_t region_blocks = 1);
 
   /// A free block with reference count 1, or nullopt (and nothing changes) when none is free.
   /// `near` (-1: none, else a block id, checked): the block the new one should follow, the
   /// sequence's last. Only region order uses it.
   [[nodiscard]] std::optional<BlockId> allocate(BlockId near = -1);
-  /// The block allocate() would return now (nullopt when none is free). No side effects.
+  /// The block allocate() would return now (nullopt when none is free; page orders: none free in
+  /// an open region). No side effects.
   [[nodiscard]] std::optional<BlockId> peek() const noexcept;
   /// Takes the free block `b` out of the free list (reference count 1). lru order only.
   void take(BlockId b);
@@ -78,6 +93,27 @@ class BlockPool {
   [[nodiscard]] bool is_cached(BlockId b) const noexcept { return cached_[static_cast<std::size_t>(b)] != 0; }
   /// Free blocks marked cached. O(1).
   [[nodiscard]] std::int32_t num_free_cached() const noexcept { return num_free_cached_; }
+  // --- page orders: regions opened (mapped) and closed ---
+  [[nodiscard]] bool page_order() const noexcept {
+    return order_ == FreeOrder::pages || order_ == FreeOrder::pages_lifo;
+  }
+  [[nodiscard]] std::int32_t num_regions() const noexcept { return static_cast<std::int32_t>(region_free_.size()); }
+  [[nodiscard]] std::int32_t region_of(BlockId b) const noexcept { return b / region_blocks_; }
+  /// Free blocks in region `r` (open or closed).
+  [[nodiscard]] std::int32_t region_free(std::int32_t r) const { return region_free_.at(static_cast<std::size_t>(r)); }
+  [[nodiscard]] bool is_open(std::int32_t r) const { return open_.at(static_cast<std::size_t>(r)) != 0; }
+  /// Makes the closed region `r`'s blocks available (page orders).
+  void open_region(std::int32_t r);
+  /// Takes the open, wholly free region `r` out of use (page orders).
+  void close_region(std::int32_t r);
+  /// Free blocks in open regions: what allocate() can hand out without opening one. O(1).
+  [[nodiscard]] std::int32_t num_open_free() const noexcept { return num_open_free_; }
+  [[nodiscard]] std::int32_t num_open() const noexcept { return num_open_; }
+  /// Open regions with every block free. O(1).
+  [[nodiscard]] std::int32_t num_open_empty() const noexcept { return num_open_empty_; }
+  /// Regions that became wholly free since the last call, and are still open and wholly free.
+  [[nodiscard]] std::vector<std::int32_t> take_emptied();
+
   /// The free blocks in the order allocate() would hand them out (tests, debugging). O(free).
   /// Region order: ascending ids (there the order depends on each call's `near`).
   [[nodiscard]] std::vector<BlockId> free_list() const;
@@ -91,6 +127,15 @@ class BlockPool {
   /// Region order: moves `b` into or out of the free set, keeping its region's count.
   void region_insert(BlockId b);
   void region_erase(BlockId b);
+  /// The regions_ key of a region with `n` free blocks: most free first (region), fewest (pages).
+  [[nodiscard]] std::int32_t region_key(std::int32_t n) const noexcept { return order_ == FreeOrder::region ? -n : n; }
+  /// Links `b` into the free list without counting it (lru: at the tail; pages_lifo: at the head).
+  void list_insert(BlockId b);
+  void list_remove(BlockId b);
+  /// pages: the open region with the fewest free blocks (-1: none has any).
+  [[nodiscard]] std::int32_t fullest_region() const noexcept;
+  /// pages: moves region `r` between free-count buckets (`from`/`to` 0: in none).
+  void rebucket(std::int32_t r, std::int32_t from, std::int32_t to) noexcept;
   FreeOrder order_;
   std::int32_t region_blocks_ = 1;
   std::vector<std::int32_t> refs_;
@@ -100,9 +145,20 @@ class BlockPool {
   std::vector<BlockId> free_;         // lifo: stack; low ids handed out first
   std::vector<BlockId> prev_, next_;  // lru: intrusive queue links (-1: none)
   BlockId head_ = -1, tail_ = -1;
-  std::set<BlockId> free_set_;                               // region: the free ids, ascending
-  std::vector<std::int32_t> region_free_;                    // region: [region] free blocks
-  std::set<std::pair<std::int32_t, std::int32_t>> regions_;  // region: (-free, region), free > 0
+  std::set<BlockId> free_set_;             // region: the free ids, ascending
+  std::vector<std::int32_t> region_free_;  // region: [region] free blocks
+  std::set<std::pair<std::int32_t, std::int32_t>>
+      regions_;                     // region: (-free, region), free > 0; pages: (free, region), open
+  std::vector<std::uint8_t> open_;  // page orders: [region] open
+  std::int32_t num_open_free_ = 0, num_open_ = 0, num_open_empty_ = 0;
+  std::vector<std::int32_t> emptied_;  // page orders: regions that became wholly free
+  std::vector<std::uint8_t> listed_;   // [region] in emptied_
+  // pages: each open region's free blocks as a stack (rhead_, rnext_), open regions with free
+  // blocks in buckets by free count (bhead_[n], bprev_/bnext_ per region), bmin_ <= the lowest
+  // non-empty bucket.
+  std::vector<BlockId> rhead_, rnext_;
+  std::vector<std::int32_t> bhead_, bprev_, bnext_;
+  mutable std::int32_t bmin_ = 1;
 };
 
 }  // namespace kvlab

@@ -16,6 +16,7 @@ std::int32_t blocks_in(const PagedConfig& c) {
   KVLAB_EXPECTS(c.block_size >= 1 && c.block_size <= 1024,
                 "block size must be between 1 and 1024 tokens (got " + std::to_string(c.block_size) + ")");
   c.model.validate();
+  if (c.storage != nullptr) return c.storage->num_blocks();
   const std::size_t per_block = static_cast<std::size_t>(c.block_size) * c.model.kv_bytes_per_token();
   const std::size_t blocks = c.capacity_bytes / per_block;
   KVLAB_EXPECTS(blocks >= 1, "KV capacity " + std::to_string(c.capacity_bytes) + " bytes is below one block (" +
@@ -32,11 +33,16 @@ FreeOrder free_order_for(const PagedConfig& c) {
   KVLAB_EXPECTS(!(c.region_placement && mode == PrefixCacheMode::hash),
                 "region block placement cannot be combined with the hash prefix cache (its LRU free queue decides "
                 "evictions); use the radix cache or none");
+  KVLAB_EXPECTS(c.storage == nullptr || (!c.region_placement && mode != PrefixCacheMode::hash),
+                "blocks on pages mapped on demand take neither region placement nor the hash prefix cache (its LRU "
+                "free queue decides evictions); use the radix cache or none");
+  if (c.storage != nullptr) return c.storage->free_order();
   if (c.region_placement) return FreeOrder::region;
   return mode == PrefixCacheMode::hash ? FreeOrder::lru : FreeOrder::lifo;
 }
 /// Block ids per region under region placement: `region_bytes` (2 MiB) of a K or V plane.
 std::int32_t region_blocks_for(const PagedConfig& c) {
+  if (c.storage != nullptr) return c.storage->region_blocks();
   if (!c.region_placement) return 1;
   KVLAB_EXPECTS(c.region_bytes >= 1, "region placement needs a region of at least one byte");
   return blocks_per_region(static_cast<std::size_t>(c.block_size) * c.model.kv_bytes_per_token_per_layer() / 2,
@@ -50,21 +56,27 @@ PagedBackend::PagedBackend(PagedConfig config)
       config_(std::move(config)),
       block_bytes_(static_cast<std::size_t>(config_.block_size) * config_.model.kv_bytes_per_token_per_layer() / 2),
       pool_(blocks_in(config_), free_order_for(config_), region_blocks_for(config_)),
+      storage_(config_.storage.get()),
       holders_(static_cast<std::size_t>(pool_.num_blocks())),
       transfers_(config_.memory != nullptr ? config_.memory->device() : Device::host) {
   static_assert(sizeof(BlockHolders) == 16);
   cache_ = make_prefix_cache(config_.prefix_cache, pool_, config_.block_size, host_blocks());
   config_.max_seq_len = max_seq_len();
   if (config_.swap_memory == nullptr) config_.swap_memory = &host_memory_resource();
-  if (config_.memory != nullptr) {
+  if (storage_ != nullptr) {
+    layout_ = storage_->layout();
+  } else if (config_.memory != nullptr) {
     region_bytes_ = block_bytes_ * static_cast<std::size_t>(pool_.num_blocks()) * 2 * config_.model.num_layers;
     region_ = static_cast<std::byte*>(config_.memory->allocate(region_bytes_));
+    layout_ = {region_, block_bytes_ * static_cast<std::size_t>(pool_.num_blocks()), block_bytes_};
+  }
+  if (layout_.base != nullptr) {
     if (host_blocks() > 0) {
       host_region_bytes_ = block_bytes_ * static_cast<std::size_t>(host_blocks()) * 2 * config_.model.num_layers;
       try {
         host_region_ = static_cast<std::byte*>(config_.swap_memory->allocate(host_region_bytes_));
       } catch (...) {
-        config_.memory->deallocate(region_, region_bytes_);
+        if (region_ != nullptr) config_.memory->deallocate(region_, region_bytes_);
         throw;
       }
       static_cast<HashPrefixCache&>(*cache_).set_copy(
@@ -85,7 +97,7 @@ void PagedBackend::copy_host(BlockId b, std::int32_t slot, bool to_host) {
   transfers_.fence();  // block b may be one a swap copy still reads or writes
   const int planes = 2 * config_.model.num_layers;
   for (int p = 0; p < planes; ++p) {
-    std::byte* dev = plane(p / 2, p % 2) + static_cast<std::size_t>(b) * block_bytes_;
+    std::byte* dev = block_ptr(p, b);
     std::byte* host = host_region_ + (static_cast<std::size_t>(slot) * planes + p) * block_bytes_;
     if (to_host) {
       copy_bytes(device(), host, dev, block_bytes_);
@@ -107,6 +119,12 @@ StepCosts PagedBackend::do_total_costs() const {
   c.host_transfer_bytes = static_cast<double>(host_blocks_moved) * block_bytes;
   c.device_copies = cow_copies_;
   c.device_copy_bytes = static_cast<double>(cow_copies_) * block_bytes;
+  if (storage_ != nullptr) {
+    const StepCosts m = storage_->total_costs();
+    c.mapping_s = m.mapping_s;
+    c.maps = m.maps;
+    c.unmaps = m.unmaps;
+  }
   return c;
 }
 
@@ -115,12 +133,13 @@ PagedBackend::~PagedBackend() {
     transfers_.synchronize();
     for (auto& [id, s] : seqs_) config_.swap_memory->deallocate(s.swap, s.swap_bytes);
     config_.swap_memory->deallocate(host_region_, host_region_bytes_);
-    if (config_.memory != nullptr) config_.memory->deallocate(region_, region_bytes_);
+    if (region_ != nullptr) config_.memory->deallocate(region_, region_bytes_);
   } catch (...) {
   }
 }
 
 std::string PagedBackend::do_name() const {
+  if (storage_ != nullptr) return storage_->backend_name(config_.block_size, config_.prefix_cache);
   std::string n = "paged-b" + std::to_string(config_.block_size);
   if (config_.prefix_cache != PrefixCacheMode::none) {
     n += '-';
@@ -132,11 +151,6 @@ std::string PagedBackend::do_name() const {
 }
 
 Device PagedBackend::do_device() const noexcept { return config_.memory ? config_.memory->device() : Device::host; }
-
-std::byte* PagedBackend::plane(int layer, int kv) const noexcept {
-  return region_ +
-         (2 * static_cast<std::size_t>(layer) + kv) * block_bytes_ * static_cast<std::size_t>(pool_.num_blocks());
-}
 
 const std::vector<BlockId>& PagedBackend::block_table(SeqId id) const { return at(id).blocks; }
 
@@ -164,12 +178,13 @@ std::int64_t PagedBackend::lookup_cached_tokens(const SequenceSpec& spec, std::i
   return static_cast<std::int64_t>(lookup(spec, initial_tokens).hit.blocks.size()) * config_.block_size;
 }
 
-std::int64_t PagedBackend::available_blocks() const { return pool_.num_free() + cache_->evictable_blocks(); }
+std::int64_t PagedBackend::available_blocks() const { return free_blocks() + cache_->evictable_blocks(); }
 
 std::int64_t PagedBackend::num_cached_free_blocks() const { return cache_->cached_free_blocks(); }
 
 void PagedBackend::make_room(std::int64_t n) {
-  if (pool_.num_free() < n) cache_->evict(n - pool_.num_free());
+  if (const std::int64_t free = free_blocks(); free < n) cache_->evict(n - free);
+  if (storage_ != nullptr) storage_->open(pool_, n);  // maps what the blocks need: may throw
   KVLAB_ASSERT(pool_.num_free() >= n);
 }
 
@@ -202,7 +217,7 @@ PrefixCacheStats PagedBackend::do_prefix_cache_stats() const {
 // ---- admission and growth ---------------------------------------------------------------------
 
 bool PagedBackend::do_can_admit(const SequenceSpec& spec, std::int64_t initial_tokens) const {
-  if (config_.prefix_cache == PrefixCacheMode::none) return blocks_for(initial_tokens) <= pool_.num_free();
+  if (config_.prefix_cache == PrefixCacheMode::none) return blocks_for(initial_tokens) <= free_blocks();
   const Lookup l = lookup(spec, initial_tokens);
   const auto on_device = static_cast<std::int64_t>(l.hit.blocks.size()) - l.hit.promoted;  // host hits need blocks
   return blocks_for(initial_tokens) - on_device <= available_blocks() - l.hit.revived;
@@ -231,7 +246,15 @@ void PagedBackend::do_admit(SeqId id, const SequenceSpec& spec, std::int64_t ini
   if (!ids.empty()) {
     s.prefix_hold = cache_->acquire_hit(l.hit, spec.extra_keys);
   }
-  make_room(need);
+  try {
+    make_room(need);  // over a storage, mapping may fail: the hit goes back
+  } catch (...) {
+    if (s.prefix_hold >= 0) {
+      for (const BlockId b : l.hit.blocks) pool_.release(b);
+      cache_->release_hold(s.prefix_hold);
+    }
+    throw;
+  }
   for (const BlockId b : l.hit.blocks) {
     if (b < pool_.num_blocks()) {
       s.blocks.push_back(b);
@@ -348,6 +371,7 @@ void PagedBackend::do_release(SeqId id) {
   drop_blocks(id, s);                            // tail first: in hash mode the tail is evicted first
   free_swap_after_copies(s.swap, s.swap_bytes);  // a swap-out's copies may still be filling it
   seqs_.erase(id);
+  settle();
 }
 
 void PagedBackend::free_swap_after_copies(void* swap, std::size_t bytes) {
@@ -359,22 +383,29 @@ void PagedBackend::do_begin_step() {
   // The last step's swaps are done by now on a GPU (its kernels waited for them); this frees the
   // host buffers swap-ins emptied.
   transfers_.synchronize();
+  if (storage_ != nullptr) {
+    settle();  // blocks radix eviction freed
+    storage_->begin_step(pool_);
+  }
 }
 
 void PagedBackend::copy_blocks(const std::vector<std::pair<BlockId, BlockId>>& pairs) {
-  if (region_ == nullptr || pairs.empty()) return;
+  if (layout_.base == nullptr || pairs.empty()) return;
   transfers_.fence();  // a destination may be a block a swap-out's copy still reads
   const int planes = 2 * config_.model.num_layers;
   if (device() != Device::host) {
-    // One batched launch over every (plane, pair): plane p's block b is pool block p * N + b. The
-    // same code on a GPU and on the emulated device; only the launcher differs (kernels/attention.hpp).
+    // One batched launch over every (plane, pair): plane p's block b is unit p * P + b * S of
+    // block_bytes from the base (P, S: the layout's strides in blocks; N and 1 for one region).
+    // The same code on a GPU and on the emulated device; only the launcher differs (kernels/attention.hpp).
+    const auto per_plane = static_cast<std::int64_t>(layout_.plane_stride / block_bytes_);
+    const auto per_block = static_cast<std::int64_t>(layout_.block_stride / block_bytes_);
     std::vector<std::int32_t> ids;
     const std::int64_t n = static_cast<std::int64_t>(pairs.size()) * planes;
     ids.reserve(static_cast<std::size_t>(2 * n));
     for (int p = 0; p < planes; ++p)
-      for (const auto& [src, dst] : pairs) ids.push_back(p * pool_.num_blocks() + src);
+      for (const auto& [src, dst] : pairs) ids.push_back(static_cast<std::int32_t>(p * per_plane + src * per_block));
     for (int p = 0; p < planes; ++p)
-      for (const auto& [src, dst] : pairs) ids.push_back(p * pool_.num_blocks() + dst);
+      for (const auto& [src, dst] : pairs) ids.push_back(static_cast<std::int32_t>(p * per_plane + dst * per_block));
     const std::size_t id_bytes = ids.size() * sizeof(std::int32_t);
     void* dev_ids = config_.memory->allocate(id_bytes);
     struct Free {  // returns the id array however this ends (a failed upload, launch or sync)
@@ -385,8 +416,8 @@ void PagedBackend::copy_blocks(const std::vector<std::pair<BlockId, BlockId>>& p
     } free_ids{config_.memory, dev_ids, id_bytes};
     upload_bytes(device(), dev_ids, ids.data(), id_bytes);
     simt::BlockCopyParams c;
-    c.src_pool = region_;
-    c.dst_pool = region_;
+    c.src_pool = layout_.base;
+    c.dst_pool = layout_.base;
     c.src_blocks = static_cast<const std::int32_t*>(dev_ids);
     c.dst_blocks = static_cast<const std::int32_t*>(dev_ids) + n;
     c.num_pairs = n;
@@ -394,12 +425,8 @@ void PagedBackend::copy_blocks(const std::vector<std::pair<BlockId, BlockId>>& p
     block_copy(device(), c);
     return;
   }
-  for (int p = 0; p < planes; ++p) {
-    std::byte* base = plane(p / 2, p % 2);
-    for (const auto& [src, dst] : pairs)
-      copy_bytes(device(), base + static_cast<std::size_t>(dst) * block_bytes_,
-                 base + static_cast<std::size_t>(src) * block_bytes_, block_bytes_);
-  }
+  for (int p = 0; p < planes; ++p)
+    for (const auto& [src, dst] : pairs) copy_bytes(device(), block_ptr(p, dst), block_ptr(p, src), block_bytes_);
 }
 
 bool PagedBackend::do_is_swapped(SeqId id) const { return seq(id).swapped_blocks > 0; }
@@ -409,7 +436,7 @@ void PagedBackend::do_swap_out(SeqId id) {
   const std::int64_t nb = static_cast<std::int64_t>(s.blocks.size());
   if (nb == 0) return;
   const int planes = 2 * config_.model.num_layers;
-  if (region_ != nullptr) {
+  if (layout_.base != nullptr) {
     s.swap_bytes = static_cast<std::size_t>(nb) * planes * block_bytes_;
     s.swap = config_.swap_memory->allocate(s.swap_bytes);  // throws OutOfMemory before any change
     auto* dst = static_cast<std::byte*>(s.swap);
@@ -417,7 +444,7 @@ void PagedBackend::do_swap_out(SeqId id) {
       for (int p = 0; p < planes; ++p)
         for (std::int64_t i = 0; i < nb; ++i)
           transfers_.copy(dst + (static_cast<std::size_t>(p) * nb + i) * block_bytes_,
-                          plane(p / 2, p % 2) + static_cast<std::size_t>(s.blocks[i]) * block_bytes_, block_bytes_);
+                          block_ptr(p, s.blocks[static_cast<std::size_t>(i)]), block_bytes_);
     } catch (...) {                                  // a failed copy: the sequence stays on the device, untouched
       free_swap_after_copies(s.swap, s.swap_bytes);  // the copies enqueued before it still write there
       s.swap = nullptr;
@@ -429,6 +456,7 @@ void PagedBackend::do_swap_out(SeqId id) {
   s.swapped_blocks = nb;
   swapped_blocks_ += nb;
   s.caching = false;  // swap_in brings private copies back: nothing after them is entered
+  settle();           // after the copies are enqueued: the storage synchronises before it unmaps
 }
 
 bool PagedBackend::do_can_swap_in(SeqId id) const {
@@ -446,13 +474,13 @@ void PagedBackend::do_swap_in(SeqId id) {
   const std::int64_t nb = s.swapped_blocks;
   make_room(nb);
   for (std::int64_t i = 0; i < nb; ++i) s.blocks.push_back(take_block(last_block(s)));  // private: not re-cached
-  if (region_ != nullptr) {
+  if (layout_.base != nullptr) {
     const int planes = 2 * config_.model.num_layers;
     const auto* src = static_cast<const std::byte*>(s.swap);
     try {
       for (int p = 0; p < planes; ++p)
         for (std::int64_t i = 0; i < nb; ++i)
-          transfers_.copy(plane(p / 2, p % 2) + static_cast<std::size_t>(s.blocks[i]) * block_bytes_,
+          transfers_.copy(block_ptr(p, s.blocks[static_cast<std::size_t>(i)]),
                           src + (static_cast<std::size_t>(p) * nb + i) * block_bytes_, block_bytes_);
     } catch (...) {  // a failed copy: the blocks go back, the sequence stays swapped out
       // Copies enqueued into them still land, in order, before anything fenced after them.
@@ -476,8 +504,8 @@ PreparedBatch PagedBackend::do_prepare_batch(std::span<const SeqId> seqs) {
   std::int64_t stride = 1;
   for (const SeqId id : seqs) stride = std::max<std::int64_t>(stride, static_cast<std::int64_t>(at(id).blocks.size()));
   const std::int64_t elem = static_cast<std::int64_t>(size_of(model().kv_dtype));
-  const PagedPools pools{region_, block_bytes_ * static_cast<std::size_t>(pool_.num_blocks()), config_.block_size,
-                         static_cast<std::int64_t>(block_bytes_) / elem};
+  const PagedPools pools{layout_.base, layout_.plane_stride, config_.block_size,
+                         static_cast<std::int64_t>(layout_.block_stride) / elem};
   const std::span<std::int32_t> tables = batch_views_.begin_paged(batch, stride, pools);
   for (int b = 0; b < batch; ++b) {
     const Sequence& s = at(seqs[b]);
@@ -499,6 +527,7 @@ BackendCounters PagedBackend::do_counters() const {
                        {"prefix_inserted_blocks", static_cast<double>(st.inserted_blocks)},
                        {"prefix_evictions", static_cast<double>(st.evictions)}};
   for (auto& tier : cache_->tier_counters()) c.push_back(std::move(tier));  // host tier, when there is one
+  if (storage_ != nullptr) storage_->add_counters(c);
   return c;
 }
 

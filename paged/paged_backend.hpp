@@ -43,6 +43,7 @@
 #include "alloc/memory/memory_resource.hpp"
 #include "alloc/backend/table_backend.hpp"
 #include "paged/block_pool.hpp"
+#include "paged/block_storage.hpp"
 #include "paged/prefix_cache.hpp"
 
 namespace kvlab {
@@ -64,6 +65,10 @@ struct PagedConfig {
   /// A region's bytes within one K or V plane: a region holds max(1, region_bytes / block bytes)
   /// consecutive block ids. Default one 2 MiB huge page.
   std::size_t region_bytes = kRegionBytes;
+  /// Where the blocks live (paged/block_storage.hpp): nullptr, one region of `memory` allocated up
+  /// front; else the storage's pages, mapped as it decides (the elastic backend). `memory` then
+  /// only serves per-batch arrays and copies, and the storage decides the block count.
+  std::shared_ptr<BlockStorage> storage;
 };
 
 /// A sequence's block table, or (swapped out) where its bytes wait.
@@ -102,7 +107,8 @@ class PagedBackend final : public TableBackend<PagedSequence> {
   [[nodiscard]] std::int64_t lookup_cached_tokens(const SequenceSpec& spec, std::int64_t initial_tokens) const;
   /// Blocks that hold cached KV no sequence holds (free in the accounting, reusable on a hit).
   [[nodiscard]] std::int64_t num_cached_free_blocks() const;
-  /// Blocks an allocation can get now: free blocks, plus evictable tree blocks in radix mode.
+  /// Blocks an allocation can get now: free blocks (over a storage: those it can open), plus
+  /// evictable tree blocks in radix mode.
   [[nodiscard]] std::int64_t available_blocks() const;
   [[nodiscard]] const PrefixCache& prefix_cache() const noexcept { return *cache_; }
 
@@ -110,7 +116,7 @@ class PagedBackend final : public TableBackend<PagedSequence> {
   using Sequence = PagedSequence;
   [[nodiscard]] std::string do_name() const override;
   [[nodiscard]] Device do_device() const noexcept override;
-  [[nodiscard]] bool do_has_storage() const noexcept override { return region_ != nullptr; }
+  [[nodiscard]] bool do_has_storage() const noexcept override { return layout_.base != nullptr; }
   [[nodiscard]] bool do_can_admit(const SequenceSpec& spec, std::int64_t initial_tokens) const override;
   void do_admit(SeqId id, const SequenceSpec& spec, std::int64_t initial_tokens) override;
   [[nodiscard]] bool do_can_grow(SeqId id, std::int64_t n) const override;
@@ -128,6 +134,9 @@ class PagedBackend final : public TableBackend<PagedSequence> {
   PreparedBatch do_prepare_batch(std::span<const SeqId> seqs) override;
   [[nodiscard]] MemoryBreakdown do_breakdown(const SequenceSpec* blocked) const override;
   [[nodiscard]] BackendCounters do_counters() const override;
+  [[nodiscard]] std::optional<std::size_t> do_held_bytes() const override {
+    return storage_ != nullptr ? std::optional<std::size_t>(storage_->held_bytes()) : std::nullopt;
+  }
   [[nodiscard]] StepCosts do_total_costs() const override;
   [[nodiscard]] ViewShape do_view_shape() const noexcept override { return {KvLayout::paged, config_.block_size, 0}; }
   /// The host tier's slots (0 without one), and its bytes' copies (storage only).
@@ -157,7 +166,22 @@ class PagedBackend final : public TableBackend<PagedSequence> {
   [[nodiscard]] bool can_grow_by(const Sequence& s, std::int64_t n) const;
   /// Blocks grow(id, n) would take from the pool, copy-on-write included.
   [[nodiscard]] std::int64_t blocks_needed_to_grow(const Sequence& s, std::int64_t n) const;
-  [[nodiscard]] std::byte* plane(int layer, int kv) const noexcept;
+  /// Where block `b` of K/V plane `p` (2 * layer + kv) starts.
+  [[nodiscard]] std::byte* block_ptr(int p, BlockId b) const noexcept {
+    return layout_.base + static_cast<std::size_t>(p) * layout_.plane_stride +
+           static_cast<std::size_t>(b) * layout_.block_stride;
+  }
+  /// Free blocks an allocation can take without eviction (over a storage: those it can open).
+  [[nodiscard]] std::int64_t free_blocks() const {
+    return storage_ != nullptr ? storage_->usable(pool_) : pool_.num_free();
+  }
+  /// After blocks were freed: lets the storage close what it no longer wants open, once the
+  /// swap copies that may still read freed blocks are done.
+  void settle() {
+    if (storage_ == nullptr || !storage_->wants_settle(pool_)) return;
+    transfers_.synchronize();
+    storage_->settle(pool_);
+  }
   void copy_blocks(const std::vector<std::pair<BlockId, BlockId>>& pairs);
   /// Frees a swap buffer once the copies that may still use it are done.
   void free_swap_after_copies(void* swap, std::size_t bytes);
@@ -199,7 +223,9 @@ class PagedBackend final : public TableBackend<PagedSequence> {
   PagedConfig config_;
   std::size_t block_bytes_;  // one block of one layer's K (or V)
   BlockPool pool_;
-  std::byte* region_ = nullptr;
+  BlockStorage* storage_ = nullptr;  // config_.storage's, or nullptr
+  std::byte* region_ = nullptr;      // the region allocated from config_.memory (not with a storage)
+  BlockLayout layout_;
   std::size_t region_bytes_ = 0;
   std::byte* host_region_ = nullptr;  // host tier bytes: [slot][plane] blocks
   std::size_t host_region_bytes_ = 0;

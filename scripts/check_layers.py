@@ -4,7 +4,8 @@
     scripts/check_layers.py [--root DIR] [--max-share PCT]
 
 --max-share PCT: also no top-level source folder holds more than PCT % of the lines of code (the
-sources of alloc, kernels, paged, vmm, serving, experiments and benchmarks; tests and scripts apart).
+sources of alloc, kernels, paged, vmm, elastic, serving, experiments and benchmarks; tests and scripts
+apart).
 
   tests/        test-only code (tests/support: doubles): no shipped folder includes it
   alloc/        errors, memory, the backend front door: includes nothing from the other folders.
@@ -12,10 +13,11 @@ sources of alloc, kernels, paged, vmm, serving, experiments and benchmarks; test
                 cuda's), transfer, backend, contiguous
   kernels/      attention kernels: may include alloc/, nothing else of ours
   paged/, vmm/  backends: alloc/ and kernels/; never each other
+  elastic/      the elastic family's storage: paged/ over vmm/'s drivers, and what they include
   serving/      the serving simulation (traces, clock, scheduler and replayer, output files):
-                alloc/, kernels/, and the backends only through the factory — no file but
-                serving/replay/backend_factory.cpp includes paged/ or vmm/ backend headers or names a
-                concrete backend type, and nothing uses dynamic_cast (here, in experiments/ and in
+                alloc/, kernels/, and the backends only through the factory — no file but the
+                factory's (serving/replay/backend_factory.cpp and the family files in
+                serving/replay/families/) includes a backend's headers or names a concrete backend type, and nothing uses dynamic_cast (here, in experiments/ and in
                 benchmarks/). Its rooms, bottom up: support, traces, clock, replay, report
                 (devices/, the device model files, is clock's)
   experiments/  sweeps and run control, figures, the CLI: serving/ and below. Its rooms, bottom up:
@@ -29,22 +31,26 @@ import pathlib
 import re
 import sys
 
-OURS = ("alloc", "kernels", "paged", "vmm", "serving", "experiments", "benchmarks")
+OURS = ("alloc", "kernels", "paged", "vmm", "elastic", "serving", "experiments", "benchmarks")
 INCLUDABLE = OURS + ("tests",)  # folders an #include "X/..." can name
 ALLOWED = {
     "alloc": {"alloc"},
     "kernels": {"alloc", "kernels"},
     "paged": {"alloc", "kernels", "paged"},
     "vmm": {"alloc", "kernels", "vmm"},
-    "serving": {"alloc", "kernels", "paged", "vmm", "serving"},
-    "experiments": {"alloc", "kernels", "paged", "vmm", "serving", "experiments"},
+    "elastic": {"alloc", "kernels", "paged", "vmm", "elastic"},
+    "serving": {"alloc", "kernels", "paged", "vmm", "elastic", "serving"},
+    "experiments": {"alloc", "kernels", "paged", "vmm", "elastic", "serving", "experiments"},
     "benchmarks": set(OURS),
 }
 FRONT_DOOR_ONLY = ("serving", "experiments", "benchmarks")  # reach backends only through the factory
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"/]+)/')
-CONCRETE = re.compile(r"\b(ContiguousBackend|PagedBackend|VmmBackend|ContiguousConfig|PagedConfig|VmmConfig)\b")
-BACKEND_HEADERS = re.compile(r'#\s*include\s+"(paged/paged_backend|vmm/vmm_backend|alloc/contiguous/contiguous_backend)\.hpp"')
+CONCRETE = re.compile(r"\b(ContiguousBackend|PagedBackend|VmmBackend|ContiguousConfig|PagedConfig|VmmConfig|"
+                      r"ElasticPages|ElasticConfig)\b")
+BACKEND_HEADERS = re.compile(r'#\s*include\s+"(paged/paged_backend|vmm/vmm_backend|alloc/contiguous/contiguous_backend|'
+                             r'elastic/elastic_pages)\.hpp"')
 FACTORY = "serving/replay/backend_factory.cpp"
+FAMILIES = "serving/replay/families/"  # one file per backend family: the factory's too
 # The rooms of a folder, bottom up, and folders that count as a room's (a data folder; the top floor).
 ROOMS = {
     "serving": ["support", "traces", "clock", "replay", "report"],
@@ -95,7 +101,7 @@ def check(root: pathlib.Path) -> list[str]:
                     problems += check_rooms(folder, rel, n, line)
                 if folder not in FRONT_DOOR_ONLY:
                     continue
-                if rel == FACTORY:
+                if rel == FACTORY or rel.startswith(FAMILIES):
                     continue
                 code = code_only(line)
                 if BACKEND_HEADERS.search(code):

@@ -199,6 +199,9 @@ class VmmBackend final : public TableBackend<VmmSequence> {
     return {KvLayout::contiguous, 0, config_.page_bytes};
   }
   [[nodiscard]] BackendCounters do_counters() const override;
+  [[nodiscard]] std::optional<std::size_t> do_held_bytes() const override {
+    return static_cast<std::size_t>(arena_.pool().num_used()) * config_.page_bytes;
+  }
 
   /// The policy's view of a slot (its pages are the arena's).
   struct SlotState {

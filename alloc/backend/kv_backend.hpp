@@ -15,6 +15,7 @@
 //    scheduler step and report what it cost, so callers never need to know its concrete type.
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <utility>
@@ -196,6 +197,11 @@ class KvBackend {
   [[nodiscard]] StepCosts step_costs() const;
   /// The backend's own counters, by name (empty for a backend that has none).
   [[nodiscard]] BackendCounters counters() const { return do_counters(); }
+  /// Physical KV memory the backend holds now, when that changes over its life (vmm and elastic:
+  /// the bytes of the pages mapped); nullopt for a backend that holds its whole capacity from
+  /// construction on (contiguous, paged). Set against the bytes live sequences pin
+  /// (breakdown().allocated()), it is the memory an elastic design could give back.
+  [[nodiscard]] std::optional<std::size_t> held_bytes() const { return do_held_bytes(); }
 
  protected:
   /// `max_seq_len` 0 means the model's max context. Validates the model.
@@ -242,6 +248,7 @@ class KvBackend {
   /// Critical-path time since construction; step_costs() reports the part since begin_step().
   [[nodiscard]] virtual StepCosts do_total_costs() const { return {}; }
   [[nodiscard]] virtual BackendCounters do_counters() const { return {}; }
+  [[nodiscard]] virtual std::optional<std::size_t> do_held_bytes() const { return std::nullopt; }
 
   ModelGeometry model_;
   std::int64_t max_seq_len_ = 0;

@@ -1,12 +1,10 @@
 #include "serving/replay/backend_factory.hpp"
 
-#include "alloc/contiguous/contiguous_backend.hpp"
 #include "alloc/cuda/cuda_runtime.hpp"
 #include "alloc/core/error.hpp"
 #include "alloc/faults/fault_injection.hpp"
-#include "paged/paged_backend.hpp"
+#include "serving/replay/families/families.hpp"
 #include "vmm/posix_vm_driver.hpp"
-#include "vmm/vmm_backend.hpp"
 #if KVLAB_HAS_CUDA_HEADERS
 #include "alloc/cuda/cuda_driver_log.hpp"
 #include "alloc/cuda/cuda_vmm_memory_resource.hpp"
@@ -223,17 +221,8 @@ std::shared_ptr<VmDriver> make_vm_driver(DeviceContext* device, std::size_t host
 
 // --- backends ---
 
-std::string default_compare_backends() {
-  // vmm at vAttention's two page sizes, the 2 MiB one also with layers interleaved (megacache).
-  return "contiguous-max,contiguous-pow2,contiguous-oracle,paged-16,paged-64,vmm-64k,vmm-2m,vmm-2m-mega";
-}
+namespace family {
 
-namespace {
-/// The most blocks (paged) or pages (vmm) a backend may keep books on: 2^25, under 1 GiB of
-/// bookkeeping (415 MB at 2^24 paged-16 blocks, 563 MB at 2^25 vmm-4k pages, measured).
-constexpr std::size_t kMaxBookkeptUnits = std::size_t{1} << 25;
-
-/// The integer after a prefix ("paged-16" -> 16), or -1 when the rest is not a plain number.
 long long suffix_number(std::string_view name, std::string_view prefix) {
   const std::string_view rest = name.substr(prefix.size());
   long long v = -1;
@@ -241,184 +230,39 @@ long long suffix_number(std::string_view name, std::string_view prefix) {
   return ec == std::errc() && ptr == rest.data() + rest.size() && !rest.empty() ? v : -1;
 }
 
-/// "vmm-64k" -> 64 KiB page, per-layer layout; "vmm-2m-mega" -> 2 MiB page, megacache layout.
-std::unique_ptr<KvBackend> make_vmm_backend(std::string_view name, const BackendOptions& options) {
-  std::string_view rest = name.substr(4);  // after "vmm-"
-  VmmConfig c;
-  c.deferred_reclamation = true;  // vAttention's default; cached pages count as free (docs/vmm.md)
-  // Options after the page size, each switchable so its effect can be measured:
-  //   -mega (layers inside a token), -overlap (background mapping), -eagerN (map N tokens ahead),
-  //   -nodefer (unmap a finished sequence's pages at once), -prefix (page-granular prefix sharing).
-  std::string_view size = rest.substr(0, rest.find('-'));
-  for (std::string_view opts = rest.substr(size.size()); !opts.empty();) {
-    opts.remove_prefix(1);  // the dash
-    const std::string_view opt = opts.substr(0, opts.find('-'));
-    opts.remove_prefix(opt.size());
-    if (opt == "mega") {
-      c.layout = VmmLayout::megacache;
-    } else if (opt == "overlap") {
-      c.overlap = true;
-    } else if (opt == "nodefer") {
-      c.deferred_reclamation = false;
-    } else if (opt == "prefix") {
-      c.prefix_cache = true;
-    } else if (opt.starts_with("eager") && suffix_number(opt, "eager") > 0) {
-      c.eager_tokens = suffix_number(opt, "eager");
-    } else {
-      KVLAB_THROW(InvalidArgument, fmt::format("backend '{}': unknown vmm option '{}' (options: -mega, -overlap, "
-                                               "-eagerN, -nodefer, -prefix)",
-                                               name, opt));
-    }
-  }
-  rest = size;
+std::size_t parse_page_size(std::string_view text) {
   unsigned long long n = 0;
-  const auto [ptr, ec] = std::from_chars(rest.data(), rest.data() + rest.size(), n);
-  const std::string_view unit = rest.substr(static_cast<std::size_t>(ptr - rest.data()));
+  const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), n);
+  const std::string_view unit = text.substr(static_cast<std::size_t>(ptr - text.data()));
   const unsigned long long scale = unit == "k" ? 1ull << 10 : unit == "m" ? 1ull << 20 : unit == "g" ? 1ull << 30 : 0;
-  if (ec != std::errc() || ptr == rest.data() || scale == 0 || n == 0) {
-    KVLAB_THROW(InvalidArgument, fmt::format("backend '{}': expected vmm-<page size>[-mega] with the size in k, m or g "
-                                             "(vmm-4k, vmm-64k, vmm-256k, vmm-2m)",
-                                             name));
-  }
-  if (n > (1ull << 30) / scale)  // a page is a unit of mapping: past 1 GiB it is the whole cache
-    KVLAB_THROW(InvalidArgument, fmt::format("backend '{}': the page size must be at most 1g (1 GiB)", name));
-  c.page_bytes = static_cast<std::size_t>(n * scale);
-  if (options.capacity_bytes / c.page_bytes > kMaxBookkeptUnits)  // as for paged blocks (make_paged_backend)
-    KVLAB_THROW(InvalidArgument,
-                fmt::format("backend '{}': --capacity-gib gives {} pages, more than {} (their "
-                            "bookkeeping alone would take gigabytes); use a smaller capacity or larger "
-                            "pages",
-                            name, options.capacity_bytes / c.page_bytes, kMaxBookkeptUnits));
-  if (c.page_bytes % 4096 != 0) {
-    KVLAB_THROW(InvalidArgument,
-                fmt::format("backend '{}': the page size ({} bytes) must be a multiple of 4 KiB", name, c.page_bytes));
-  }
-  c.model = options.model;
-  c.capacity_bytes = options.capacity_bytes;
-  c.max_seq_len = options.max_seq_len;
-  const Device device = options.device != nullptr   ? options.device->device()
-                        : options.memory != nullptr ? options.memory->device()
-                                                    : Device::host;
-  if (device != Device::host && options.device != nullptr && c.page_bytes % options.device->granularity() != 0) {
-    // Checked even for accounting only, so a run fails before its first replay (the backend checks
-    // again against its driver).
-    KVLAB_THROW(
-        InvalidArgument,
-        fmt::format("backend '{}' on --device {}: vmm page size {} is not a multiple of the CUDA driver's "
-                    "granularity ({}): use vmm-{} or a multiple of it (smaller pages need vAttention's "
-                    "modified driver)",
-                    name, options.device->spec().name(), page_size_name(c.page_bytes),
-                    page_size_name(options.device->granularity()), page_size_name(options.device->granularity())));
-  }
-  if (options.memory != nullptr) {
-    // Storage: KV bytes come from the VM driver of the device; the resource itself only serves
-    // the per-batch arrays on a device.
-    c.memory = options.memory;
-    KVLAB_EXPECTS(device == Device::host || options.device != nullptr,
-                  fmt::format("backend '{}' on a device needs its DeviceContext", name));
-    c.driver = make_vm_driver(device == Device::host ? nullptr : options.device, options.capacity_bytes,
-                              options.max_map_count);
-  }
-  return std::make_unique<VmmBackend>(std::move(c));
+  if (ec != std::errc() || ptr == text.data() || scale == 0 || n == 0 || n > (1ull << 30) / scale) return 0;
+  return static_cast<std::size_t>(n * scale);
 }
 
-std::unique_ptr<KvBackend> make_contiguous_backend(std::string_view name, const BackendOptions& options) {
-  ContiguousConfig c;
-  c.model = options.model;
-  c.capacity_bytes = options.capacity_bytes;
-  c.max_seq_len = options.max_seq_len;
-  c.memory = options.memory;
-  std::string_view rest = name.substr(std::string_view("contiguous-").size());
-  if (rest.ends_with("-buddy")) {
-    c.arena = ArenaKind::buddy;
-    rest.remove_suffix(std::string_view("-buddy").size());
-  }
-  c.policy = parse_reservation_policy(rest);
-  return std::make_unique<ContiguousBackend>(std::move(c));
+Device device_of(const BackendOptions& options) {
+  return options.device != nullptr   ? options.device->device()
+         : options.memory != nullptr ? options.memory->device()
+                                     : Device::host;
 }
 
-/// paged-B or paged-B-hash / paged-B-radix (prefix caching, docs/prefix-caching.md);
-/// paged-B-hash-hostG adds a host tier of G GiB to the hash cache; a -region suffix (not with
-/// hash) turns on region block placement (paged/block_pool.hpp, docs/kernels.md).
-std::unique_ptr<KvBackend> make_paged_backend(std::string_view name, const BackendOptions& options) {
-  std::string_view rest = name.substr(std::string_view("paged-").size());
-  // "paged-b16" is how the backend names itself in every output: accepted back as input.
-  if (rest.size() > 1 && rest[0] == 'b' && std::isdigit(static_cast<unsigned char>(rest[1]))) rest.remove_prefix(1);
-  bool region = false;
-  if (rest.ends_with("-region")) {
-    region = true;
-    rest.remove_suffix(std::string_view("-region").size());
-  }
-  std::size_t host_gib = 0;
-  if (const auto host = rest.find("-host"); host != std::string_view::npos) {
-    const long long g = suffix_number(rest.substr(host + 1), "host");
-    if (g < 1 || g > (1 << 20))
-      KVLAB_THROW(InvalidArgument, fmt::format("backend '{}': host tier must be 1..1048576 GiB", name));
-    host_gib = static_cast<std::size_t>(g);
-    rest = rest.substr(0, host);
-  }
-  PrefixCacheMode cache = PrefixCacheMode::none;
-  if (const auto dash = rest.find('-'); dash != std::string_view::npos) {
-    cache = parse_prefix_cache_mode(rest.substr(dash + 1));
-    rest = rest.substr(0, dash);
-  }
-  const long long bs = suffix_number(rest, "");
-  if (bs < 1 || bs > 1024)
-    KVLAB_THROW(InvalidArgument, fmt::format("backend '{}': block size must be 1..1024 tokens", name));
-  // Block bookkeeping grows with the block count (about 25 bytes a block, 415 MB at 2^24):
-  // refused before anything is allocated rather than past memory (1e6 GiB of paged-16 took 5 GB).
-  const std::size_t block_bytes = static_cast<std::size_t>(bs) * options.model.kv_bytes_per_token();
-  for (const auto& [what, bytes] :
-       {std::pair{"--capacity-gib", options.capacity_bytes}, std::pair{"the host tier", host_gib << 30}})
-    if (block_bytes > 0 && bytes / block_bytes > kMaxBookkeptUnits)
-      KVLAB_THROW(InvalidArgument,
-                  fmt::format("backend '{}': {} gives {} blocks of {} tokens, more than {} (their bookkeeping alone "
-                              "would take gigabytes); use a smaller capacity or larger blocks",
-                              name, what, bytes / block_bytes, bs, kMaxBookkeptUnits));
-  PagedConfig c;
-  c.model = options.model;
-  c.capacity_bytes = options.capacity_bytes;
-  c.max_seq_len = options.max_seq_len;
-  c.memory = options.memory;
-  c.block_size = static_cast<std::int32_t>(bs);
-  c.prefix_cache = cache;
-  c.host_cache_bytes = host_gib << 30;
-  c.region_placement = region;
-  if (region && cache == PrefixCacheMode::hash)
-    KVLAB_THROW(InvalidArgument, fmt::format("backend '{}': region placement cannot be combined with the hash prefix "
-                                             "cache (its LRU free queue decides evictions); use -radix or no cache",
-                                             name));
-  if (options.device != nullptr) c.swap_memory = options.device->swap_memory();  // pinned on a GPU
-  if (host_gib > 0 && cache != PrefixCacheMode::hash)
-    KVLAB_THROW(InvalidArgument, fmt::format("backend '{}': a host tier needs the hash prefix cache", name));
-  return std::make_unique<PagedBackend>(std::move(c));
+}  // namespace family
+
+std::string default_compare_backends() {
+  // vmm at vAttention's two page sizes, the 2 MiB one also with layers interleaved (megacache).
+  return "contiguous-max,contiguous-pow2,contiguous-oracle,paged-16,paged-64,vmm-64k,vmm-2m,vmm-2m-mega";
 }
 
+namespace {
 struct Registry {
   std::mutex mutex;
   std::vector<BackendFamily> families;
 };
 
 /// The registry, with the built-in families entered on first use (so no static-initialisation
-/// order matters for code that registers more).
+/// order matters for code that registers more). One line per family (serving/replay/families/).
 Registry& registry() {
   static Registry r{
-      {},
-      {{"contiguous-",
-        "contiguous-max|pow2|oracle[-buddy]",
-        {"contiguous-max", "contiguous-pow2", "contiguous-oracle", "contiguous-pow2-buddy", "contiguous-oracle-buddy"},
-        make_contiguous_backend},
-       {"paged-",
-        "paged-B[-hash[-hostG]|-radix[-region]|-region] (B = 1..1024 tokens, G GiB of host tier)",
-        {"paged-1", "paged-7", "paged-16", "paged-256", "paged-16-hash", "paged-16-radix", "paged-7-region",
-         "paged-16-radix-region"},
-        make_paged_backend},
-       // vmm forms whose pages fit the conformance suite's tiny model (300-2000 token
-       // budgets): a vmm-64k page holds 512 of its tokens per tensor, vmm-2m 16384.
-       {"vmm-",
-        "vmm-SIZE[-mega][-overlap][-eagerN][-nodefer][-prefix] (SIZE: 4k, 64k, 2m, ...)",
-        {"vmm-4k", "vmm-16k", "vmm-64k-mega"},
-        make_vmm_backend}}};
+      {}, {contiguous_backend_family(), paged_backend_family(), vmm_backend_family(), elastic_backend_family()}};
   return r;
 }
 }  // namespace

@@ -61,6 +61,7 @@ class Replay {
   std::vector<SeqId> next_decoders_;  // this step's, for prefetch
   bool prefetched_ = false;           // execute mode: the prefetch for next_decoders_ was started
   double shared_savings_time_ = 0;    // integral of shared_savings over busy time
+  double held_time_ = 0;              // integral of held bytes over busy time
   // Execute mode buffers.
   std::vector<float> q_, out_;
   std::vector<std::int32_t> q_indptr_;
@@ -205,9 +206,12 @@ void Replay::account(const StepPlan& plan) {
   rec.fractions = MemoryFractions::of(mem);
   rec.allocated_bytes = mem.allocated();
   rec.shared_savings_bytes = mem.shared_savings;
+  rec.held_bytes = b_.held_bytes().value_or(mem.capacity);
   if (c_.keep_steps) result_.steps.push_back(rec);
   sum.mean_fractions.add_scaled(rec.fractions, dt);
   shared_savings_time_ += static_cast<double>(mem.shared_savings) * dt;
+  held_time_ += static_cast<double>(rec.held_bytes) * dt;
+  sum.peak_held_bytes = std::max(sum.peak_held_bytes, rec.held_bytes);
   sum.busy_s += dt;
   sum.mean_batch += dt * rec.running;
   sum.max_batch = std::max(sum.max_batch, rec.running);
@@ -293,6 +297,7 @@ void Replay::summarize() {
     sum.mean_fractions = m.add_scaled(sum.mean_fractions, 1.0 / sum.busy_s);
     sum.mean_batch /= sum.busy_s;
     sum.mean_shared_savings_bytes = static_cast<std::size_t>(shared_savings_time_ / sum.busy_s);
+    sum.mean_held_bytes = static_cast<std::size_t>(held_time_ / sum.busy_s);
   }
   std::vector<double> ttfts, tpots, e2els;
   std::int64_t n_tpot = 0, good = 0;

@@ -116,6 +116,9 @@ struct StepRecord {
   std::int64_t prefill_tokens = 0, decode_tokens = 0;
   MemoryFractions fractions;
   std::size_t allocated_bytes = 0;
+  /// Physical KV memory the backend holds (KvBackend::held_bytes(): mapped pages for vmm and
+  /// elastic, the whole capacity for the others).
+  std::size_t held_bytes = 0;
   std::size_t shared_savings_bytes = 0;  ///< bytes sharing saved (fork, prefix caching)
   double kernel_s = 0;                   ///< measured attention time (execute mode), scaled to all layers
   double prepare_s = 0;                  ///< building/uploading the per-batch arrays (execute mode)
@@ -158,6 +161,8 @@ struct ReplaySummary {
   std::size_t peak_allocated_bytes = 0;
   std::size_t capacity_bytes = 0;
   std::size_t mean_shared_savings_bytes = 0;  ///< time-weighted bytes saved by sharing
+  /// Physical KV memory held (StepRecord::held_bytes): time-weighted over busy time, and the most.
+  std::size_t mean_held_bytes = 0, peak_held_bytes = 0;
   double mean_ttft_s = 0, p99_ttft_s = 0, mean_tpot_s = 0, mean_e2e_s = 0, mean_normalized_latency_s = 0;
   /// Serving metrics as vLLM's bench serve reports them (serving/replay/serving_metrics.hpp), over the
   /// finished requests: TTFT, TPOT (requests of more than one output token), ITL (every gap between

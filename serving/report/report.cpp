@@ -54,13 +54,13 @@ void write_replay_files(const std::filesystem::path& dir, const RunInfo& info, c
     auto f = text();
     f << "time_s,duration_s,running,waiting,token_states_frac,reserved_frac,internal_fragmentation_frac,"
          "external_fragmentation_frac,free_frac,allocated_bytes,kernel_s,prepare_s,mapping_s,linear_s,attention_s,cpu_"
-         "s,transfer_s,copy_s\n";
+         "s,transfer_s,copy_s,held_bytes\n";
     for (const StepRecord& r : result.steps)
       f << r.time_s << ',' << r.duration_s << ',' << r.running << ',' << r.waiting << ',' << r.fractions.token_states
         << ',' << r.fractions.reserved << ',' << r.fractions.internal_fragmentation << ','
         << r.fractions.external_fragmentation << ',' << r.fractions.free << ',' << r.allocated_bytes << ','
         << r.kernel_s << ',' << r.prepare_s << ',' << r.mapping_s << ',' << r.parts.linear << ',' << r.parts.attention
-        << ',' << r.parts.cpu << ',' << r.parts.transfer << ',' << r.parts.copy << '\n';
+        << ',' << r.parts.cpu << ',' << r.parts.transfer << ',' << r.parts.copy << ',' << r.held_bytes << '\n';
     write_file_atomically(out / "steps.csv", f.view());
   }
   {
@@ -99,7 +99,7 @@ void write_compare_csv(const std::filesystem::path& file, const std::string& wor
     f << ',' << name << "_mean_ms," << name << "_median_ms," << name << "_std_ms";
     for (const auto& [p, ms] : asked) f << ',' << name << '_' << percentile_name(p) << "_ms";
   }
-  f << ",goodput_requests_per_s,slo_attainment_frac";
+  f << ",goodput_requests_per_s,slo_attainment_frac,mean_held_bytes,peak_held_bytes";
   // Then one column per backend counter (summary.json's "counters", by name), in the order the rows
   // first name them; empty where a backend has no such counter.
   std::vector<std::string> counters;
@@ -128,6 +128,7 @@ void write_compare_csv(const std::filesystem::path& file, const std::string& wor
     if (s.goodput_requests_per_s >= 0) f << s.goodput_requests_per_s;
     f << ',';
     if (s.slo_attainment_frac >= 0) f << s.slo_attainment_frac;
+    f << ',' << s.mean_held_bytes << ',' << s.peak_held_bytes;
     for (const std::string& name : counters) {
       f << ',';
       for (const auto& [n, value] : s.backend_counters)

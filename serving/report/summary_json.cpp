@@ -92,6 +92,7 @@ void add_results(Json& j, const ReplaySummary& s) {
   j["throughput_requests_per_s"] = per_s(static_cast<double>(s.completed + s.truncated));
   j["mean_batch"] = number(s.mean_batch), j["max_batch"] = s.max_batch;
   j["peak_allocated_bytes"] = s.peak_allocated_bytes;
+  j["mean_held_bytes"] = s.mean_held_bytes, j["peak_held_bytes"] = s.peak_held_bytes;
   j["prefix_hit_tokens"] = s.prefix_hit_tokens, j["prefix_lookup_tokens"] = s.prefix_lookup_tokens;
   j["prefix_preempted_hit_tokens"] = s.prefix_preempted_hit_tokens;
   j["prefix_preempted_lookup_tokens"] = s.prefix_preempted_lookup_tokens;
@@ -128,7 +129,7 @@ Json provenance(const Provenance& p) {
 }
 
 /// How many keys each line of the file holds, in order.
-constexpr int kKeysPerLine[] = {1, 1, 1, 1, 1, 1, 1, 1, 5, 3, 2, 1, 1, 1, 2, 1, 6, 4, 1, 1, 1, 1, 1, 1, 1};
+constexpr int kKeysPerLine[] = {1, 1, 1, 1, 1, 1, 1, 1, 5, 3, 2, 1, 1, 1, 2, 3, 6, 4, 1, 1, 1, 1, 1, 1, 1};
 
 /// A value on one line: nested objects as {"key": value, ...}, the rest as nlohmann prints them
 /// (invalid UTF-8 in a string replaced rather than thrown on: the command line is user text).

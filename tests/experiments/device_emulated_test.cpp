@@ -37,6 +37,9 @@ std::vector<Request> workload(int n, std::uint64_t seed) {
   return generate(w);
 }
 
+/// Backends whose memory is 2 MiB pages mapped on demand: they need a capacity of whole pages.
+bool on_pages(const std::string& backend) { return backend.starts_with("vmm") || backend.starts_with("elastic"); }
+
 BackendOptions options(DeviceContext& device, bool vmm, std::int64_t tight_tokens = 0) {
   BackendOptions o;
   o.model = testing::tiny_model();
@@ -81,7 +84,7 @@ TEST_P(EmulatedDevice, ReplaysVerifiedOnDeviceMemory) {
   DeviceContext device(parse_device_spec("emulated"), std::size_t{256} << 20);
   CudaDriverDouble& dbl = *device.driver_double();
   {
-    auto b = make_backend(c.backend, options(device, c.backend.starts_with("vmm"), tight_tokens(c)));
+    auto b = make_backend(c.backend, options(device, on_pages(c.backend), tight_tokens(c)));
     EXPECT_EQ(b->device(), Device::emulated);
     const ReplayResult r = replay(*b, workload(8, 1), config(c, device));
     EXPECT_EQ(r.summary.completed, 8) << c.backend;
@@ -103,7 +106,8 @@ TEST_P(EmulatedDevice, ReplaysVerifiedOnDeviceMemory) {
 INSTANTIATE_TEST_SUITE_P(EveryFamily, EmulatedDevice,
                          ::testing::Values(Case{"contiguous-max"}, Case{"contiguous-oracle", 3}, Case{"paged-16", 3},
                                            Case{"paged-16", 1, true}, Case{"paged-16", 3, true}, Case{"paged-16-hash"},
-                                           Case{"vmm-2m"}, Case{"vmm-2m-mega-overlap"}),
+                                           Case{"vmm-2m"}, Case{"vmm-2m-mega-overlap"}, Case{"elastic-16", 3},
+                                           Case{"elastic-16-interleaved-reserve0"}),
                          [](const auto& info) {
                            std::string n = info.param.backend + (info.param.samples > 1 ? "_beams" : "") +
                                            (info.param.swap ? "_swap" : "");
@@ -116,7 +120,7 @@ INSTANTIATE_TEST_SUITE_P(EveryFamily, EmulatedDevice,
 void replay_under_faults(const Case& c, FaultInjector& faults, std::int64_t& failed, std::uint64_t& at_driver) {
   DeviceContext device(parse_device_spec("emulated"), std::size_t{256} << 20);
   {
-    auto b = make_backend(c.backend, options(device, c.backend.starts_with("vmm"), tight_tokens(c)));
+    auto b = make_backend(c.backend, options(device, on_pages(c.backend), tight_tokens(c)));
     ReplayResult r;
     {
       ScopedCopyFaults guard(faults);

@@ -91,7 +91,8 @@ TEST_P(FaultInjection, RandomFaultsLoseNothing) {
 }
 
 INSTANTIATE_TEST_SUITE_P(CopyingBackends, FaultInjection,
-                         ::testing::Values("contiguous-oracle", "paged-16", "paged-7", "paged-16-hash"),
+                         ::testing::Values("contiguous-oracle", "paged-16", "paged-7", "paged-16-hash",
+                                           "elastic-16-4k"),
                          [](const auto& info) {
                            std::string n = info.param;
                            for (char& c : n)

@@ -176,3 +176,112 @@ TEST(BlockPool, RegionOrderMatchesAScanningReference) {
 
 }  // namespace
 }  // namespace kvlab
+
+namespace kvlab {
+namespace {
+
+// Page orders (the elastic backend): blocks come only from open regions; `pages` hands out the
+// fullest open region's blocks, `pages_lifo` the block freed last wherever it lies.
+TEST(BlockPoolPages, OnlyOpenRegionsHandOutBlocks) {
+  for (const FreeOrder order : {FreeOrder::pages, FreeOrder::pages_lifo}) {
+    BlockPool pool(12, order, 4);  // regions {0-3} {4-7} {8-11}, all closed
+    EXPECT_EQ(pool.num_free(), 12);
+    EXPECT_EQ(pool.num_open_free(), 0);
+    EXPECT_FALSE(pool.allocate().has_value()) << "a closed region handed out a block";
+    pool.open_region(1);
+    EXPECT_EQ(pool.num_open_free(), 4);
+    EXPECT_EQ(pool.num_open_empty(), 1);
+    std::set<BlockId> got;
+    for (int i = 0; i < 4; ++i) got.insert(*pool.allocate());
+    EXPECT_EQ(got, (std::set<BlockId>{4, 5, 6, 7}));
+    EXPECT_FALSE(pool.allocate().has_value());
+    EXPECT_EQ(pool.num_open_empty(), 0);
+    EXPECT_THROW(pool.close_region(1), InvalidArgument);  // blocks in use
+    EXPECT_THROW(pool.open_region(1), InvalidArgument);   // open already
+    for (const BlockId b : got) pool.release(b);
+    EXPECT_EQ(pool.take_emptied(), std::vector<std::int32_t>{1});
+    EXPECT_TRUE(pool.take_emptied().empty()) << "listed twice";
+    pool.close_region(1);
+    EXPECT_EQ(pool.num_open(), 0);
+    EXPECT_EQ(pool.num_free(), 12);
+    EXPECT_FALSE(pool.allocate().has_value());
+    EXPECT_THROW(BlockPool(10, order, 4), InvalidArgument);  // not whole regions
+  }
+}
+
+TEST(BlockPoolPages, PageAwareOrderFillsTheFullestRegionFirst) {
+  BlockPool pool(12, FreeOrder::pages, 4);
+  pool.open_region(0);
+  pool.open_region(2);
+  std::vector<BlockId> a, c;
+  for (int i = 0; i < 8; ++i) {
+    const BlockId b = *pool.allocate();
+    (b < 4 ? a : c).push_back(b);
+  }
+  ASSERT_EQ(a.size(), 4u);
+  // Region 0 three free, region 2 one free: the next block comes from region 2.
+  pool.release(a[0]);
+  pool.release(a[1]);
+  pool.release(a[2]);
+  pool.release(c[3]);
+  EXPECT_EQ(pool.region_of(*pool.peek()), 2);
+  EXPECT_EQ(pool.region_of(*pool.allocate()), 2);
+  EXPECT_EQ(pool.region_of(*pool.allocate()), 0);  // region 2 full now
+  // The page-blind order hands out the block freed last: region 0's, though region 2 has one free.
+  BlockPool lifo(12, FreeOrder::pages_lifo, 4);
+  lifo.open_region(0);
+  lifo.open_region(2);
+  std::vector<BlockId> all;
+  for (int i = 0; i < 8; ++i) all.push_back(*lifo.allocate());
+  const BlockId in_two = *std::find_if(all.begin(), all.end(), [](BlockId b) { return b >= 8; });
+  const BlockId in_zero = *std::find_if(all.begin(), all.end(), [](BlockId b) { return b < 4; });
+  lifo.release(in_two);
+  lifo.release(in_zero);
+  EXPECT_EQ(*lifo.allocate(), in_zero);
+}
+
+TEST(BlockPoolPages, CountsStayExactUnderRandomUse) {
+  for (const FreeOrder order : {FreeOrder::pages, FreeOrder::pages_lifo}) {
+    BlockPool pool(60, order, 6);
+    std::mt19937 rng(order == FreeOrder::pages ? 3u : 4u);
+    std::vector<BlockId> held;
+    for (int step = 0; step < 5000; ++step) {
+      const int r = static_cast<int>(rng() % 10);
+      if (r < 5) {
+        if (pool.num_open_free() == 0) {
+          for (std::int32_t g = 0; g < pool.num_regions(); ++g)
+            if (!pool.is_open(g)) {
+              pool.open_region(g);
+              break;
+            }
+        }
+        if (const auto b = pool.allocate()) held.push_back(*b);
+      } else if (r < 9 && !held.empty()) {
+        const std::size_t i = rng() % held.size();
+        pool.release(held[i]);
+        held[i] = held.back();
+        held.pop_back();
+      } else {
+        for (const std::int32_t g : pool.take_emptied()) pool.close_region(g);
+      }
+      std::int32_t open_free = 0, open_empty = 0, open = 0;
+      for (std::int32_t g = 0; g < pool.num_regions(); ++g) {
+        if (!pool.is_open(g)) {
+          ASSERT_EQ(pool.region_free(g), 6);
+          continue;
+        }
+        ++open;
+        open_free += pool.region_free(g);
+        open_empty += pool.region_free(g) == 6;
+      }
+      ASSERT_EQ(pool.num_free(), 60 - static_cast<std::int32_t>(held.size()));
+      ASSERT_EQ(pool.num_open_free(), open_free);
+      ASSERT_EQ(pool.num_open_empty(), open_empty);
+      ASSERT_EQ(pool.num_open(), open);
+      ASSERT_EQ(static_cast<std::int32_t>(pool.free_list().size()), open_free);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kvlab

@@ -543,3 +543,47 @@ TEST(Replayer, WithoutKeptStepsTheSummaryIsTheSame) {
 
 }  // namespace
 }  // namespace kvlab
+
+namespace kvlab {
+namespace {
+
+// held_bytes: what the backend holds (mapped pages for vmm and elastic, the whole capacity for the
+// others) against what live sequences pin, step by step.
+TEST(Replayer, HeldBytesFollowTheMappedPages) {
+  SyntheticWorkload w;
+  w.num_requests = 60;
+  w.rate = 40;
+  w.prompt = LengthDistribution::parse("uniform:5:60", "p");
+  w.output = LengthDistribution::parse("uniform:2:40", "o");
+  w.seed = 5;
+  const std::vector<Request> requests = generate(w);
+  BackendOptions o;
+  o.model = testing::tiny_model();
+  o.capacity_bytes = 1024 * o.model.kv_bytes_per_token();  // 512 KiB: 32 groups of 16 KiB
+  o.max_seq_len = 128;
+  ReplayConfig c;
+  c.keep_steps = true;
+  for (const std::string backend : {"paged-16", "elastic-16-4k-reserve0", "elastic-16-4k", "vmm-16k"}) {
+    auto b = make_backend(backend, o);
+    const ReplayResult r = replay(*b, requests, c);
+    ASSERT_FALSE(r.steps.empty());
+    const std::size_t capacity = b->breakdown().capacity;
+    std::size_t below_capacity = 0;
+    for (const StepRecord& s : r.steps) {
+      EXPECT_GE(s.held_bytes, s.allocated_bytes) << backend << " holds less than its sequences pin";
+      EXPECT_LE(s.held_bytes, backend.starts_with("vmm") ? o.capacity_bytes : capacity) << backend;
+      below_capacity += s.held_bytes < capacity;
+    }
+    EXPECT_LE(r.summary.mean_held_bytes, r.summary.peak_held_bytes) << backend;
+    if (backend.starts_with("paged")) {
+      EXPECT_EQ(below_capacity, 0u) << "paged holds its whole pool from the start";
+      EXPECT_EQ(r.summary.peak_held_bytes, capacity);
+    } else {
+      EXPECT_GT(below_capacity, 0u) << backend << " never gave memory back";
+      EXPECT_LT(r.summary.mean_held_bytes, capacity) << backend;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kvlab

@@ -1,0 +1,244 @@
+// The elastic backend's storage (elastic/elastic_pages.hpp) under a paged backend, on host memory
+// through the POSIX VM driver: page groups mapped when their first block is needed and unmapped
+// when they empty (beyond the reserve), the reserve refilled off the critical path, page-aware
+// allocation against the page-blind baseline, a budget two backends share, and driver faults at
+// every call leaving nothing mapped.
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "alloc/core/error.hpp"
+#include "alloc/memory/memory_resource.hpp"
+#include "elastic/elastic_pages.hpp"
+#include "paged/paged_backend.hpp"
+#include "tests/support/tiny_model.hpp"
+#include "vmm/posix_vm_driver.hpp"
+
+namespace kvlab {
+namespace {
+
+// Tiny model: one block of 16 tokens of one layer's K or V is 2 KiB, so a 4 KiB page holds two and
+// a page group (one page of each of the 4 planes) holds 2 blocks, 32 tokens.
+constexpr std::size_t kPage = 4096;
+
+struct Elastic {
+  std::shared_ptr<PosixVmDriver> driver;
+  std::shared_ptr<ElasticPages> pages;
+  std::unique_ptr<PagedBackend> backend;
+};
+
+Elastic make(std::size_t groups, std::int32_t reserve, ElasticAllocation allocation = ElasticAllocation::fullest,
+             std::shared_ptr<PhysicalBudget> budget = nullptr, ElasticLayout layout = ElasticLayout::per_layer,
+             std::int32_t block_size = 16) {
+  Elastic e;
+  const ModelGeometry m = testing::tiny_model();
+  const std::size_t capacity = groups * 4 * kPage;
+  e.driver = std::make_shared<PosixVmDriver>(capacity);
+  ElasticConfig c;
+  c.model = m;
+  c.block_size = block_size;
+  c.page_bytes = kPage;
+  c.capacity_bytes = capacity;
+  c.reserve_groups = reserve;
+  c.allocation = allocation;
+  c.layout = layout;
+  c.driver = e.driver;
+  c.budget = std::move(budget);
+  e.pages = std::make_shared<ElasticPages>(c);
+  PagedConfig p;
+  p.model = m;
+  p.capacity_bytes = capacity;
+  p.block_size = block_size;
+  p.max_seq_len = 128;
+  p.memory = &host_memory_resource();
+  p.storage = e.pages;
+  e.backend = std::make_unique<PagedBackend>(std::move(p));
+  return e;
+}
+
+double counter(const KvBackend& b, const std::string& name) {
+  for (const auto& [n, v] : b.counters())
+    if (n == name) return v;
+  ADD_FAILURE() << "no counter " << name;
+  return -1;
+}
+
+TEST(ElasticPages, MapsGroupsOnDemandAndUnmapsThemWhenTheyEmpty) {
+  Elastic e = make(10, 0);
+  EXPECT_EQ(e.driver->usage().mappings, 0u) << "nothing is mapped before a block is needed";
+  EXPECT_EQ(e.backend->name(), "elastic-16-4k-reserve0");
+  e.backend->admit(1, {40, 40}, 40);  // 3 blocks: 2 groups of 4 pages
+  EXPECT_EQ(e.driver->usage().mappings, 8u);
+  EXPECT_EQ(e.pages->held_bytes(), 2 * 4 * kPage);
+  e.backend->grow(1, 8);  // 48 tokens: still 3 blocks
+  EXPECT_EQ(e.driver->usage().mappings, 8u);
+  e.backend->grow(1, 1);  // a 4th block: group 1's second block, no new mapping
+  EXPECT_EQ(e.driver->usage().mappings, 8u);
+  e.backend->admit(2, {10, 10}, 10);  // a 5th block: a third group
+  EXPECT_EQ(e.driver->usage().mappings, 12u);
+  EXPECT_EQ(counter(*e.backend, "critical_maps"), 12);
+  e.backend->release(1);
+  EXPECT_EQ(e.driver->usage().mappings, 4u) << "the groups sequence 1 emptied stay mapped";
+  e.backend->release(2);
+  EXPECT_TRUE(e.driver->usage().mappings == 0u && e.driver->usage().handles == 0u);
+  EXPECT_EQ(counter(*e.backend, "unmaps"), 12);
+  EXPECT_EQ(e.pages->budget().held(), 0u);
+}
+
+TEST(ElasticPages, TheReserveIsRefilledOffTheCriticalPath) {
+  Elastic e = make(10, 2);
+  e.backend->begin_step();  // fills the reserve: two groups, not on the critical path
+  EXPECT_EQ(e.driver->usage().mappings, 8u);
+  EXPECT_EQ(counter(*e.backend, "reserve_maps"), 8);
+  EXPECT_EQ(counter(*e.backend, "critical_maps"), 0);
+  e.backend->admit(1, {60, 60}, 60);  // 4 blocks: the two reserve groups
+  EXPECT_EQ(counter(*e.backend, "critical_maps"), 0) << "the reserve should have served it";
+  e.backend->admit(2, {20, 20}, 20);  // the reserve is dry: mapped on the critical path
+  EXPECT_EQ(counter(*e.backend, "critical_maps"), 4);
+  EXPECT_EQ(e.backend->step_costs().maps, 4) << "charged to the step that needed them";
+  e.backend->begin_step();  // two more empty groups for the reserve
+  EXPECT_EQ(e.driver->usage().mappings, 20u);
+  e.backend->release(1);
+  e.backend->release(2);
+  EXPECT_EQ(e.driver->usage().mappings, 8u) << "three groups emptied: two stay as the reserve";
+}
+
+struct Churn {
+  double held = 0, floor = 0;                 // page groups held and needed by the live blocks, averaged over steps
+  std::size_t idle_held = 0, idle_floor = 0;  // the same once only the long-lived sequences remain
+};
+
+/// Short sequences come and go around a few long-lived ones (blocks of 4 tokens: 8 to a group),
+/// then every short one leaves, as a tenant going idle with a few requests still running.
+Churn churn(ElasticAllocation allocation) {
+  Elastic e = make(64, 0, allocation, nullptr, ElasticLayout::per_layer, 4);
+  std::mt19937 rng(11);
+  std::vector<SeqId> live, long_lived;
+  SeqId next = 0;
+  Churn c;
+  const int steps = 4000;
+  for (int step = 0; step < steps; ++step) {
+    for (std::size_t i = 0; i < live.size();) {  // each short sequence leaves with probability 1/20
+      if (rng() % 20 != 0) {
+        ++i;
+        continue;
+      }
+      e.backend->release(live[i]);
+      live[i] = live.back();
+      live.pop_back();
+    }
+    const std::int64_t tokens = 1 + static_cast<std::int64_t>(rng() % 40);
+    if (e.backend->can_admit({tokens, tokens}, tokens)) {
+      e.backend->admit(next, {tokens, tokens}, tokens);
+      (rng() % 8 == 0 && long_lived.size() < 12 ? long_lived : live).push_back(next);
+      ++next;
+    }
+    c.held += static_cast<double>(e.pages->held_bytes() / (4 * kPage)) / steps;
+    c.floor += static_cast<double>((e.backend->pool().num_used() + 7) / 8) / steps;
+  }
+  for (const SeqId id : live) e.backend->release(id);
+  c.idle_held = e.pages->held_bytes() / (4 * kPage);
+  c.idle_floor = static_cast<std::size_t>((e.backend->pool().num_used() + 7) / 8);
+  return c;
+}
+
+TEST(ElasticPages, PageAwareAllocationHoldsFewerPagesThanPageBlind) {
+  const Churn aware = churn(ElasticAllocation::fullest);
+  const Churn blind = churn(ElasticAllocation::first_free);
+  // Seed 11 measured 24.46 groups held (page-aware) against 26.10 (page-blind) over a floor of
+  // 22.44; once idle 15 and 13 against a floor of 9: allocation alone does not decide where the
+  // long-lived blocks end up (docs/elastic.md).
+  RecordProperty("page_aware_mean_groups_x100", static_cast<int>(aware.held * 100));
+  RecordProperty("page_blind_mean_groups_x100", static_cast<int>(blind.held * 100));
+  RecordProperty("page_aware_idle_groups", static_cast<int>(aware.idle_held));
+  RecordProperty("page_blind_idle_groups", static_cast<int>(blind.idle_held));
+  EXPECT_DOUBLE_EQ(aware.floor, blind.floor) << "the same sequences should live under both";
+  EXPECT_LT(aware.held, blind.held) << "page-aware allocation should leave more groups wholly free";
+  EXPECT_LT(aware.held, 1.15 * aware.floor);
+  EXPECT_GE(aware.idle_held, aware.idle_floor);
+}
+
+TEST(ElasticPages, TwoBackendsShareOneBudget) {
+  auto budget = std::make_shared<PhysicalBudget>(3 * 4 * kPage);  // three groups between the two
+  Elastic a = make(10, 0, ElasticAllocation::fullest, budget);
+  Elastic b = make(10, 0, ElasticAllocation::fullest, budget);
+  a.backend->admit(1, {64, 64}, 64);  // 4 blocks: 2 groups
+  EXPECT_EQ(budget->held(), 2 * 4 * kPage);
+  EXPECT_TRUE(b.backend->can_admit({32, 32}, 32));
+  EXPECT_FALSE(b.backend->can_admit({33, 33}, 33)) << "only one group is left in the budget";
+  EXPECT_THROW(b.backend->admit(2, {33, 33}, 33), OutOfMemory);
+  EXPECT_EQ(b.backend->num_sequences(), 0u);
+  EXPECT_EQ(budget->held(), 2 * 4 * kPage) << "a refused admission takes nothing";
+  a.backend->release(1);
+  b.backend->admit(2, {64, 64}, 64);
+  EXPECT_EQ(budget->held(), 2 * 4 * kPage);
+  EXPECT_FALSE(a.backend->can_admit({64, 64}, 64));
+}
+
+TEST(ElasticPages, ADriverFaultAtAnyCallLeavesNothingBehind) {
+  for (const VmFault kind : {VmFault::error, VmFault::out_of_memory}) {
+    for (int n = 1; n <= 60; ++n) {
+      Elastic e = make(8, 1);
+      int calls = 0;
+      e.driver->set_fault_hook([&calls, n, kind](VmCall) { return ++calls == n ? kind : VmFault::none; });
+      int admitted = 0;
+      for (SeqId id = 0; id < 6; ++id) {
+        try {
+          e.backend->begin_step();
+          e.backend->admit(id, {30, 40}, 30);
+          ++admitted;
+          e.backend->grow(id, 10);
+        } catch (const Error&) {
+        }
+        if (id % 2 == 1 && e.backend->contains(id - 1)) {
+          try {
+            e.backend->release(id - 1);
+          } catch (const Error&) {
+          }
+        }
+      }
+      EXPECT_LE(e.backend->num_sequences(), static_cast<std::size_t>(admitted));
+      e.driver->set_fault_hook({});
+      e.backend.reset();
+      e.pages.reset();
+      EXPECT_TRUE(e.driver->usage().empty()) << "fault at call " << n << " left mappings or handles";
+    }
+  }
+}
+
+TEST(ElasticPages, InterleavedPagesHoldWholeBlocksOfEveryLayer) {
+  // A 16-token block of all 4 planes is 8 KiB: a group is two 4 KiB pages holding one block.
+  const Elastic two = make(10, 0, ElasticAllocation::fullest, nullptr, ElasticLayout::interleaved);
+  EXPECT_EQ(two.pages->region_blocks(), 1);
+  EXPECT_EQ(two.pages->group_bytes(), 2 * kPage);
+  ElasticConfig c;
+  c.model = testing::tiny_model();
+  c.block_size = 8;  // 1 KiB a plane, 4 KiB all planes: one block a page
+  c.page_bytes = kPage;
+  c.capacity_bytes = 10 * kPage;
+  c.layout = ElasticLayout::interleaved;
+  const ElasticPages pages(c);
+  EXPECT_EQ(pages.group_bytes(), kPage);
+  EXPECT_EQ(pages.num_blocks(), 10);
+  EXPECT_EQ(pages.region_blocks(), 1);
+  EXPECT_EQ(pages.layout().plane_stride, 1024u) << "planes of a block lie next to each other";
+  EXPECT_EQ(pages.layout().block_stride, kPage);
+  c.layout = ElasticLayout::per_layer;
+  c.block_size = 3;  // 384 bytes a plane: 3 pages of 4 KiB hold 32 of them
+  c.capacity_bytes = 10 * 12 * kPage;
+  const ElasticPages odd(c);
+  EXPECT_EQ(odd.region_blocks(), 32);
+  EXPECT_EQ(odd.group_bytes(), 12 * kPage);
+  EXPECT_EQ(odd.layout().plane_stride, 30 * kPage);
+  c.block_size = 1;
+  c.model.head_dim = 1;  // 4 bytes a plane ... fine: divides
+  EXPECT_EQ(elastic_config_problem(c), "");
+  c.model = testing::tiny_model();
+  c.page_bytes = std::size_t{1} << 30;  // 1 GiB pages, 384-byte blocks: 3 pages of 1 GiB, more than fit
+  EXPECT_NE(elastic_config_problem(c).find("page groups"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace kvlab
