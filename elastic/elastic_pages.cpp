@@ -194,6 +194,12 @@ bool ElasticPages::open_one(BlockPool& pool, bool critical) {
 }
 
 std::int64_t ElasticPages::usable(const BlockPool& pool) const {
+  if (config_.budget->over_limit()) {
+    // A lowered limit (a shrink request): no new group, and only as many blocks as the limit
+    // leaves beside those in use, so the tenant comes down to its limit as its sequences end.
+    const auto allowed = static_cast<std::int64_t>(config_.budget->limit() / group_bytes_) * per_group_;
+    return std::clamp<std::int64_t>(allowed - pool.num_used(), 0, pool.num_open_free());
+  }
   const std::int64_t closed = groups_ - pool.num_open();
   const auto affordable = static_cast<std::int64_t>(config_.budget->available() / group_bytes_);
   return pool.num_open_free() + std::min(closed, affordable) * per_group_;
@@ -208,7 +214,9 @@ void ElasticPages::open(BlockPool& pool, std::int64_t blocks) {
 }
 
 bool ElasticPages::wants_settle(const BlockPool& pool) const noexcept {
-  return pool.num_open_empty() > config_.reserve_groups;
+  // Empty groups beyond the reserve, or any empty group while the budget's limit was lowered
+  // below what is held (a shrink request: the pool gives back what empties, lazily).
+  return pool.num_open_empty() > (config_.budget->over_limit() ? 0 : config_.reserve_groups);
 }
 
 void ElasticPages::close(std::int32_t g) {
@@ -235,7 +243,8 @@ void ElasticPages::settle(BlockPool& pool) {
     for (const std::int32_t g : retry) close(g);
   }
   if (!wants_settle(pool)) return;
-  if (static_cast<std::int64_t>(empty.size()) < pool.num_open_empty() - config_.reserve_groups) {
+  const std::int32_t keep = config_.budget->over_limit() ? 0 : config_.reserve_groups;
+  if (static_cast<std::int64_t>(empty.size()) < pool.num_open_empty() - keep) {
     empty.clear();  // groups opened empty and never used: look at every open group
     for (std::int32_t g = 0; g < groups_; ++g)
       if (pool.is_open(g) && pool.region_free(g) == per_group_) empty.push_back(g);

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "alloc/core/model_geometry.hpp"
-#include "elastic/physical_budget.hpp"
+#include "alloc/memory/physical_budget.hpp"
 #include "paged/block_storage.hpp"
 #include "vmm/vm_driver.hpp"
 

@@ -193,6 +193,12 @@ po::options_description RunOptions::output_options() {
       "max-memory-gib", po::value(&max_memory_gib)->default_value(0.0),
       "refuse a run that would keep more than this in memory (per-request and per-step records, every token's "
       "inter-token gap; estimated from the workload before it starts); 0: half of this machine's memory")(
+      "tenants", po::value(&tenants)->value_name("FILE"),
+      "several tenants sharing the KV capacity, one per line of FILE (docs/elastic.md, \"Tenants\"): each "
+      "its own model and workload; per tenant results under OUT/TENANT/BACKEND/ and tenants.csv")(
+      "tenant-policy", po::value(&tenant_policy)->default_value("auto"),
+      "with --tenants: static (each tenant a fixed share), elastic (one pool, elastic-B backends), or auto "
+      "(elastic for backends that can share memory, static for the others)")(
       "config", po::value<std::string>(),
       "FILE: a run.json or summary.json; rerun with every option it recorded "
       "(defaults included), options given beside it win")("no-progress", "no progress line on stderr");
@@ -299,6 +305,17 @@ void RunOptions::check_names(const po::variables_map& vm) {
 void RunOptions::check_applicable(const po::variables_map& vm) const {
   const auto given = [&](const char* name) { return vm.count(name) != 0 && !vm[name].defaulted(); };
   if (schedule != "lpm" && given("lpm-max-wait")) throw UsageError("--lpm-max-wait applies only with --schedule lpm");
+  if (tenants.empty() && given("tenant-policy")) throw UsageError("--tenant-policy applies only with --tenants");
+  if (tenant_policy != "auto" && tenant_policy != "static" && tenant_policy != "elastic")
+    throw UsageError("--tenant-policy must be auto, static or elastic (got '" + tenant_policy + "')");
+  if (!tenants.empty()) {
+    for (const char* option : {"trace", "requests", "rate", "prompt-len", "output-len", "lengths-from", "limit"})
+      if (given(option))
+        throw UsageError(
+            fmt::format("--{} describes one workload; with --tenants each tenant's line gives its own", option));
+    if (execute || verify_kv || device.kind != Device::host)
+      throw UsageError("--tenants replays in memory mode on the host (no --execute, --verify-kv or --device)");
+  }
   if (!execute)
     for (const char* option : {"kernels", "execute-layers"})
       if (given(option)) throw UsageError(fmt::format("--{} applies only with --execute", option));

@@ -72,7 +72,9 @@ struct RunOptions {
   std::vector<double> percentiles = kDefaultPercentiles;
   double capacity_gib = 0, rate = 0, burstiness = 1, time_scale = 1, max_memory_gib = 0;
   std::int64_t requests = 0, max_seq_len = 0, max_batched = 0, limit = 0, shared_prefix = 0;
-  std::int64_t dump_plans = 0;  ///< --dump-plans N: the scheduler's plans of the first N steps (0: none)
+  std::string tenants;                 ///< --tenants FILE (empty: one workload)
+  std::string tenant_policy = "auto";  ///< --tenant-policy
+  std::int64_t dump_plans = 0;         ///< --dump-plans N: the scheduler's plans of the first N steps (0: none)
   bool dump_plans_given = false;
   static constexpr std::int64_t kMaxDumpedPlans = 1'000'000;
   int max_running = 0, samples = 1, execute_layers = 0, prefix_groups = 0, turns = 1;

@@ -285,6 +285,12 @@ std::vector<BackendFamily> backend_families() {
   return r.families;
 }
 
+bool backend_shares_memory(std::string_view name) {
+  for (const BackendFamily& f : backend_families())
+    if (name.starts_with(f.prefix)) return f.shares_memory;
+  return false;
+}
+
 std::vector<std::string> backend_forms() {
   std::vector<std::string> forms;
   for (const BackendFamily& f : backend_families()) forms.insert(forms.end(), f.test_forms.begin(), f.test_forms.end());
@@ -293,8 +299,14 @@ std::vector<std::string> backend_forms() {
 
 std::unique_ptr<KvBackend> make_backend(std::string_view name, const BackendOptions& options) {
   const std::vector<BackendFamily> families = backend_families();
-  for (const BackendFamily& f : families)
-    if (name.starts_with(f.prefix)) return f.make(name, options);
+  for (const BackendFamily& f : families) {
+    if (!name.starts_with(f.prefix)) continue;
+    if (options.budget != nullptr && !f.shares_memory)
+      KVLAB_THROW(InvalidArgument, fmt::format("backend '{}' holds its whole capacity and cannot share memory with "
+                                               "other backends; elastic-B backends can",
+                                               name));
+    return f.make(name, options);
+  }
   std::vector<std::string> known;
   for (const BackendFamily& f : families) known.push_back(f.usage);
   KVLAB_THROW(InvalidArgument, fmt::format("unknown backend '{}' (known: {})", name, fmt::join(known, ", ")));

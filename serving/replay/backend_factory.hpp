@@ -13,6 +13,7 @@
 #include "alloc/core/device.hpp"
 #include "alloc/backend/kv_backend.hpp"
 #include "alloc/memory/memory_resource.hpp"
+#include "alloc/memory/physical_budget.hpp"
 #include "vmm/vm_driver.hpp"
 
 namespace kvlab {
@@ -88,6 +89,10 @@ struct BackendOptions {
   /// Host vmm backends: the process's memory-mapping limit to report as SystemLimit near (0: the
   /// kernel's vm.max_map_count; a test seam, vmm/posix_vm_driver.hpp).
   std::int64_t max_map_count = 0;
+  /// Physical memory shared with other backends (the tenants of one GPU, serving/replay/tenants.hpp);
+  /// nullptr: the backend's own capacity. Only families that map memory on demand take one
+  /// (BackendFamily::shares_memory); make_backend refuses it for the others.
+  std::shared_ptr<PhysicalBudget> budget;
 };
 
 /// One family of backends: every name that starts with `prefix` is made by `make` (which throws
@@ -97,6 +102,8 @@ struct BackendFamily {
   std::string usage;                    ///< e.g. "paged-B[-hash|-radix]", for error messages and help
   std::vector<std::string> test_forms;  ///< forms the conformance suite runs (tiny model, 300-2000 tokens)
   std::function<std::unique_ptr<KvBackend>(std::string_view name, const BackendOptions& options)> make;
+  /// Whether its backends honour BackendOptions::budget (memory shared with other backends).
+  bool shares_memory = false;
 };
 
 /// Adds a family. Throws InvalidArgument when the prefix is empty, has no maker, or is taken.
@@ -115,6 +122,9 @@ void register_backend_family(BackendFamily family);
 /// driver, or the emulated device's double).
 [[nodiscard]] std::shared_ptr<VmDriver> make_vm_driver(DeviceContext* device, std::size_t host_capacity,
                                                        std::int64_t max_map_count = 0);
+/// Whether the family of backend `name` can share memory with other backends (BackendFamily::
+/// shares_memory); false for an unknown name.
+[[nodiscard]] bool backend_shares_memory(std::string_view name);
 /// The test forms of every family (what the conformance suite and the fuzzer run).
 [[nodiscard]] std::vector<std::string> backend_forms();
 /// What `kvlab compare` runs by default: every contiguous policy, paged and vmm at a few sizes.

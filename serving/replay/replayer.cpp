@@ -34,6 +34,20 @@ class Replay {
 
   ReplayResult run();
 
+  // The replay one iteration at a time (run() is begin, advance until done, end), so that several
+  // replays can interleave on one timeline (serving/replay/tenants.hpp).
+  void begin();
+  [[nodiscard]] bool done() const { return sched_->ended() >= result_.summary.requests; }
+  /// When this replay acts next: now while work waits or runs, else its next arrival; nullopt when
+  /// every request has ended.
+  [[nodiscard]] std::optional<double> next_time() const;
+  /// Takes the arrivals due and runs one step. True when it ran a step or a request ended.
+  bool advance();
+  /// Moves the clock to `t` (it waits for memory another replay holds).
+  void wait_until(double t) { now_ = std::max(now_, t); }
+  [[nodiscard]] double now() const noexcept { return now_; }
+  ReplayResult end();
+
  private:
   void run_step();
   void account(const StepPlan& plan);
@@ -68,6 +82,7 @@ class Replay {
   DeviceStaging q_device_, out_device_;  // device copies (backends on a device)
   std::optional<DeviceTimer> timer_;
   std::mt19937_64 rng_{12345};
+  Clock::time_point wall0_;
 };
 
 double Replay::execute_kernels(const StepPlan& plan, double& prepare_s) {
@@ -237,7 +252,7 @@ void Replay::run_step() {
   }
 }
 
-ReplayResult Replay::run() {
+void Replay::begin() {
   KVLAB_EXPECTS(b_.num_sequences() == 0, "replay needs an empty backend");
   KVLAB_EXPECTS(c_.max_running >= 1, "max_running must be at least 1");
   KVLAB_EXPECTS(c_.max_batched_tokens >= 1, "max_batched_tokens must be at least 1");
@@ -253,7 +268,7 @@ ReplayResult Replay::run() {
   KVLAB_EXPECTS(c_.beam_reselect_probability >= 0 && c_.beam_reselect_probability <= 1,
                 "beam reselection probability must be in [0, 1]");
   if (c_.verify_kv) integrity_ = std::make_unique<KvIntegrity>(b_);
-  const auto wall0 = Clock::now();
+  wall0_ = Clock::now();
   ReplaySummary& sum = result_.summary;
   sum.backend = b_.name();
   sum.clock = c_.execute ? "measured" : "modelled";
@@ -261,30 +276,47 @@ ReplayResult Replay::run() {
   sum.capacity_bytes = b_.breakdown().capacity;
   result_.requests.resize(w_.size());
   sched_.emplace(b_, w_, c_, result_, now_, integrity_.get(), progress_);
+}
 
+std::optional<double> Replay::next_time() const {
+  if (done()) return std::nullopt;
+  if (!sched_->idle()) return now_;
+  const auto next = sched_->next_arrival_s();
+  return next ? std::max(now_, *next) : now_;
+}
+
+bool Replay::advance() {
+  if (sched_->idle())
+    if (const auto next = sched_->next_arrival_s()) now_ = std::max(now_, *next);  // idle: jump to the next arrival
+  sched_->take_arrivals();
+  if (sched_->idle()) return true;
+  if (c_.at_step_boundary) c_.at_step_boundary();
+  const std::int64_t before = sched_->ended();
+  const std::int64_t steps_before = result_.summary.steps;
+  run_step();
+  return result_.summary.steps != steps_before || sched_->ended() != before;
+}
+
+ReplayResult Replay::end() {
+  summarize();
+  result_.summary.wall_s = std::chrono::duration<double>(Clock::now() - wall0_).count();
+  KVLAB_ASSERT(b_.num_sequences() == 0);
+  return std::move(result_);
+}
+
+ReplayResult Replay::run() {
+  begin();
   std::int64_t idle_steps = 0;
-  while (sched_->ended() < sum.requests) {
-    if (sched_->idle())
-      if (const auto next = sched_->next_arrival_s()) now_ = std::max(now_, *next);  // idle: jump to the next arrival
-    sched_->take_arrivals();
-    if (sched_->idle()) continue;
-    if (c_.at_step_boundary) c_.at_step_boundary();
-    const std::int64_t before = sched_->ended();
-    const std::int64_t steps_before = sum.steps;
-    run_step();
+  while (!done()) {
     // A step that ran nothing and finished nothing, with no arrival left to wait for, cannot
     // change anything the next time either: fail loudly instead of spinning.
-    const bool nothing = sum.steps == steps_before && sched_->ended() == before && !sched_->next_arrival_s();
+    const bool nothing = !advance() && !sched_->next_arrival_s();
     idle_steps = nothing ? idle_steps + 1 : 0;
     if (idle_steps > 1000)
       KVLAB_THROW(Error, "replay stalled: " + std::to_string(sched_->waiting()) + " waiting, " +
                              std::to_string(sched_->swapped()) + " swapped, nothing can run (a kvlab bug)");
   }
-
-  summarize();
-  sum.wall_s = std::chrono::duration<double>(Clock::now() - wall0).count();
-  KVLAB_ASSERT(b_.num_sequences() == 0);
-  return std::move(result_);
+  return end();
 }
 
 /// The summary's averages: time-weighted memory and batch, per-request latencies.
@@ -368,6 +400,63 @@ KeptMemoryEstimate estimate_kept_memory(const std::vector<Request>& workload, co
 ReplayResult replay(KvBackend& backend, const std::vector<Request>& workload, const ReplayConfig& config,
                     const ProgressCallback& progress) {
   return Replay(backend, workload, config, progress).run();
+}
+
+namespace {
+/// The replay replay_interleaved runs next: the earliest next action among those not waiting.
+std::optional<std::size_t> pick_next(const std::vector<std::unique_ptr<Replay>>& rs, const std::vector<char>& waiting) {
+  std::optional<std::size_t> best;
+  double at = 0;
+  for (std::size_t i = 0; i < rs.size(); ++i) {
+    const auto t = rs[i]->next_time();
+    if (!t || waiting[i] != 0) continue;
+    if (!best || *t < at) {
+      best = i;
+      at = *t;
+    }
+  }
+  return best;
+}
+}  // namespace
+
+std::vector<ReplayResult> replay_interleaved(std::vector<ReplayJob>& jobs) {
+  static const ProgressCallback no_progress;
+  std::vector<std::unique_ptr<Replay>> rs;
+  for (ReplayJob& j : jobs) {
+    KVLAB_EXPECTS(j.backend != nullptr && j.workload != nullptr,
+                  "an interleaved replay needs a backend and a workload");
+    rs.push_back(std::make_unique<Replay>(*j.backend, *j.workload, j.config, no_progress));
+    rs.back()->begin();
+  }
+  std::vector<char> waiting(rs.size(), 0);
+  std::int64_t stalled = 0;  // rounds in a row in which every unfinished replay waited
+  while (true) {
+    std::optional<std::size_t> i = pick_next(rs, waiting);
+    if (!i) {
+      if (std::find(waiting.begin(), waiting.end(), 1) == waiting.end()) break;  // every replay is done
+      // Every unfinished replay waits: let them try again (a step that only preempts runs
+      // nothing and the next one runs), as replay() does, and give up when that never helps.
+      if (++stalled > 1000)
+        KVLAB_THROW(Error, "interleaved replays stalled: every unfinished one waits for memory another holds");
+      std::fill(waiting.begin(), waiting.end(), 0);
+      i = pick_next(rs, waiting);
+    }
+    Replay& r = *rs[*i];
+    if (jobs[*i].before_step) jobs[*i].before_step(*r.next_time());
+    if (!r.advance() && !r.done()) {
+      waiting[*i] = 1;  // it has work but ran none: it waits until another acts
+      continue;
+    }
+    stalled = 0;
+    for (std::size_t k = 0; k < rs.size(); ++k)  // memory may have changed: the waiting try again, from now
+      if (waiting[k] != 0) {
+        waiting[k] = 0;
+        rs[k]->wait_until(r.now());
+      }
+  }
+  std::vector<ReplayResult> out;
+  for (auto& r : rs) out.push_back(r->end());
+  return out;
 }
 
 }  // namespace kvlab

@@ -84,6 +84,10 @@ struct ReplayConfig {
   /// same), so a run that writes no steps.csv keeps no per-step memory (one request of 10 M output
   /// tokens kept 2.8 GB of steps).
   bool keep_steps = true;
+  /// The backend shares its memory with other replays (replay_tenants' elastic pool): a request
+  /// that does not fit while nothing of this replay runs waits for the others to free memory
+  /// instead of being rejected (unless it needs more than the whole capacity).
+  bool shared_memory = false;
   /// The attention implementation execute mode runs over each layer's view. Empty: the backend
   /// device's default kernels (kvlab::attention: host kernels on the host; on a GPU FlashInfer's
   /// where built, else kvlab's CUDA kernels). `kvlab replay --kernels emulated` passes the CUDA
@@ -220,5 +224,22 @@ using ProgressCallback = std::function<void(std::int64_t, std::int64_t)>;
 /// request it hit.
 [[nodiscard]] ReplayResult replay(KvBackend& backend, const std::vector<Request>& workload, const ReplayConfig& config,
                                   const ProgressCallback& progress = {});
+
+/// One of several replays on one timeline; their backends may share memory (a PhysicalBudget).
+struct ReplayJob {
+  KvBackend* backend = nullptr;
+  const std::vector<Request>* workload = nullptr;
+  ReplayConfig config;
+  /// Called with the replay's clock before each of its iterations (a tenant's limit changes).
+  std::function<void(double now_s)> before_step;
+};
+
+/// Runs the replays interleaved in time: each iteration goes to the replay whose next action is
+/// earliest (ties: the lowest index), so memory one takes is taken before anything later of the
+/// others. Each prices its steps on its own clock (they share memory, not compute). A replay that
+/// has work but can run none (it waits for memory another holds) waits until another acts and then
+/// resumes at that one's time. Throws Error when every unfinished replay waits (nothing can run).
+/// Returns the results in order.
+[[nodiscard]] std::vector<ReplayResult> replay_interleaved(std::vector<ReplayJob>& jobs);
 
 }  // namespace kvlab

@@ -369,7 +369,11 @@ void Scheduler::admit_waiting() {
     if (!c_.chunked_prefill && g.prompt > budget_ && seqs_in_step_ > 0) return;  // too big for this step
     const SequenceSpec spec = spec_of(g);
     if (!b_.can_admit(spec, chunk)) {
-      if (running_.empty() && swapped_.empty()) {  // nothing will ever free memory for it
+      // Nothing will ever free memory for it: nothing here runs, and no other replay shares the
+      // memory (or it needs more than all of it).
+      const bool others_may_free =
+          c_.shared_memory && static_cast<std::size_t>(chunk) * b_.model().kv_bytes_per_token() <= capacity_bytes();
+      if (running_.empty() && swapped_.empty() && !others_may_free) {
         ++result_.summary.out_of_memory;
         Group dead = std::move(g);
         waiting_.pop_front();
@@ -522,7 +526,7 @@ void Scheduler::claim_running() {
       continue;
     }
     ++sum.out_of_memory;
-    if (running_.size() == 1 && swapped_.empty()) {
+    if (running_.size() == 1 && swapped_.empty() && !c_.shared_memory) {
       Group g = std::move(running_[0]);
       running_.clear();
       finish(g, RequestRecord::Status::rejected, "outgrew the KV capacity while running alone");

@@ -88,6 +88,9 @@ class Scheduler {
   /// A request's group produced a token now: its gap since the previous one is an ITL sample.
   void token_out(Group& g);
 
+  /// The backend's KV capacity (what a request alone could ever get).
+  [[nodiscard]] std::size_t capacity_bytes() const { return result_.summary.capacity_bytes; }
+
   KvBackend& b_;
   const std::vector<Request>& w_;
   const ReplayConfig& c_;

@@ -16,7 +16,7 @@
 # (a sweep whose points failed).
 if(NOT CMAKE_SCRIPT_MODE_FILE)
   foreach(group cli numbers choices lengths backends paths traces azure vidur kvlab mooncake llmservingsim sweep
-                collect figure calibrate table)
+                collect figure calibrate tenants table)
     add_test(NAME cli.bad_inputs.${group}
              COMMAND ${CMAKE_COMMAND} -DBINARY=$<TARGET_FILE:kvlab> -DGROUP=${group}
                      -DOUT=${CMAKE_CURRENT_BINARY_DIR}/cli-bad-inputs -DDOC=${PROJECT_SOURCE_DIR}/docs/bad-inputs.md
@@ -69,6 +69,7 @@ function(bad id expect pattern)
   set(group_of_CO collect)
   set(group_of_FI figure)
   set(group_of_CAL calibrate)
+  set(group_of_TN tenants)
   if(NOT DEFINED group_of_${prefix})
     set(failures "${failures}\n${id}: no group for prefix ${prefix}" PARENT_SCOPE)
     return()
@@ -144,6 +145,22 @@ function(bad id expect pattern)
 endfunction()
 
 # --- fixtures (small hand-written lines of each format) -------------------------------------------
+fx(t_empty.txt "# nothing\n")
+fx(t_unknown.txt "a model=llama-3-8b colour=red\n")
+fx(t_kv.txt "a model=llama-3-8b rate\n")
+fx(t_offset.txt "a model=llama-3-8b offset=soon\n")
+fx(t_nomodel.txt "a requests=3\n")
+fx(t_twice.txt "a model=llama-3-8b\na model=yi-6b\n")
+fx(t_name.txt "../x model=llama-3-8b\n")
+fx(t_shrink.txt "a model=llama-3-8b shrink=5\n")
+fx(t_order.txt "a model=llama-3-8b shrink=10:1 shrink=5:2\n")
+fx(t_model.txt "a model=gpt-9\n")
+fx(t_rate.txt "a model=llama-3-8b rate=-1\n")
+fx(t_share0.txt "a model=llama-3-8b share=0\n")
+fx(t_dup.txt "a model=llama-3-8b model=yi-6b\n")
+fx(t_shares.txt "a model=llama-3-8b requests=2 share=0.7\nb model=llama-3-8b requests=2 share=0.5\n")
+fx(t_limit.txt "a model=llama-3-8b requests=2 limit-gib=1\n")
+fx(t_ok.txt "a model=llama-3-8b requests=2\nb model=llama-3-8b requests=2\n")
 string(ASCII 1 2 3 27 127 7 binary_bytes)
 file(WRITE ${D}/binary.csv "${binary_bytes}garbage\n")
 fx(not_json.json "{\"command\": \"kvlab\"")
@@ -735,6 +752,28 @@ bad(CAL-11 2 "--kernels must be auto, kvlab or flashinfer .got 'fast'." calibrat
 bad(CAL-12 2 "--kernels flashinfer.*(needs --device cuda|built without FlashInfer)" calibrate --device emulated --kernels flashinfer --out @D@/dev.txt)
 
 # --- verdict ---------------------------------------------------------------------------------------
+bad(TN-1 2 "nosuch.txt: cannot read the tenants file" compare --tenants @D@/nosuch.txt)
+bad(TN-2 2 "t_empty.txt: no tenant" compare --tenants @D@/t_empty.txt)
+bad(TN-3 2 "t_unknown.txt:1: unknown field 'colour'" compare --tenants @D@/t_unknown.txt)
+bad(TN-4 2 "t_kv.txt:1: 'rate' is not KEY=VALUE" compare --tenants @D@/t_kv.txt)
+bad(TN-5 2 "t_offset.txt:1: field 'offset': 'soon' is not a number" compare --tenants @D@/t_offset.txt)
+bad(TN-6 2 "t_nomodel.txt:1: field 'model' is missing" compare --tenants @D@/t_nomodel.txt)
+bad(TN-7 2 "t_twice.txt:2: tenant 'a' is named twice" compare --tenants @D@/t_twice.txt)
+bad(TN-8 2 "t_name.txt:1: tenant name '../x' must be" compare --tenants @D@/t_name.txt)
+bad(TN-9 2 "t_shrink.txt:1: field 'shrink': '5' is not AT_SECONDS:GIB" compare --tenants @D@/t_shrink.txt)
+bad(TN-10 2 "t_order.txt:1: field 'shrink': limit changes must be in time order" compare --tenants @D@/t_order.txt)
+bad(TN-11 2 "t_model.txt:1: .*unknown model 'gpt-9'" compare --tenants @D@/t_model.txt)
+bad(TN-12 2 "t_rate.txt:1: --rate must be a number >= 0" compare --tenants @D@/t_rate.txt)
+bad(TN-13 2 "t_share0.txt:1: field 'share': a tenant's share must be above 0" compare --tenants @D@/t_share0.txt)
+bad(TN-14 2 "t_dup.txt:1: field 'model' given twice" compare --tenants @D@/t_dup.txt)
+bad(TN-15 2 "the tenants' shares sum to 1.2, more than the whole capacity" compare --tenants @D@/t_shares.txt --backends paged-16)
+bad(TN-16 2 "tenant 'a': limits need the elastic policy" compare --tenants @D@/t_limit.txt --backends paged-16)
+bad(TN-17 2 "--tenant-policy must be auto, static or elastic .got 'fair'." compare --tenants @D@/t_ok.txt --tenant-policy fair)
+bad(TN-18 2 "--tenant-policy applies only with --tenants" compare --tenant-policy static)
+bad(TN-19 2 "--trace describes one workload; with --tenants each tenant's line gives its own" compare --tenants @D@/t_ok.txt --trace x.csv)
+bad(TN-20 2 "tenant 'a': .*backend 'paged-16' holds its whole capacity and cannot share memory" compare --tenants @D@/t_ok.txt --backends paged-16 --tenant-policy elastic)
+bad(TN-21 2 "--tenants replays in memory mode on the host" compare --tenants @D@/t_ok.txt --execute)
+
 if(GROUP STREQUAL "table")
   # docs/bad-inputs.md and this file must list the same ids (rows marked "untested" excepted).
   file(READ ${DOC} doc)

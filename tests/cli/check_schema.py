@@ -85,6 +85,23 @@ def main(kvlab, out, schema_md, figures):
     written["`compare.csv`"] = {c for c in header(os.path.join(out, "compare.csv")) if c not in counters}
     with open(os.path.join(out, "run.json")) as f:
         written["`run.json`"] = set(keys(json.load(f)))
+    # --tenants: tenants.csv, and each tenant's files with the columns documented above.
+    tenants_out = out.rstrip("/") + "-tenants"
+    shutil.rmtree(tenants_out, ignore_errors=True)
+    os.makedirs(tenants_out)
+    tenants = os.path.join(tenants_out, "tenants.txt")
+    with open(tenants, "w") as f:
+        f.write("a model=llama-3-8b requests=10 rate=20\nb model=yi-6b requests=10 rate=20 offset=1\n")
+    run = subprocess.run([kvlab, "compare", "--tenants", tenants, "--backends", "paged-16,elastic-16", "--capacity-gib",
+                          "1", "--no-progress", "--out", os.path.join(tenants_out, "run")], capture_output=True, text=True)
+    if run.returncode != 0:
+        sys.exit(f"check_schema: kvlab compare --tenants failed ({run.returncode}): {run.stderr.strip()}")
+    written["`tenants.csv` (`--tenants FILE`)"] = set(header(os.path.join(tenants_out, "run", "tenants.csv")))
+    for tenant in ("a", "b"):
+        for backend in ("paged-b16", "elastic-16-2m"):
+            d = os.path.join(tenants_out, "run", tenant, backend)
+            if set(header(os.path.join(d, "steps.csv"))) - written["`steps.csv`"]:
+                sys.exit(f"check_schema: {d}/steps.csv has columns a plain run does not write")
     for name in sorted(os.listdir(figures)):
         d = os.path.join(figures, name)
         for file in ("data.csv", "facts.csv", "steps.csv"):

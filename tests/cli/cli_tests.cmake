@@ -77,6 +77,11 @@ add_test(NAME cli.dump_plans
          COMMAND python3 ${CMAKE_CURRENT_SOURCE_DIR}/cli/check_dump_plans.py $<TARGET_FILE:kvlab>
                  ${CMAKE_CURRENT_BINARY_DIR}/cli-dump-plans)
 set_tests_properties(cli.dump_plans PROPERTIES LABELS cli)
+# compare --tenants: several tenants sharing the KV capacity, static split against elastic pool (issue 32).
+add_test(NAME cli.tenants
+         COMMAND python3 ${CMAKE_CURRENT_SOURCE_DIR}/cli/check_tenants.py $<TARGET_FILE:kvlab>
+                 ${CMAKE_CURRENT_BINARY_DIR}/cli-tenants)
+set_tests_properties(cli.tenants PROPERTIES LABELS cli PASS_REGULAR_EXPRESSION "check_tenants: ok")
 add_test(NAME scripts.check_readme_numbers_self_test
          COMMAND python3 ${PROJECT_SOURCE_DIR}/scripts/check_readme_numbers.py --self-test)
 set_tests_properties(scripts.check_readme_numbers_self_test PROPERTIES LABELS scripts)

@@ -517,7 +517,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   } catch (const std::exception& e) {
     fail(name, std::string("make_backend threw an unexpected exception: ") + e.what());
   }
-  const bool paged = name.starts_with("paged-");
+  // Backends with a paged view (paged-B, elastic-B) share blocks on fork; a prefix cache shares them
+  // at admission too.
+  const bool paged = b->view_shape().layout == KvLayout::paged;
   const bool cache = paged && (name.find("-hash") != std::string::npos || name.find("-radix") != std::string::npos);
   Harness h(name, std::move(b), paged, cache);
   h.set_capacity_bytes(o.capacity_bytes);

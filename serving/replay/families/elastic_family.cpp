@@ -60,6 +60,7 @@ std::unique_ptr<KvBackend> make_elastic_backend(std::string_view name, const Bac
   e.model = options.model;
   e.block_size = static_cast<std::int32_t>(bs);
   e.capacity_bytes = options.capacity_bytes;
+  e.budget = options.budget;
   PrefixCacheMode cache = PrefixCacheMode::none;
   parse_elastic_options(name, rest.substr(size.size()), e, cache);
   const std::size_t block_bytes = static_cast<std::size_t>(bs) * options.model.kv_bytes_per_token();
@@ -102,7 +103,8 @@ BackendFamily elastic_backend_family() {
           "elastic-B[-PAGE][-interleaved][-firstfree][-reserveN][-radix] (B = 1..1024 tokens, PAGE 2m by default)",
           {"elastic-16-4k", "elastic-1-4k-firstfree", "elastic-2-4k-interleaved", "elastic-16-4k-radix",
            "elastic-16-4k-reserve0"},
-          make_elastic_backend};
+          make_elastic_backend,
+          /*shares_memory=*/true};
 }
 
 }  // namespace kvlab
