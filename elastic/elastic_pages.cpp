@@ -130,6 +130,10 @@ std::byte* ElasticPages::page_address(std::int32_t g, std::int32_t i) const noex
 }
 
 void ElasticPages::map_group(std::int32_t g, bool critical) {
+  // Pages an earlier attempt could not roll back (the driver refused an unmap or a release) go
+  // first; if the driver still refuses, this attempt fails too and the group stays closed.
+  const auto first = state_.begin() + static_cast<std::ptrdiff_t>(g) * pages_per_group_;
+  if (std::any_of(first, first + pages_per_group_, [](std::uint8_t st) { return st != kNone; })) unmap_group(g);
   if (!config_.budget->take(group_bytes_))
     KVLAB_THROW(OutOfMemory, "mapping a page group of " + std::to_string(group_bytes_) +
                                  " bytes: the physical budget (" + std::to_string(config_.budget->limit()) +
@@ -154,7 +158,7 @@ void ElasticPages::map_group(std::int32_t g, bool critical) {
     try {
       if (mapped > 0) d->synchronize();
       unmap_group(g);
-    } catch (...) {  // a second failure: the pages stay in state_, retried at teardown
+    } catch (...) {  // a second failure: the pages stay in state_, retried at the next map and at teardown
     }
     config_.budget->give(group_bytes_);
     throw;

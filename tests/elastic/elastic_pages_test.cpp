@@ -208,6 +208,29 @@ TEST(ElasticPages, ADriverFaultAtAnyCallLeavesNothingBehind) {
   }
 }
 
+// A map that fails (set access refused) whose rollback fails too (the unmap refused): the page
+// left mapped must be cleaned up before the group is mapped again, not mapped over and forgotten
+// (the emulated device's driver faults found this: a second map over the same range, then a leak).
+TEST(ElasticPages, ARollbackTheDriverRefusedIsFinishedBeforeTheGroupIsMappedAgain) {
+  Elastic e = make(8, 0);
+  int set_access = 0, unmap = 0;
+  e.driver->set_fault_hook([&](VmCall call) {
+    if (call == VmCall::set_access && ++set_access == 1) return VmFault::error;
+    if (call == VmCall::unmap && ++unmap == 1) return VmFault::error;
+    return VmFault::none;
+  });
+  EXPECT_THROW(e.backend->admit(1, {20, 20}, 20), Error);
+  EXPECT_EQ(e.backend->num_sequences(), 0u);
+  EXPECT_EQ(e.driver->usage().mappings, 1u) << "the refused unmap should have left one page mapped";
+  e.backend->admit(1, {20, 20}, 20);  // the same group again: its leftover goes first
+  EXPECT_EQ(e.driver->usage().mappings, 4u);
+  e.backend->release(1);
+  e.driver->set_fault_hook({});
+  e.backend.reset();
+  e.pages.reset();
+  EXPECT_TRUE(e.driver->usage().empty());
+}
+
 TEST(ElasticPages, InterleavedPagesHoldWholeBlocksOfEveryLayer) {
   // A 16-token block of all 4 planes is 8 KiB: a group is two 4 KiB pages holding one block.
   const Elastic two = make(10, 0, ElasticAllocation::fullest, nullptr, ElasticLayout::interleaved);

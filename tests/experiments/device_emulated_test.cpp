@@ -25,6 +25,11 @@ struct Case {
   std::string backend;
   int samples = 1;    // > 1 with beam reselection: forks and copy-on-write
   bool swap = false;  // preemption by swapping, in a pool too small for the load
+  /// Also under injected faults (DriverAndCopyFaultsLoseNothing). Off where another case runs the
+  /// same driver calls: elastic's per-layer groups map as its interleaved ones do, page by page
+  /// (ElasticPages.ADriverFaultAtAnyCallLeavesNothingBehind covers multi-page groups on the host),
+  /// and its beams took 22 s under ASan.
+  bool faults = true;
 };
 
 std::vector<Request> workload(int n, std::uint64_t seed) {
@@ -106,7 +111,8 @@ TEST_P(EmulatedDevice, ReplaysVerifiedOnDeviceMemory) {
 INSTANTIATE_TEST_SUITE_P(EveryFamily, EmulatedDevice,
                          ::testing::Values(Case{"contiguous-max"}, Case{"contiguous-oracle", 3}, Case{"paged-16", 3},
                                            Case{"paged-16", 1, true}, Case{"paged-16", 3, true}, Case{"paged-16-hash"},
-                                           Case{"vmm-2m"}, Case{"vmm-2m-mega-overlap"}, Case{"elastic-16", 3},
+                                           Case{"vmm-2m"}, Case{"vmm-2m-mega-overlap"},
+                                           Case{"elastic-16", 3, false, false},
                                            Case{"elastic-16-interleaved-reserve0"}),
                          [](const auto& info) {
                            std::string n = info.param.backend + (info.param.samples > 1 ? "_beams" : "") +
@@ -144,6 +150,7 @@ void replay_under_faults(const Case& c, FaultInjector& faults, std::int64_t& fai
 
 TEST_P(EmulatedDevice, DriverAndCopyFaultsLoseNothing) {
   const Case& c = GetParam();
+  if (!c.faults) GTEST_SKIP() << c.backend << ": its driver calls are those of another case";
   std::int64_t failed = 0;
   std::uint64_t injected = 0, at_driver = 0;
   for (std::uint64_t seed = 1; seed <= 3; ++seed) {
