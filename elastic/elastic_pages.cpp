@@ -10,14 +10,6 @@
 namespace kvlab {
 
 namespace {
-std::string size_name(std::size_t bytes) {
-  if (bytes % (std::size_t{1} << 30) == 0) return std::to_string(bytes >> 30) + "g";
-  if (bytes % (std::size_t{1} << 20) == 0) return std::to_string(bytes >> 20) + "m";
-  return std::to_string(bytes >> 10) + "k";
-}
-}  // namespace
-
-namespace {
 constexpr std::size_t kMaxSpan = 64;  // pages of a plane a group may need (64 x 2 MiB = 128 MiB)
 
 struct Shape {
@@ -52,7 +44,7 @@ std::string elastic_config_problem(const ElasticConfig& c) {
   if (c.reserve_groups < 0) return "the reserve must be 0 or more page groups";
   const Shape s = shape_of(c);
   if (s.per_group == 0)
-    return "no run of up to " + std::to_string(kMaxSpan) + " " + size_name(c.page_bytes) +
+    return "no run of up to " + std::to_string(kMaxSpan) + " " + page_size_name(c.page_bytes) +
            " pages holds a whole number of " + std::to_string(c.block_size) + "-token blocks (" +
            std::to_string(s.unit) + " bytes each" +
            (c.layout == ElasticLayout::interleaved ? ", every layer" : ", one layer's K or V") +
@@ -60,8 +52,8 @@ std::string elastic_config_problem(const ElasticConfig& c) {
   if (s.groups == 0 || s.groups > static_cast<std::size_t>(INT32_MAX / s.per_group))
     return "the capacity (" + std::to_string(c.capacity_bytes) + " bytes) holds " + std::to_string(s.groups) +
            " page groups of " + std::to_string(s.group_bytes) + " bytes (" + std::to_string(s.pages_per_group) +
-           " pages of " + size_name(c.page_bytes) + "); it must hold 1 to " + std::to_string(INT32_MAX / s.per_group) +
-           " groups";
+           " pages of " + page_size_name(c.page_bytes) + "); it must hold 1 to " +
+           std::to_string(INT32_MAX / s.per_group) + " groups";
   return {};
 }
 
@@ -70,7 +62,6 @@ ElasticPages::ElasticPages(ElasticConfig config) : config_(std::move(config)) {
   if (const std::string problem = elastic_config_problem(config_); !problem.empty())
     KVLAB_THROW(InvalidArgument, problem);
   const Shape shape = shape_of(config_);
-  planes_ = 2 * config_.model.num_layers;
   block_bytes_ = shape.block_bytes;
   per_group_ = shape.per_group;
   pages_per_group_ = shape.pages_per_group;
@@ -88,9 +79,9 @@ ElasticPages::ElasticPages(ElasticConfig config) : config_(std::move(config)) {
   for (std::int32_t g = groups_ - 1; g >= 0; --g) closed_.push_back(g);
   if (config_.driver != nullptr) {
     KVLAB_EXPECTS(config_.page_bytes % config_.driver->granularity() == 0,
-                  "the page size (" + size_name(config_.page_bytes) + ") must be a multiple of the " +
-                      config_.driver->name() + " driver's granularity (" + size_name(config_.driver->granularity()) +
-                      ")");
+                  "the page size (" + page_size_name(config_.page_bytes) + ") must be a multiple of the " +
+                      config_.driver->name() + " driver's granularity (" +
+                      page_size_name(config_.driver->granularity()) + ")");
     reservation_bytes_ = groups * group_bytes_;
     reservation_ = config_.driver->reserve(reservation_bytes_, 0);
   }
@@ -239,13 +230,16 @@ void ElasticPages::close(std::int32_t g) {
   critical_.unmaps += pages_per_group_;
 }
 
+void ElasticPages::retry_refused() {
+  if (stuck_.empty()) return;
+  std::vector<std::int32_t> retry;
+  retry.swap(stuck_);
+  for (const std::int32_t g : retry) close(g);
+}
+
 void ElasticPages::settle(BlockPool& pool) {
   std::vector<std::int32_t> empty = pool.take_emptied();
-  if (!stuck_.empty()) {  // refused before: try again
-    std::vector<std::int32_t> retry;
-    retry.swap(stuck_);
-    for (const std::int32_t g : retry) close(g);
-  }
+  retry_refused();
   if (!wants_settle(pool)) return;
   const std::int32_t keep = config_.budget->over_limit() ? 0 : config_.reserve_groups;
   if (static_cast<std::int64_t>(empty.size()) < pool.num_open_empty() - keep) {
@@ -264,7 +258,7 @@ void ElasticPages::settle(BlockPool& pool) {
 }
 
 void ElasticPages::begin_step(BlockPool& pool) {
-  settle(pool);
+  retry_refused();  // PagedBackend settled just before: only the refused unmaps are left to retry
   while (pool.num_open_empty() < config_.reserve_groups && config_.budget->available() >= group_bytes_) {
     try {
       if (!open_one(pool, false)) break;
@@ -283,7 +277,7 @@ void ElasticPages::add_counters(BackendCounters& out) const {
 }
 
 std::string ElasticPages::backend_name(std::int32_t block_size, PrefixCacheMode cache) const {
-  std::string n = "elastic-" + std::to_string(block_size) + "-" + size_name(config_.page_bytes);
+  std::string n = "elastic-" + std::to_string(block_size) + "-" + page_size_name(config_.page_bytes);
   if (config_.layout == ElasticLayout::interleaved) n += "-interleaved";
   if (config_.allocation == ElasticAllocation::first_free) n += "-firstfree";
   if (config_.reserve_groups != 1) n += "-reserve" + std::to_string(config_.reserve_groups);

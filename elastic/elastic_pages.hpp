@@ -66,8 +66,9 @@ struct ElasticConfig {
 //
 // Limitations. Not thread-safe; the reserve is refilled at step starts, not by a thread running
 // alongside the step (the clock counts those maps as off the critical path, as kvcached's
-// background thread would make them). A page must hold a whole number of blocks (of one plane, or
-// of all planes when interleaved). Cached prefix blocks keep their pages mapped.
+// background thread would make them). A block size that does not divide the page makes groups of
+// several consecutive pages per plane (up to 64), so memory is held in larger units. Cached prefix
+// blocks keep their pages mapped.
 class ElasticPages final : public BlockStorage {
  public:
   /// Throws InvalidArgument for a page that holds no whole number of blocks or a capacity below one
@@ -89,7 +90,6 @@ class ElasticPages final : public BlockStorage {
   [[nodiscard]] std::string backend_name(std::int32_t block_size, PrefixCacheMode cache) const override;
 
   [[nodiscard]] std::size_t group_bytes() const noexcept { return group_bytes_; }
-  [[nodiscard]] std::int32_t num_groups() const noexcept { return groups_; }
   /// Bytes mapped now (held by this backend).
   [[nodiscard]] std::size_t held_bytes() const noexcept override {
     return static_cast<std::size_t>(open_) * group_bytes_;
@@ -105,6 +105,8 @@ class ElasticPages final : public BlockStorage {
   /// Returns group `g` (closed in the pool) to the driver and the budget; when the driver refuses,
   /// keeps it for a retry (never throws a driver error).
   void close(std::int32_t g);
+  /// Tries again to return the groups whose unmapping the driver refused.
+  void retry_refused();
   /// The address of page `i` (0 .. pages_per_group - 1) of group `g`.
   [[nodiscard]] std::byte* page_address(std::int32_t g, std::int32_t i) const noexcept;
   /// Opens a closed group in `pool` (the one closed last; the lowest at first), mapping it. False
@@ -113,7 +115,7 @@ class ElasticPages final : public BlockStorage {
 
   ElasticConfig config_;
   std::size_t block_bytes_ = 0;  // one block of one plane
-  std::int32_t planes_ = 0, per_group_ = 0, groups_ = 0, pages_per_group_ = 0;
+  std::int32_t per_group_ = 0, groups_ = 0, pages_per_group_ = 0;
   std::size_t group_bytes_ = 0;
   std::size_t span_ = 1;  // consecutive pages of each plane in a group
   void* reservation_ = nullptr;

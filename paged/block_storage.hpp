@@ -60,7 +60,8 @@ class BlockStorage {
   /// After blocks were freed: closes the regions the storage no longer wants open (the caller has
   /// waited for copies that may read them; the storage synchronises the device before it unmaps).
   virtual void settle(BlockPool& pool) = 0;
-  /// At the start of a scheduler step (refills a reserve of open regions off the critical path).
+  /// At the start of a scheduler step, after PagedBackend settled (refills a reserve of open
+  /// regions off the critical path).
   virtual void begin_step(BlockPool& pool) = 0;
   /// Mapping work on the critical path so far (maps, unmaps, their measured seconds).
   [[nodiscard]] virtual StepCosts total_costs() const = 0;

@@ -17,6 +17,13 @@
 
 namespace kvlab {
 
+std::string page_size_name(std::size_t bytes) {
+  constexpr std::size_t kKiB = 1024, kMiB = kKiB * 1024;
+  if (bytes != 0 && bytes % kMiB == 0) return std::to_string(bytes / kMiB) + "m";
+  if (bytes != 0 && bytes % kKiB == 0) return std::to_string(bytes / kKiB) + "k";
+  return std::to_string(bytes);
+}
+
 const char* to_string(VmCall call) noexcept {
   switch (call) {
     case VmCall::reserve:

@@ -33,6 +33,9 @@ using PhysHandle = std::uint64_t;
 enum class VmCall : std::uint8_t { reserve, free_reservation, create, release, map, set_access, unmap, synchronize };
 inline constexpr int kVmCallCount = 8;
 [[nodiscard]] const char* to_string(VmCall call) noexcept;
+/// A page size as backend names write it: "64k" for 65536, "2m" for 2 MiB, "6144" for sizes that
+/// are no whole KiB (vmm-SIZE, elastic-B-SIZE).
+[[nodiscard]] std::string page_size_name(std::size_t bytes);
 
 /// What a fault hook makes a call do (tests): nothing, fail as out of memory, fail as an error.
 enum class VmFault : std::uint8_t { none, out_of_memory, error };

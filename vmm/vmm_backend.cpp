@@ -57,12 +57,6 @@ ArenaShape shape_for(const VmmConfig& c, std::size_t token_bytes) {
 }
 }  // namespace
 
-std::string page_size_name(std::size_t bytes) {
-  if (bytes != 0 && bytes % kMiB == 0) return std::to_string(bytes / kMiB) + "m";
-  if (bytes != 0 && bytes % kKiB == 0) return std::to_string(bytes / kKiB) + "k";
-  return std::to_string(bytes);
-}
-
 VmmBackend::VmmBackend(VmmConfig config)
     : TableBackend(config.model, config.max_seq_len),
       config_(checked(std::move(config), max_seq_len())),

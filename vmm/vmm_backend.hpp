@@ -294,7 +294,4 @@ class VmmBackend final : public TableBackend<VmmSequence> {
   std::unique_ptr<BackgroundMapper> mapper_;  // overlap only; last, so it stops before the rest goes
 };
 
-/// "64k" for 65536, "2m" for 2 MiB, "6144" for sizes that are no whole KiB.
-[[nodiscard]] std::string page_size_name(std::size_t bytes);
-
 }  // namespace kvlab

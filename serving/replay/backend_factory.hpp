@@ -1,9 +1,10 @@
 #pragma once
 // Backends by name, the one place the command line, sweeps and tests turn a name into a backend.
-// Each backend family (contiguous-, paged-, vmm-, and any new one) is one entry of a registry: a
-// name prefix, the forms it accepts and a maker. Adding a backend means writing its own file and
-// one register_backend_family call (docs/backend-interface.md). An unknown name fails loudly,
-// listing the known forms.
+// Each backend family (contiguous-, paged-, vmm-, elastic-, and any new one) is one entry of a
+// registry: a name prefix, the forms it accepts and a maker. A family kvlab ships is one file in
+// serving/replay/families/ and one line of the registry; code outside may add its own with
+// register_backend_family (docs/backend-interface.md). An unknown name fails loudly, listing the
+// known forms.
 #include <functional>
 #include <memory>
 #include <string>
