@@ -139,7 +139,13 @@ PagedBackend::~PagedBackend() {
 }
 
 std::string PagedBackend::do_name() const {
-  if (storage_ != nullptr) return storage_->backend_name(config_.block_size, config_.prefix_cache);
+  if (storage_ != nullptr) {
+    std::string n = storage_->backend_name(config_.block_size, config_.prefix_cache);
+    if (config_.max_cached_blocks >= 0)
+      n += "-maxcached" + std::to_string(config_.max_cached_blocks * config_.block_size);
+    if (config_.max_cached_blocks >= 0 && !config_.evict_by_pages) n += "-lru";
+    return n;
+  }
   std::string n = "paged-b" + std::to_string(config_.block_size);
   if (config_.prefix_cache != PrefixCacheMode::none) {
     n += '-';
@@ -201,6 +207,7 @@ void PagedBackend::drop_blocks(SeqId id, Sequence& s) {
   s.blocks.clear();
   if (s.prefix_hold >= 0) cache_->release_hold(s.prefix_hold);
   s.prefix_hold = -1;
+  if (config_.max_cached_blocks >= 0) cache_->trim(config_.max_cached_blocks, config_.evict_by_pages);
 }
 
 std::int64_t PagedBackend::do_cached_prefix_tokens(const SequenceSpec& spec) const {

@@ -69,6 +69,13 @@ struct PagedConfig {
   /// front; else the storage's pages, mapped as it decides (the elastic backend). `memory` then
   /// only serves per-batch arrays and copies, and the storage decides the block count.
   std::shared_ptr<BlockStorage> storage;
+  /// The most blocks the prefix cache keeps that no sequence holds (kvcached's
+  /// KVCACHED_MAX_CACHED_TOKENS, in blocks), trimmed whenever a sequence's blocks become cached
+  /// (PrefixCache::trim). -1: no cap (eviction only when blocks run out).
+  std::int64_t max_cached_blocks = -1;
+  /// Trimming to that cap empties whole page groups first (page-aware eviction, a page-ordered
+  /// pool); false: least recently used first, wherever the blocks lie.
+  bool evict_by_pages = true;
 };
 
 /// A sequence's block table, or (swapped out) where its bytes wait.

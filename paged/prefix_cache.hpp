@@ -78,6 +78,14 @@ class PrefixCache {
   [[nodiscard]] virtual std::int64_t evictable_blocks() const = 0;
   /// Gives at least `blocks` blocks back to the pool (or all it can). Returns how many.
   virtual std::int64_t evict(std::int64_t blocks) = 0;
+  /// Evicts until at most `keep` blocks are evictable (kvcached's cap on cached tokens, applied
+  /// when a sequence's blocks become cached). `by_pages`: choose the victims so that whole regions
+  /// of a page-ordered pool empty (the radix cache; others evict in their own order). Returns the
+  /// blocks evicted.
+  virtual std::int64_t trim(std::int64_t keep, bool /*by_pages*/) {
+    const std::int64_t excess = evictable_blocks() - keep;
+    return excess > 0 ? evict(excess) : 0;
+  }
   /// Blocks holding cached KV that no sequence holds (free in the accounting, reusable on a hit).
   [[nodiscard]] virtual std::int64_t cached_free_blocks() const = 0;
   /// Cached blocks dropped so far.

@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <map>
 #include <queue>
+#include <set>
 #include <tuple>
+#include <unordered_map>
 
 #include "alloc/core/error.hpp"
 #include "alloc/backend/block_hash.hpp"
@@ -206,7 +208,25 @@ void RadixCache::touch(std::int32_t node) {
     nodes_[static_cast<std::size_t>(x)].last_access = t;
 }
 
-std::int64_t RadixCache::evict(std::int64_t blocks) {
+void RadixCache::drop_block(BlockId b) {
+  const bool now_free = pool_->release(b);
+  KVLAB_ASSERT(now_free);  // an unlocked node's blocks are held by the tree alone
+  --evictable_;
+  --cached_;
+  ++evicted_;
+}
+
+void RadixCache::remove_node(std::int32_t x) {
+  remove_edge(x);
+  const std::int32_t p = nodes_[static_cast<std::size_t>(x)].parent;
+  nodes_[static_cast<std::size_t>(x)] = Node{};
+  free_nodes_.push_back(x);
+  --nodes_[static_cast<std::size_t>(p)].children;
+}
+
+std::int64_t RadixCache::evict(std::int64_t blocks) { return evict_lru(blocks, true); }
+
+std::int64_t RadixCache::evict_lru(std::int64_t blocks, bool whole_nodes) {
   using Entry = std::pair<std::uint64_t, std::int32_t>;  // (last access, node): oldest first
   std::priority_queue<Entry, std::vector<Entry>, std::greater<>> leaves;
   const auto evictable_leaf = [](const Node& n) { return n.live && n.parent >= 0 && n.children == 0 && n.lock == 0; };
@@ -217,22 +237,233 @@ std::int64_t RadixCache::evict(std::int64_t blocks) {
     const std::int32_t x = leaves.top().second;
     leaves.pop();
     Node& n = nodes_[static_cast<std::size_t>(x)];
-    for (const BlockId b : n.blocks) {
-      const bool now_free = pool_->release(b);
-      KVLAB_ASSERT(now_free);  // an unlocked node's blocks are held by the tree alone
+    if (!whole_nodes && freed + static_cast<std::int64_t>(n.blocks.size()) > blocks) {
+      // The last leaf gives only what is still asked, from its end.
+      const auto keep = n.blocks.size() - static_cast<std::size_t>(blocks - freed);
+      for (std::size_t k = keep; k < n.blocks.size(); ++k) drop_block(n.blocks[k]);
+      freed = blocks;
+      n.blocks.resize(keep);
+      n.key.resize(keep * static_cast<std::size_t>(block_size_));
+      break;
     }
-    const auto size = static_cast<std::int64_t>(n.blocks.size());
-    freed += size;
-    evictable_ -= size;
-    cached_ -= size;
-    evicted_ += size;
-    remove_edge(x);
+    for (const BlockId b : n.blocks) drop_block(b);
+    freed += static_cast<std::int64_t>(n.blocks.size());
     const std::int32_t p = n.parent;
-    n = Node{};
-    free_nodes_.push_back(x);
-    Node& pn = nodes_[static_cast<std::size_t>(p)];
-    --pn.children;
-    if (evictable_leaf(pn)) leaves.emplace(pn.last_access, p);
+    remove_node(x);
+    if (evictable_leaf(nodes_[static_cast<std::size_t>(p)]))
+      leaves.emplace(nodes_[static_cast<std::size_t>(p)].last_access, p);
+  }
+  return freed;
+}
+
+std::int64_t RadixCache::trim(std::int64_t keep, bool by_pages) {
+  const std::int64_t excess = evictable_ - keep;
+  if (excess <= 0) return 0;
+  std::int64_t freed = by_pages && pool_->page_order() ? evict_regions(excess) : 0;
+  if (freed < excess) freed += evict_lru(excess - freed, false);
+  return freed;
+}
+
+// evict_regions' view of the tree: child lists, each node's subtree size (its blocks and all below
+// it), where every evictable block sits, and each region's evictable blocks.
+struct RadixCache::TrimIndex {
+  struct Spot {
+    std::int32_t region, node, index;
+    BlockId block;
+  };
+  std::vector<std::int32_t> first_child, next_sibling;
+  std::vector<std::int64_t> subtree;
+  std::vector<Spot> spots;              // by (region, node, index)
+  std::vector<std::size_t> start;       // region r's spots: [start[r], start[r + 1])
+  std::vector<std::int32_t> evictable;  // [region] evictable blocks
+
+  [[nodiscard]] std::int32_t used(const BlockPool& pool, std::int32_t r) const {
+    return pool.region_blocks() - pool.region_free(r);
+  }
+};
+
+void RadixCache::index_for_trim(TrimIndex& t) const {
+  const std::size_t n = nodes_.size();
+  t.first_child.assign(n, -1);
+  t.next_sibling.assign(n, -1);
+  t.subtree.assign(n, 0);
+  t.evictable.assign(static_cast<std::size_t>(pool_->num_regions()), 0);
+  std::vector<std::int32_t> order;  // nodes, parents before children
+  for (std::size_t i = 0; i < n; ++i) {
+    const Node& x = nodes_[i];
+    if (!x.live) continue;
+    if (x.parent < 0) {
+      order.push_back(static_cast<std::int32_t>(i));
+      continue;
+    }
+    t.next_sibling[i] = t.first_child[static_cast<std::size_t>(x.parent)];
+    t.first_child[static_cast<std::size_t>(x.parent)] = static_cast<std::int32_t>(i);
+    if (x.lock != 0) continue;
+    for (std::size_t k = 0; k < x.blocks.size(); ++k) {
+      const std::int32_t r = pool_->region_of(x.blocks[k]);
+      t.spots.push_back({r, static_cast<std::int32_t>(i), static_cast<std::int32_t>(k), x.blocks[k]});
+      ++t.evictable[static_cast<std::size_t>(r)];
+    }
+  }
+  for (std::size_t k = 0; k < order.size(); ++k)
+    for (std::int32_t c = t.first_child[static_cast<std::size_t>(order[k])]; c >= 0;
+         c = t.next_sibling[static_cast<std::size_t>(c)])
+      order.push_back(c);
+  for (auto it = order.rbegin(); it != order.rend(); ++it) {
+    const Node& x = nodes_[static_cast<std::size_t>(*it)];
+    t.subtree[static_cast<std::size_t>(*it)] += static_cast<std::int64_t>(x.blocks.size());
+    if (x.parent >= 0) t.subtree[static_cast<std::size_t>(x.parent)] += t.subtree[static_cast<std::size_t>(*it)];
+  }
+  std::ranges::sort(t.spots, {}, [](const TrimIndex::Spot& s) { return std::tuple(s.region, s.node, s.index); });
+  t.start.assign(t.evictable.size() + 1, 0);
+  for (const TrimIndex::Spot& s : t.spots) ++t.start[static_cast<std::size_t>(s.region) + 1];
+  for (std::size_t r = 0; r < t.evictable.size(); ++r) t.start[r + 1] += t.start[r];
+}
+
+std::int64_t RadixCache::region_cost(const TrimIndex& t, std::int32_t r) const {
+  std::int64_t c = 0;
+  std::int32_t counted = -1;  // a node's later blocks go with its first one here
+  for (std::size_t k = t.start[static_cast<std::size_t>(r)]; k < t.start[static_cast<std::size_t>(r) + 1]; ++k) {
+    const TrimIndex::Spot& s = t.spots[k];
+    const Node& x = nodes_[static_cast<std::size_t>(s.node)];
+    const bool present = x.live && static_cast<std::size_t>(s.index) < x.blocks.size() &&
+                         x.blocks[static_cast<std::size_t>(s.index)] == s.block;
+    if (s.node != counted && present) {
+      c += t.subtree[static_cast<std::size_t>(s.node)] - s.index;
+      counted = s.node;
+    }
+  }
+  return c;
+}
+
+std::int64_t RadixCache::cut(TrimIndex& t, std::int32_t x, std::int32_t index) {
+  const auto drop = [&](BlockId b) {
+    drop_block(b);
+    --t.evictable[static_cast<std::size_t>(pool_->region_of(b))];
+  };
+  std::vector<std::int32_t> below;
+  const auto push_children = [&](std::int32_t y) {
+    for (std::int32_t c = t.first_child[static_cast<std::size_t>(y)]; c >= 0;
+         c = t.next_sibling[static_cast<std::size_t>(c)])
+      if (nodes_[static_cast<std::size_t>(c)].live) below.push_back(c);
+  };
+  push_children(x);
+  while (!below.empty()) {
+    const std::int32_t y = below.back();
+    below.pop_back();
+    push_children(y);
+    for (const BlockId b : nodes_[static_cast<std::size_t>(y)].blocks) drop(b);
+    remove_node(y);
+  }
+  Node& nx = nodes_[static_cast<std::size_t>(x)];
+  const std::int64_t removed = t.subtree[static_cast<std::size_t>(x)] - index;
+  for (std::size_t k = static_cast<std::size_t>(index); k < nx.blocks.size(); ++k) drop(nx.blocks[k]);
+  std::int32_t a = x;
+  if (index == 0) {
+    a = nx.parent;
+    remove_node(x);
+  } else {
+    nx.blocks.resize(static_cast<std::size_t>(index));
+    nx.key.resize(static_cast<std::size_t>(index) * static_cast<std::size_t>(block_size_));
+  }
+  for (; a >= 0; a = nodes_[static_cast<std::size_t>(a)].parent) t.subtree[static_cast<std::size_t>(a)] -= removed;
+  return removed;
+}
+
+std::int64_t RadixCache::evict_regions(std::int64_t blocks) {
+  TrimIndex t;
+  index_for_trim(t);
+  std::int64_t freed = evict_whole_regions(t, blocks);
+  if (freed < blocks) freed += evict_ends_by_region(t, blocks - freed);
+  return freed;
+}
+
+std::int64_t RadixCache::evict_whole_regions(TrimIndex& t, std::int64_t blocks) {
+  // A region may take up to a quarter of its blocks more than asked: emptying it returns a whole
+  // page group, where stopping short leaves the group mapped for a few cached blocks.
+  const std::int64_t slack = pool_->region_blocks() / 4;
+  using Entry = std::pair<std::int64_t, std::int32_t>;  // (cost when queued, region): cheapest first
+  std::priority_queue<Entry, std::vector<Entry>, std::greater<>> queue;
+  for (std::int32_t r = 0; r < static_cast<std::int32_t>(t.evictable.size()); ++r)
+    if (t.evictable[static_cast<std::size_t>(r)] > 0 && t.evictable[static_cast<std::size_t>(r)] == t.used(*pool_, r))
+      queue.emplace(region_cost(t, r), r);  // every used block of r is evictable: r can empty
+  std::int64_t freed = 0;
+  while (!queue.empty()) {
+    const auto [queued, r] = queue.top();
+    queue.pop();
+    if (t.evictable[static_cast<std::size_t>(r)] == 0) continue;  // emptied by another region's cuts
+    const std::int64_t now = region_cost(t, r);                   // costs only fall: requeue when lower
+    if (now < queued) {
+      queue.emplace(now, r);
+      continue;
+    }
+    if (now > blocks - freed + slack) break;  // the cheapest region left does not fit whole
+    for (std::size_t k = t.start[static_cast<std::size_t>(r)]; k < t.start[static_cast<std::size_t>(r) + 1]; ++k) {
+      const TrimIndex::Spot& s = t.spots[k];
+      const Node& x = nodes_[static_cast<std::size_t>(s.node)];
+      if (x.live && static_cast<std::size_t>(s.index) < x.blocks.size() &&
+          x.blocks[static_cast<std::size_t>(s.index)] == s.block)
+        freed += cut(t, s.node, s.index);
+    }
+    KVLAB_ASSERT(t.used(*pool_, r) == 0);
+  }
+  return freed;
+}
+
+std::int64_t RadixCache::evict_ends_by_region(TrimIndex& t, std::int64_t blocks) {
+  // Block by block from the leaves' ends: the end block on the region with the fewest used blocks
+  // first (regions no sequence pins before those one does), least recently used first within a
+  // region. A region being drained only gets emptier, so it goes on until it empties or none of its
+  // blocks ends a leaf.
+  std::unordered_map<std::int32_t, std::vector<std::int32_t>> ends;  // region -> leaves ending there
+  using Key = std::tuple<bool, std::int32_t, std::int32_t>;          // (pinned, used, region)
+  std::set<Key> regions;                                             // those with leaves ending there
+  std::unordered_map<std::int32_t, Key> listed;                      // region -> its key in `regions`
+  const auto relist = [&](std::int32_t r) {                          // after r's blocks or leaves changed
+    if (const auto it = listed.find(r); it != listed.end()) {
+      regions.erase(it->second);
+      listed.erase(it);
+    }
+    if (!ends[r].empty()) {
+      const Key k{t.evictable[static_cast<std::size_t>(r)] < t.used(*pool_, r), t.used(*pool_, r), r};
+      regions.insert(k);
+      listed.emplace(r, k);
+    }
+  };
+  const auto add_leaf = [&](std::int32_t x) {
+    const std::int32_t r = pool_->region_of(nodes_[static_cast<std::size_t>(x)].blocks.back());
+    ends[r].push_back(x);
+    relist(r);
+  };
+  const auto evictable_leaf = [&](std::int32_t x) {
+    const Node& n = nodes_[static_cast<std::size_t>(x)];
+    return n.live && n.parent >= 0 && n.children == 0 && n.lock == 0;
+  };
+  for (std::int32_t x = 0; x < static_cast<std::int32_t>(nodes_.size()); ++x)
+    if (evictable_leaf(x)) add_leaf(x);
+  std::int64_t freed = 0;
+  while (freed < blocks && !regions.empty()) {
+    const std::int32_t r = std::get<2>(*regions.begin());
+    auto& leaves = ends[r];
+    const auto oldest = std::ranges::min_element(
+        leaves, {}, [&](std::int32_t x) { return nodes_[static_cast<std::size_t>(x)].last_access; });
+    const std::int32_t x = *oldest;
+    *oldest = leaves.back();
+    leaves.pop_back();
+    Node& n = nodes_[static_cast<std::size_t>(x)];
+    drop_block(n.blocks.back());
+    --t.evictable[static_cast<std::size_t>(r)];
+    ++freed;
+    n.blocks.pop_back();
+    n.key.resize(n.key.size() - static_cast<std::size_t>(block_size_));
+    relist(r);
+    if (!n.blocks.empty()) {
+      add_leaf(x);
+    } else {
+      const std::int32_t p = n.parent;
+      remove_node(x);
+      if (evictable_leaf(p)) add_leaf(p);
+    }
   }
   return freed;
 }

@@ -70,6 +70,20 @@ class RadixCache final : public PrefixCache {
   /// Evicts least recently used unlocked leaves until at least `blocks` blocks went back to the
   /// pool (or nothing is left to evict). Returns the blocks freed.
   std::int64_t evict(std::int64_t blocks) override;
+  /// Evicts until at most `keep` blocks are evictable. `by_pages` (a page-ordered pool), so that
+  /// the blocks kept gather on as few pages as the tree allows (kvcached's page-aware eviction,
+  /// its PR #390), where least-recently-used eviction leaves them scattered over the pages they
+  /// were allocated on:
+  ///  1. whole regions whose used blocks are all evictable, the cheapest first (a region's cost:
+  ///     its cached blocks and everything cached after them, which must go with them), while the
+  ///     cost fits in what is left to evict plus a quarter of a region (so a trim may evict a few
+  ///     blocks more than asked to return a whole region);
+  ///  2. then block by block from the leaves' ends: the end block on the region with the fewest
+  ///     used blocks first (regions no sequence pins before those one does), least recently used
+  ///     first within a region.
+  /// Without `by_pages`: least recently used leaves, as evict(), but the last only as far as
+  /// asked (from its end), so both ways evict the same count.
+  std::int64_t trim(std::int64_t keep, bool by_pages) override;
 
   [[nodiscard]] std::int64_t evictable_blocks() const noexcept override { return evictable_; }
   [[nodiscard]] std::int64_t cached_blocks() const noexcept { return cached_; }
@@ -101,6 +115,23 @@ class RadixCache final : public PrefixCache {
   std::int32_t new_node();
   std::int32_t split(std::int32_t node, std::int64_t keep_blocks);
   void dump_node(std::int32_t node, std::int64_t start, std::string& out) const;
+  /// Least recently used leaves until `blocks` went back: whole (SGLang's eviction, evict()), or
+  /// the last one only as far as asked, from its end (trim()'s, which keeps the count).
+  std::int64_t evict_lru(std::int64_t blocks, bool whole_nodes);
+  /// trim() by pages (see there): whole regions, then leaves' end blocks by region.
+  std::int64_t evict_regions(std::int64_t blocks);
+  struct TrimIndex;  // the tree and its evictable blocks as evict_regions sees them (radix_cache.cpp)
+  void index_for_trim(TrimIndex& t) const;
+  /// What evicting every evictable block of region r takes (with all cached after them).
+  [[nodiscard]] std::int64_t region_cost(const TrimIndex& t, std::int32_t r) const;
+  /// Evicts node x's blocks from `index` on and everything below x. Returns the blocks evicted.
+  std::int64_t cut(TrimIndex& t, std::int32_t x, std::int32_t index);
+  std::int64_t evict_whole_regions(TrimIndex& t, std::int64_t blocks);
+  std::int64_t evict_ends_by_region(TrimIndex& t, std::int64_t blocks);
+  /// Drops one evicted block's pool reference and counts it.
+  void drop_block(BlockId b);
+  /// Removes the unlocked node `x` (its edge, its slot; its parent loses a child).
+  void remove_node(std::int32_t x);
 
   std::int32_t block_size_;
   BlockPool* pool_;

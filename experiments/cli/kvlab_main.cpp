@@ -452,18 +452,51 @@ std::vector<TenantSpec> read_tenants(const RunOptions& c, std::vector<std::strin
     for (Request& r : s.requests) r.arrival_s += t.offset_s;
     s.share = t.share;
     s.limit_bytes = static_cast<std::size_t>(t.limit_gib * 0x1p30);
+    s.priority = t.priority;
     for (const auto& [at, gib] : t.shrinks) s.limit_changes.push_back({at, static_cast<std::size_t>(gib * 0x1p30)});
     specs.push_back(std::move(s));
   }
   return specs;
 }
 
-/// One row of tenants.csv and of the printed table.
-std::string tenant_row(const std::string& backend, TenantPolicy policy, const TenantRun& t) {
+/// One row of tenants.csv.
+std::string tenant_row(const std::string& backend, TenantPolicy policy, const TenantRun& t, double end_s) {
   const ReplaySummary& s = t.result.summary;
-  return fmt::format("{},{},{},{},{},{},{},{},{:.6g},{:.6g},{:.6g},{:.6g},{},{}\n", backend, to_string(policy), t.name,
-                     s.requests, s.completed, s.rejected + s.failed, s.truncated, s.preemptions, s.ttft.median_ms,
-                     s.p99_ttft_s * 1e3, s.tpot.mean_ms, s.makespan_s, s.mean_held_bytes, s.peak_held_bytes);
+  const IdleMemory idle = idle_memory(t.result, end_s);
+  double maps = 0, unmaps = 0;
+  for (const auto& [n, v] : t.result.summary.backend_counters) {
+    if (n == "critical_maps" || n == "reserve_maps") maps += v;
+    if (n == "unmaps") unmaps += v;
+  }
+  return fmt::format("{},{},{},{},{},{},{},{},{:.6g},{:.6g},{:.6g},{:.6g},{},{},{:.6g},{:.0f},{:.0f},{},{}\n", backend,
+                     to_string(policy), t.name, s.requests, s.completed, s.rejected + s.failed, s.truncated,
+                     s.preemptions, s.ttft.median_ms, s.p99_ttft_s * 1e3, s.tpot.mean_ms, s.makespan_s,
+                     s.mean_held_bytes, s.peak_held_bytes, idle.idle_s, idle.held_bytes, idle.floor_bytes, maps,
+                     unmaps);
+}
+
+/// One row of gpu.csv: the tenants' memory together.
+std::string gpu_row(const std::string& backend, TenantPolicy policy, const GpuMemory& g) {
+  return fmt::format("{},{},{:.6g},{:.6g},{:.0f},{},{:.0f},{},{:.6g},{:.6g},{:.6g}\n", backend, to_string(policy),
+                     g.start_s, g.end_s, g.mean_held_bytes, g.peak_held_bytes, g.mean_floor_bytes, g.peak_floor_bytes,
+                     g.mean_floor_bytes > 0 ? g.mean_held_bytes / g.mean_floor_bytes : 0.0, g.mapped_pages_per_s,
+                     g.unmapped_pages_per_s);
+}
+
+/// memory.csv's rows for one backend: each tenant's memory sampled on one grid over the timeline.
+std::string memory_rows(const std::string& backend, TenantPolicy policy, const std::vector<TenantRun>& runs,
+                        const GpuMemory& g) {
+  const double every = std::max(0.5, (g.end_s - g.start_s) / 2000);  // at most about 2000 samples a tenant
+  std::string out;
+  for (const TenantRun& t : runs) {
+    const std::vector<MemorySample> line = memory_timeline(t.result);
+    for (double at = g.start_s; at <= g.end_s + 1e-9; at += every) {
+      const MemorySample m = memory_at(line, at);
+      out += fmt::format("{},{},{},{:.6g},{},{}\n", backend, to_string(policy), t.name, at - g.start_s, m.held_bytes,
+                         m.floor_bytes);
+    }
+  }
+  return out;
 }
 
 /// kvlab replay|compare --tenants FILE: each backend replays every tenant of FILE on one timeline
@@ -488,8 +521,14 @@ int run_tenants(const RunOptions& c, const std::vector<std::string>& names, cons
   for (const std::string& d : descriptions) std::cout << "  " << d << "\n";
   std::string csv =
       "backend,policy,tenant,requests,completed,rejected_or_failed,truncated,preemptions,ttft_median_ms,"
-      "ttft_p99_ms,tpot_mean_ms,makespan_s,mean_held_bytes,peak_held_bytes\n";
-  std::vector<std::string> files = {"run.json", "tenants.csv"};
+      "ttft_p99_ms,tpot_mean_ms,makespan_s,mean_held_bytes,peak_held_bytes,idle_s,idle_held_bytes,idle_floor_bytes,"
+      "mapped_pages,unmapped_pages\n";
+  std::string gpu_csv =
+      "backend,policy,start_s,end_s,mean_held_bytes,peak_held_bytes,mean_floor_bytes,peak_floor_bytes,held_over_floor_"
+      "ratio,"
+      "mapped_pages_per_s,unmapped_pages_per_s\n";
+  std::string memory_csv = "backend,policy,tenant,time_s,held_bytes,floor_bytes\n";
+  std::vector<std::string> files = {"run.json", "tenants.csv", "gpu.csv", "memory.csv"};
   fmt::print("\n{:<22} {:<8} {:<12} {:>9} {:>8} {:>12} {:>12} {:>9} {:>10} {:>10}\n", "backend", "policy", "tenant",
              "completed", "preempt", "TTFT_ms", "p99TTFT_ms", "TPOT_ms", "held_GiB", "peak_GiB");
   for (const std::string& name : names) {
@@ -497,13 +536,17 @@ int run_tenants(const RunOptions& c, const std::vector<std::string>& names, cons
                                     ? (backend_shares_memory(name) ? TenantPolicy::elastic : TenantPolicy::static_split)
                                     : parse_tenant_policy(c.tenant_policy);
     const std::vector<TenantRun> runs = replay_tenants(specs, policy, name, base.capacity_bytes, base, rc);
+    const GpuMemory gpu = gpu_memory(runs);
+    if (!runs.empty()) gpu_csv += gpu_row(runs.front().result.summary.backend, policy, gpu);
+    if (!runs.empty() && rc.keep_steps)
+      memory_csv += memory_rows(runs.front().result.summary.backend, policy, runs, gpu);
     for (std::size_t i = 0; i < runs.size(); ++i) {
       const ReplaySummary& s = runs[i].result.summary;
       fmt::print("{:<22} {:<8} {:<12} {:>9} {:>8} {:>12.1f} {:>12.1f} {:>9.1f} {:>10.3f} {:>10.3f}\n", s.backend,
                  to_string(policy), runs[i].name, s.completed, s.preemptions, s.ttft.mean_ms, s.p99_ttft_s * 1e3,
                  s.tpot.mean_ms, static_cast<double>(s.mean_held_bytes) / 0x1p30,
                  static_cast<double>(s.peak_held_bytes) / 0x1p30);
-      csv += tenant_row(s.backend, policy, runs[i]);
+      csv += tenant_row(s.backend, policy, runs[i], gpu.end_s);
       if (c.out_dir.empty()) continue;
       write_replay_files(fs::path(c.out_dir) / runs[i].name,
                          RunInfo{invocation, specs[i].model.name, descriptions[i], s.clock, rc.device.name, "host",
@@ -519,6 +562,8 @@ int run_tenants(const RunOptions& c, const std::vector<std::string>& names, cons
   throw_if_interrupted();
   write_file_atomically(fs::path(c.out_dir) / "run.json", run_json(invocation, c.provenance(*device)));
   write_file_atomically(fs::path(c.out_dir) / "tenants.csv", csv);
+  write_file_atomically(fs::path(c.out_dir) / "gpu.csv", gpu_csv);
+  write_file_atomically(fs::path(c.out_dir) / "memory.csv", memory_csv);
   std::cout << "files written under " << c.out_dir << "/\n";
   write_completion_marker(c.out_dir, invocation, files);
   return 0;

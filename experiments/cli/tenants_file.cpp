@@ -20,7 +20,7 @@ namespace {
 constexpr std::array<std::string_view, 15> kWorkloadKeys = {
     "model",      "trace",      "trace-format", "limit", "time-scale",    "requests",      "rate",        "burstiness",
     "prompt-len", "output-len", "seed",         "turns", "prefix-groups", "shared-prefix", "lengths-from"};
-constexpr std::array<std::string_view, 4> kTenantKeys = {"offset", "share", "limit-gib", "shrink"};
+constexpr std::array<std::string_view, 5> kTenantKeys = {"offset", "share", "limit-gib", "shrink", "priority"};
 
 [[noreturn]] void bad(const std::string& where, const std::string& what) {
   KVLAB_THROW(InvalidArgument, where + ": " + what);
@@ -47,6 +47,10 @@ void tenant_field(TenantLine& t, std::string_view key, std::string_view value) {
   } else if (key == "share") {
     t.share = number(t.where, key, value, 0, 1);
     if (t.share == 0) bad(t.where, "field 'share': a tenant's share must be above 0");
+  } else if (key == "priority") {
+    const double p = number(t.where, key, value, -1000, 1000);
+    if (p != std::floor(p)) bad(t.where, fmt::format("field 'priority': '{}' is not a whole number", value));
+    t.priority = static_cast<int>(p);
   } else if (key == "limit-gib") {
     t.limit_gib = number(t.where, key, value, 1e-6, 1e6);
   } else {  // shrink=T:G
@@ -81,7 +85,7 @@ TenantLine parse_line(const std::string& where, const std::string& line) {
       t.args.push_back(value);
     } else {
       bad(where, fmt::format("unknown field '{}' (workload: model, trace, requests, rate, burstiness, prompt-len, "
-                             "output-len, seed, ...; tenant: offset, share, limit-gib, shrink)",
+                             "output-len, seed, ...; tenant: offset, share, limit-gib, shrink, priority)",
                              key));
     }
   }

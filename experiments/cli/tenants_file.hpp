@@ -11,7 +11,8 @@
 // shared-prefix, turns, lengths-from), checked as the command line checks them. Tenant keys:
 // offset=S (its arrivals start S seconds later), share=F (static split: its fraction of the
 // capacity), limit-gib=G (elastic: the most it may hold), shrink=T:G (elastic: its limit becomes G
-// GiB at T seconds; repeatable, in time order).
+// GiB at T seconds; repeatable, in time order), priority=N (elastic: while a tenant of higher
+// priority waits for memory, this one admits no new request; whole numbers, default 0).
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -25,6 +26,7 @@ struct TenantLine {
   double offset_s = 0;
   double share = 0;
   double limit_gib = 0;
+  int priority = 0;
   std::vector<std::pair<double, double>> shrinks;  ///< (at seconds, GiB)
 };
 

@@ -15,5 +15,6 @@ namespace kvlab::fig {
 [[nodiscard]] Figure page_size_figure();
 [[nodiscard]] Figure overlap_figure();
 [[nodiscard]] Figure request_rate_figure();
+[[nodiscard]] Figure multi_tenant_figure();
 
 }  // namespace kvlab::fig

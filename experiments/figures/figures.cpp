@@ -16,7 +16,7 @@ const std::vector<Figure>& figures() {
       fig::memory_breakdown_figure(),  fig::batch_size_figure(),      fig::block_size_figure(),
       fig::recompute_vs_swap_figure(), fig::kernel_overhead_figure(), fig::sharing_figure(),
       fig::prefix_cache_figure(),      fig::page_size_figure(),       fig::overlap_figure(),
-      fig::request_rate_figure(),
+      fig::request_rate_figure(),      fig::multi_tenant_figure(),
   };
   return all;
 }

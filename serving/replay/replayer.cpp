@@ -46,6 +46,8 @@ class Replay {
   /// Moves the clock to `t` (it waits for memory another replay holds).
   void wait_until(double t) { now_ = std::max(now_, t); }
   [[nodiscard]] double now() const noexcept { return now_; }
+  /// Its last step could not admit a request for want of memory.
+  [[nodiscard]] bool blocked_on_memory() const { return sched_ && sched_->blocked().has_value(); }
   ReplayResult end();
 
  private:
@@ -222,6 +224,7 @@ void Replay::account(const StepPlan& plan) {
   rec.allocated_bytes = mem.allocated();
   rec.shared_savings_bytes = mem.shared_savings;
   rec.held_bytes = b_.held_bytes().value_or(mem.capacity);
+  rec.floor_bytes = mem.used() + mem.cached;
   if (c_.keep_steps) result_.steps.push_back(rec);
   sum.mean_fractions.add_scaled(rec.fractions, dt);
   shared_savings_time_ += static_cast<double>(mem.shared_savings) * dt;
@@ -294,6 +297,10 @@ bool Replay::advance() {
   const std::int64_t before = sched_->ended();
   const std::int64_t steps_before = result_.summary.steps;
   run_step();
+  if (sched_->idle()) {  // out of work: what the backend keeps until the next arrival
+    const MemoryBreakdown mem = b_.breakdown();
+    result_.idle.push_back({now_, b_.held_bytes().value_or(mem.capacity), mem.used() + mem.cached});
+  }
   return result_.summary.steps != steps_before || sched_->ended() != before;
 }
 
@@ -435,19 +442,30 @@ std::vector<ReplayResult> replay_interleaved(std::vector<ReplayJob>& jobs) {
     if (!i) {
       if (std::find(waiting.begin(), waiting.end(), 1) == waiting.end()) break;  // every replay is done
       // Every unfinished replay waits: let them try again (a step that only preempts runs
-      // nothing and the next one runs), as replay() does, and give up when that never helps.
+      // nothing and the next one runs), as replay() does. When that does not help, the memory
+      // they wait for is held by replays that will not free it (an idle tenant's cache): from
+      // then on they act as if alone, rejecting what cannot fit, until one makes progress.
       if (++stalled > 1000)
-        KVLAB_THROW(Error, "interleaved replays stalled: every unfinished one waits for memory another holds");
+        KVLAB_THROW(Error,
+                    "interleaved replays stalled: every unfinished one waits, even rejecting what cannot fit "
+                    "(a kvlab bug)");
+      if (stalled > 2)
+        for (ReplayJob& j : jobs) j.config.memory_stalled = true;
       std::fill(waiting.begin(), waiting.end(), 0);
       i = pick_next(rs, waiting);
     }
     Replay& r = *rs[*i];
     if (jobs[*i].before_step) jobs[*i].before_step(*r.next_time());
+    bool held = false;  // a replay of higher priority waits for memory: admit nothing new
+    for (std::size_t k = 0; k < rs.size(); ++k)
+      held = held || (jobs[k].priority > jobs[*i].priority && !rs[k]->done() && rs[k]->blocked_on_memory());
+    jobs[*i].config.admissions_held = held;
     if (!r.advance() && !r.done()) {
       waiting[*i] = 1;  // it has work but ran none: it waits until another acts
       continue;
     }
     stalled = 0;
+    for (ReplayJob& j : jobs) j.config.memory_stalled = false;
     for (std::size_t k = 0; k < rs.size(); ++k)  // memory may have changed: the waiting try again, from now
       if (waiting[k] != 0) {
         waiting[k] = 0;

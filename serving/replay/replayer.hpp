@@ -88,6 +88,13 @@ struct ReplayConfig {
   /// that does not fit while nothing of this replay runs waits for the others to free memory
   /// instead of being rejected (unless it needs more than the whole capacity).
   bool shared_memory = false;
+  /// Set by replay_interleaved when every unfinished replay waits for memory the others hold (an
+  /// idle tenant's cache, a finished one's mapped pages): a request that cannot fit while nothing
+  /// of this replay runs is then rejected, as it would be alone, and counted as out of memory.
+  bool memory_stalled = false;
+  /// Set by replay_interleaved while a replay of higher priority (ReplayJob::priority) waits for
+  /// memory: this one admits no new request; its running ones go on, and free memory as they end.
+  bool admissions_held = false;
   /// The attention implementation execute mode runs over each layer's view. Empty: the backend
   /// device's default kernels (kvlab::attention: host kernels on the host; on a GPU FlashInfer's
   /// where built, else kvlab's CUDA kernels). `kvlab replay --kernels emulated` passes the CUDA
@@ -123,6 +130,10 @@ struct StepRecord {
   /// Physical KV memory the backend holds (KvBackend::held_bytes(): mapped pages for vmm and
   /// elastic, the whole capacity for the others).
   std::size_t held_bytes = 0;
+  /// The packed floor: bytes of the blocks (or pages) that hold KV, live sequences' and cached
+  /// (MemoryBreakdown used() + cached) - what the backend would hold with no fragmentation and
+  /// no mapped free pages.
+  std::size_t floor_bytes = 0;
   std::size_t shared_savings_bytes = 0;  ///< bytes sharing saved (fork, prefix caching)
   double kernel_s = 0;                   ///< measured attention time (execute mode), scaled to all layers
   double prepare_s = 0;                  ///< building/uploading the per-batch arrays (execute mode)
@@ -197,10 +208,21 @@ struct ReplaySummary {
   BackendCounters backend_counters;
 };
 
+/// The backend's memory at one moment: what it holds and its packed floor (StepRecord's fields).
+struct MemorySample {
+  double time_s = 0;
+  std::size_t held_bytes = 0;
+  std::size_t floor_bytes = 0;
+};
+
 struct ReplayResult {
   ReplaySummary summary;
   std::vector<StepRecord> steps;
   std::vector<RequestRecord> requests;
+  /// Each time the replay ran out of work (nothing running, waiting or swapped), the backend's
+  /// memory after that step's releases; it stays so until the next step. An idle tenant's memory
+  /// (docs/elastic.md): what a step record, taken before the step's releases, does not show.
+  std::vector<MemorySample> idle;
 };
 
 /// What a replay of a workload keeps in memory until it ends, bounded from above before it starts
@@ -232,6 +254,9 @@ struct ReplayJob {
   ReplayConfig config;
   /// Called with the replay's clock before each of its iterations (a tenant's limit changes).
   std::function<void(double now_s)> before_step;
+  /// While a replay of higher priority waits for memory, this one admits nothing new
+  /// (ReplayConfig::admissions_held).
+  int priority = 0;
 };
 
 /// Runs the replays interleaved in time: each iteration goes to the replay whose next action is

@@ -356,6 +356,7 @@ void Scheduler::order_waiting() {
 }
 
 void Scheduler::admit_waiting() {
+  if (c_.admissions_held) return;  // a tenant of higher priority waits for memory
   if (c_.schedule.policy == SchedulePolicy::lpm && swapped_.empty()) order_waiting();
   while (!waiting_.empty() && swapped_.empty()) {
     Group& g = waiting_.front();
@@ -371,13 +372,15 @@ void Scheduler::admit_waiting() {
     if (!b_.can_admit(spec, chunk)) {
       // Nothing will ever free memory for it: nothing here runs, and no other replay shares the
       // memory (or it needs more than all of it).
-      const bool others_may_free =
-          c_.shared_memory && static_cast<std::size_t>(chunk) * b_.model().kv_bytes_per_token() <= capacity_bytes();
+      const bool fits_whole = static_cast<std::size_t>(chunk) * b_.model().kv_bytes_per_token() <= capacity_bytes();
+      const bool others_may_free = c_.shared_memory && !c_.memory_stalled && fits_whole;
       if (running_.empty() && swapped_.empty() && !others_may_free) {
         ++result_.summary.out_of_memory;
         Group dead = std::move(g);
         waiting_.pop_front();
-        finish(dead, RequestRecord::Status::rejected, "does not fit the KV capacity");
+        finish(dead, RequestRecord::Status::rejected,
+               c_.shared_memory && fits_whole ? "does not fit the KV memory the other tenants leave"
+                                              : "does not fit the KV capacity");
         continue;
       }
       blocked_ = spec;
@@ -526,10 +529,12 @@ void Scheduler::claim_running() {
       continue;
     }
     ++sum.out_of_memory;
-    if (running_.size() == 1 && swapped_.empty() && !c_.shared_memory) {
+    if (running_.size() == 1 && swapped_.empty() && (!c_.shared_memory || c_.memory_stalled)) {
       Group g = std::move(running_[0]);
       running_.clear();
-      finish(g, RequestRecord::Status::rejected, "outgrew the KV capacity while running alone");
+      finish(g, RequestRecord::Status::rejected,
+             c_.shared_memory ? "outgrew the KV memory the other tenants leave while running alone"
+                              : "outgrew the KV capacity while running alone");
       break;
     }
     // Groups are processed in arrival order, so the latest arrival has not claimed anything yet

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <iterator>
 #include <memory>
 
 #include "alloc/core/error.hpp"
@@ -39,6 +40,99 @@ std::vector<double> shares(const std::vector<TenantSpec>& tenants) {
 }
 }  // namespace
 
+std::vector<MemorySample> memory_timeline(const ReplayResult& r) {
+  std::vector<MemorySample> out;
+  out.reserve(r.steps.size() + r.idle.size());
+  auto idle = r.idle.begin();
+  for (const StepRecord& s : r.steps) {
+    const double start = s.time_s - s.duration_s;
+    for (; idle != r.idle.end() && idle->time_s <= start; ++idle) out.push_back(*idle);
+    out.push_back({start, s.held_bytes, s.floor_bytes});
+  }
+  out.insert(out.end(), idle, r.idle.end());
+  return out;
+}
+
+MemorySample memory_at(const std::vector<MemorySample>& timeline, double t) {
+  const auto after = std::ranges::upper_bound(timeline, t, {}, &MemorySample::time_s);
+  if (after == timeline.begin()) return {t, 0, 0};
+  MemorySample m = *std::prev(after);
+  m.time_s = t;
+  return m;
+}
+
+IdleMemory idle_memory(const ReplayResult& r, double end_s) {
+  IdleMemory m;
+  auto step = r.steps.begin();
+  for (const MemorySample& i : r.idle) {
+    while (step != r.steps.end() && step->time_s - step->duration_s < i.time_s) ++step;
+    const double until = std::min(end_s, step == r.steps.end() ? end_s : step->time_s - step->duration_s);
+    if (until <= i.time_s) continue;
+    const double dt = until - i.time_s;
+    m.idle_s += dt;
+    m.held_bytes += static_cast<double>(i.held_bytes) * dt;
+    m.floor_bytes += static_cast<double>(i.floor_bytes) * dt;
+  }
+  if (m.idle_s > 0) {
+    m.held_bytes /= m.idle_s;
+    m.floor_bytes /= m.idle_s;
+  }
+  return m;
+}
+
+namespace {
+double counter(const ReplayResult& r, std::string_view name) {
+  for (const auto& [n, v] : r.summary.backend_counters)
+    if (n == name) return v;
+  return 0;
+}
+}  // namespace
+
+GpuMemory gpu_memory(const std::vector<TenantRun>& runs) {
+  GpuMemory g;
+  std::vector<std::vector<MemorySample>> lines;
+  std::vector<double> times;
+  bool first = true;
+  double maps = 0, unmaps = 0;
+  for (const TenantRun& t : runs) {
+    lines.push_back(memory_timeline(t.result));
+    for (const MemorySample& m : lines.back()) times.push_back(m.time_s);
+    for (const RequestRecord& q : t.result.requests) {
+      g.start_s = first ? q.arrival_s : std::min(g.start_s, q.arrival_s);
+      first = false;
+    }
+    if (!t.result.steps.empty()) g.end_s = std::max(g.end_s, t.result.steps.back().time_s);
+    maps += counter(t.result, "critical_maps") + counter(t.result, "reserve_maps");
+    unmaps += counter(t.result, "unmaps");
+  }
+  times.push_back(g.start_s);
+  times.push_back(g.end_s);
+  std::ranges::sort(times);
+  times.erase(std::unique(times.begin(), times.end()), times.end());
+  // The sums are step functions that change only at the tenants' points: integrate between them.
+  for (std::size_t k = 0; k < times.size(); ++k) {
+    if (times[k] < g.start_s || times[k] >= g.end_s) continue;
+    std::size_t held = 0, floor = 0;
+    for (const auto& line : lines) {
+      const MemorySample m = memory_at(line, times[k]);
+      held += m.held_bytes;
+      floor += m.floor_bytes;
+    }
+    const double dt = (k + 1 < times.size() ? std::min(times[k + 1], g.end_s) : g.end_s) - times[k];
+    g.mean_held_bytes += static_cast<double>(held) * dt;
+    g.mean_floor_bytes += static_cast<double>(floor) * dt;
+    g.peak_held_bytes = std::max(g.peak_held_bytes, held);
+    g.peak_floor_bytes = std::max(g.peak_floor_bytes, floor);
+  }
+  if (const double span = g.end_s - g.start_s; span > 0) {
+    g.mean_held_bytes /= span;
+    g.mean_floor_bytes /= span;
+    g.mapped_pages_per_s = maps / span;
+    g.unmapped_pages_per_s = unmaps / span;
+  }
+  return g;
+}
+
 std::vector<TenantRun> replay_tenants(const std::vector<TenantSpec>& tenants, TenantPolicy policy,
                                       std::string_view backend, std::size_t capacity_bytes, const BackendOptions& base,
                                       const ReplayConfig& config) {
@@ -59,6 +153,7 @@ std::vector<TenantRun> replay_tenants(const std::vector<TenantSpec>& tenants, Te
       if (!t.limit_changes.empty() || t.limit_bytes != 0)
         KVLAB_THROW(InvalidArgument,
                     fmt::format("tenant '{}': limits need the elastic policy (a static share is fixed)", t.name));
+
       o.capacity_bytes = static_cast<std::size_t>(share[i] * static_cast<double>(capacity_bytes));
     } else {
       o.capacity_bytes = capacity_bytes;  // every tenant's virtual range spans the GPU's memory
@@ -75,6 +170,7 @@ std::vector<TenantRun> replay_tenants(const std::vector<TenantSpec>& tenants, Te
     job.workload = &t.requests;
     job.config = config;
     job.config.shared_memory = policy == TenantPolicy::elastic;
+    job.priority = policy == TenantPolicy::elastic ? t.priority : 0;  // a static split: nobody waits for another
     if (policy == TenantPolicy::elastic && !t.limit_changes.empty()) {
       job.before_step = [budget = budgets.back(), changes = t.limit_changes,
                          next = std::size_t{0}](double now) mutable {

@@ -34,6 +34,10 @@ struct TenantSpec {
   double share = 0;               ///< static_split: fraction of the capacity (0: an equal share)
   std::size_t limit_bytes = 0;    ///< elastic: the most it may hold (0: the whole capacity)
   std::vector<LimitChange> limit_changes;
+  /// elastic: while a tenant of higher priority waits for memory, this one admits no new request
+  /// (its running ones go on and free memory as they end). Equal priorities: first come. A static
+  /// split ignores it: there no tenant waits for another's memory.
+  int priority = 0;
 };
 
 struct TenantRun {
@@ -49,6 +53,33 @@ struct TenantRun {
 [[nodiscard]] std::vector<TenantRun> replay_tenants(const std::vector<TenantSpec>& tenants, TenantPolicy policy,
                                                     std::string_view backend, std::size_t capacity_bytes,
                                                     const BackendOptions& base, const ReplayConfig& config);
+
+/// A tenant's memory as a step function of time: each step record's values from the step's start,
+/// each idle sample's from its time on (ReplayResult::idle), nothing before its first step.
+[[nodiscard]] std::vector<MemorySample> memory_timeline(const ReplayResult& r);
+/// The timeline's value at `t` (zero before its first point).
+[[nodiscard]] MemorySample memory_at(const std::vector<MemorySample>& timeline, double t);
+
+/// What an idle tenant keeps (kvcached's idle-memory question, docs/elastic.md): over the times it
+/// had nothing to do after it first ran, up to `end_s` (the end of the shared timeline).
+struct IdleMemory {
+  double idle_s = 0;
+  double held_bytes = 0;   ///< mean memory held while idle
+  double floor_bytes = 0;  ///< mean packed floor while idle (its cached blocks: no sequence runs)
+};
+[[nodiscard]] IdleMemory idle_memory(const ReplayResult& r, double end_s);
+
+/// The whole GPU's KV memory over the tenants' shared timeline, from the first arrival to the last
+/// step's end: the sum of what the tenants held against the sum of their packed floors, and how
+/// fast pages were mapped and unmapped (an elastic backend's critical_maps + reserve_maps and
+/// unmaps counters; zero for backends that map nothing).
+struct GpuMemory {
+  double start_s = 0, end_s = 0;
+  double mean_held_bytes = 0, mean_floor_bytes = 0;  ///< time-weighted over [start_s, end_s]
+  std::size_t peak_held_bytes = 0, peak_floor_bytes = 0;
+  double mapped_pages_per_s = 0, unmapped_pages_per_s = 0;
+};
+[[nodiscard]] GpuMemory gpu_memory(const std::vector<TenantRun>& runs);
 
 [[nodiscard]] TenantPolicy parse_tenant_policy(std::string_view name);
 [[nodiscard]] std::string_view to_string(TenantPolicy policy) noexcept;

@@ -54,13 +54,14 @@ void write_replay_files(const std::filesystem::path& dir, const RunInfo& info, c
     auto f = text();
     f << "time_s,duration_s,running,waiting,token_states_frac,reserved_frac,internal_fragmentation_frac,"
          "external_fragmentation_frac,free_frac,allocated_bytes,kernel_s,prepare_s,mapping_s,linear_s,attention_s,cpu_"
-         "s,transfer_s,copy_s,held_bytes\n";
+         "s,transfer_s,copy_s,held_bytes,floor_bytes\n";
     for (const StepRecord& r : result.steps)
       f << r.time_s << ',' << r.duration_s << ',' << r.running << ',' << r.waiting << ',' << r.fractions.token_states
         << ',' << r.fractions.reserved << ',' << r.fractions.internal_fragmentation << ','
         << r.fractions.external_fragmentation << ',' << r.fractions.free << ',' << r.allocated_bytes << ','
         << r.kernel_s << ',' << r.prepare_s << ',' << r.mapping_s << ',' << r.parts.linear << ',' << r.parts.attention
-        << ',' << r.parts.cpu << ',' << r.parts.transfer << ',' << r.parts.copy << ',' << r.held_bytes << '\n';
+        << ',' << r.parts.cpu << ',' << r.parts.transfer << ',' << r.parts.copy << ',' << r.held_bytes << ','
+        << r.floor_bytes << '\n';
     write_file_atomically(out / "steps.csv", f.view());
   }
   {

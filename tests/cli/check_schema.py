@@ -6,7 +6,7 @@
 Runs one `kvlab compare` over a backend of every family and variant that has counters of its own
 (with --goodput, so every serving column has a value, and --dump-plans), reads the headers of compare.csv, steps.csv
 and requests.csv, the keys of summary.json and run.json (nested keys joined with '.'), and the
-header of every figure's data.csv, facts.csv and steps.csv under FIGURES_DIR (the figures.smoke
+header of every figure's data.csv, facts.csv, steps.csv and memory.csv under FIGURES_DIR (the figures.smoke
 output). Fails naming each column that is written but not documented, or documented but never
 written. Also checks the unit rule: a documented column whose unit is s, ms, us, bytes, GiB, frac,
 pct or per_s ends in that suffix.
@@ -97,6 +97,8 @@ def main(kvlab, out, schema_md, figures):
     if run.returncode != 0:
         sys.exit(f"check_schema: kvlab compare --tenants failed ({run.returncode}): {run.stderr.strip()}")
     written["`tenants.csv` (`--tenants FILE`)"] = set(header(os.path.join(tenants_out, "run", "tenants.csv")))
+    for file in ("gpu.csv", "memory.csv"):
+        written[f"`{file}` (`--tenants FILE`)"] = set(header(os.path.join(tenants_out, "run", file)))
     for tenant in ("a", "b"):
         for backend in ("paged-b16", "elastic-16-2m"):
             d = os.path.join(tenants_out, "run", tenant, backend)
@@ -104,7 +106,7 @@ def main(kvlab, out, schema_md, figures):
                 sys.exit(f"check_schema: {d}/steps.csv has columns a plain run does not write")
     for name in sorted(os.listdir(figures)):
         d = os.path.join(figures, name)
-        for file in ("data.csv", "facts.csv", "steps.csv"):
+        for file in ("data.csv", "facts.csv", "steps.csv", "memory.csv"):
             if os.path.exists(os.path.join(d, file)):
                 section = f"`facts.csv` (every figure)" if file == "facts.csv" else f"figure `{name}`: `{file}`"
                 written.setdefault(section, set()).update(header(os.path.join(d, file)))

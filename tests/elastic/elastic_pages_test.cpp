@@ -263,5 +263,48 @@ TEST(ElasticPages, InterleavedPagesHoldWholeBlocksOfEveryLayer) {
   EXPECT_NE(elastic_config_problem(c).find("page groups"), std::string::npos);
 }
 
+// The cap on cached tokens (elastic-B-radix-maxcachedN[-lru]): a release trims the radix cache to
+// it, and the groups the trim empties are unmapped.
+TEST(ElasticPages, AReleaseTrimsTheCacheToItsCapAndTheEmptiedGroupsUnmap) {
+  for (const bool by_pages : {true, false}) {
+    const ModelGeometry m = testing::tiny_model();
+    const std::size_t capacity = 8 * 4 * kPage;  // 8 groups of 2 blocks
+    auto driver = std::make_shared<PosixVmDriver>(capacity);
+    ElasticConfig c;
+    c.model = m;
+    c.block_size = 16;
+    c.page_bytes = kPage;
+    c.capacity_bytes = capacity;
+    c.reserve_groups = 0;
+    c.driver = driver;
+    PagedConfig p;
+    p.model = m;
+    p.capacity_bytes = capacity;
+    p.block_size = 16;
+    p.max_seq_len = 1024;
+    p.memory = &host_memory_resource();
+    p.prefix_cache = PrefixCacheMode::radix;
+    p.max_cached_blocks = 2;  // 32 tokens
+    p.evict_by_pages = by_pages;
+    p.storage = std::make_shared<ElasticPages>(c);
+    PagedBackend b(std::move(p));
+    EXPECT_EQ(b.name(),
+              by_pages ? "elastic-16-4k-reserve0-radix-maxcached32" : "elastic-16-4k-reserve0-radix-maxcached32-lru");
+    std::vector<std::int32_t> ids(96);
+    for (std::size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<std::int32_t>(i);
+    SequenceSpec spec{.prompt_tokens = 96, .final_tokens = 96};
+    spec.prompt_token_ids = ids;
+    b.admit(1, spec, 96);  // 6 blocks, 3 groups, all entered into the cache
+    EXPECT_EQ(driver->usage().mappings, 12u);
+    b.release(1);  // 6 cached blocks, capped at 2: 4 evicted, whichever way
+    EXPECT_EQ(b.prefix_cache().evictable_blocks(), 2);
+    EXPECT_EQ(b.prefix_cache().evictions(), 4);
+    // The sequence's blocks filled its groups in order, so the prefix's first two blocks share a
+    // group either way: one group stays mapped.
+    EXPECT_EQ(driver->usage().mappings, 4u) << by_pages;
+    EXPECT_EQ(b.lookup_cached_tokens(spec, 96), 32) << "the prefix's first 32 tokens stay cached";
+  }
+}
+
 }  // namespace
 }  // namespace kvlab

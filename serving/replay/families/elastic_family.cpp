@@ -1,4 +1,4 @@
-// elastic-B[-PAGE][-interleaved][-firstfree][-reserveN][-radix]: a paged backend whose blocks lie
+// elastic-B[-PAGE][-interleaved][-firstfree][-reserveN][-radix[-maxcachedN][-lru]]: a paged backend whose blocks lie
 // on physical pages mapped on demand and returned when they empty (kvcached's design; elastic/,
 // docs/elastic.md).
 #include <fmt/format.h>
@@ -13,10 +13,19 @@ namespace kvlab {
 namespace {
 using family::suffix_number;
 
-constexpr const char* kOptions = "-PAGE (4k, 64k, 2m ...), -interleaved, -firstfree, -reserveN, -radix";
+constexpr const char* kOptions =
+    "-PAGE (4k, 64k, 2m ...), -interleaved, -firstfree, -reserveN, -radix, -maxcachedN (tokens), -lru";
+
+/// The prefix cache's part of an elastic name: the mode, kvcached's cap on cached tokens and how
+/// trimming to it chooses victims.
+struct CacheOptions {
+  PrefixCacheMode mode = PrefixCacheMode::none;
+  long long max_cached_tokens = -1;
+  bool lru = false;
+};
 
 /// Reads the options after the block size into `e` and `cache`.
-void parse_elastic_options(std::string_view name, std::string_view opts, ElasticConfig& e, PrefixCacheMode& cache) {
+void parse_elastic_options(std::string_view name, std::string_view opts, ElasticConfig& e, CacheOptions& cache) {
   bool first = true;
   while (!opts.empty()) {
     opts.remove_prefix(1);  // the dash
@@ -31,7 +40,12 @@ void parse_elastic_options(std::string_view name, std::string_view opts, Elastic
     } else if (opt == "firstfree") {
       e.allocation = ElasticAllocation::first_free;
     } else if (opt == "radix") {
-      cache = PrefixCacheMode::radix;
+      cache.mode = PrefixCacheMode::radix;
+    } else if (opt.starts_with("maxcached") && suffix_number(opt, "maxcached") >= 0 &&
+               suffix_number(opt, "maxcached") <= 1'000'000'000) {
+      cache.max_cached_tokens = suffix_number(opt, "maxcached");
+    } else if (opt == "lru") {
+      cache.lru = true;
     } else if (opt.starts_with("reserve") && suffix_number(opt, "reserve") >= 0 &&
                suffix_number(opt, "reserve") <= 1'000'000) {
       e.reserve_groups = static_cast<std::int32_t>(suffix_number(opt, "reserve"));
@@ -61,8 +75,15 @@ std::unique_ptr<KvBackend> make_elastic_backend(std::string_view name, const Bac
   e.block_size = static_cast<std::int32_t>(bs);
   e.capacity_bytes = options.capacity_bytes;
   e.budget = options.budget;
-  PrefixCacheMode cache = PrefixCacheMode::none;
+  CacheOptions cache;
   parse_elastic_options(name, rest.substr(size.size()), e, cache);
+  if (cache.max_cached_tokens >= 0 && cache.mode != PrefixCacheMode::radix)
+    KVLAB_THROW(InvalidArgument,
+                fmt::format("backend '{}': -maxcachedN caps the radix prefix cache; add -radix", name));
+  if (cache.lru && cache.max_cached_tokens < 0)
+    KVLAB_THROW(InvalidArgument, fmt::format("backend '{}': -lru chooses how trimming to -maxcachedN evicts; give "
+                                             "the cap too",
+                                             name));
   const std::size_t block_bytes = static_cast<std::size_t>(bs) * options.model.kv_bytes_per_token();
   if (block_bytes > 0 && options.capacity_bytes / block_bytes > family::kMaxBookkeptUnits)
     KVLAB_THROW(InvalidArgument,
@@ -83,7 +104,9 @@ std::unique_ptr<KvBackend> make_elastic_backend(std::string_view name, const Bac
   c.max_seq_len = options.max_seq_len;
   c.memory = options.memory;
   c.block_size = e.block_size;
-  c.prefix_cache = cache;
+  c.prefix_cache = cache.mode;
+  if (cache.max_cached_tokens >= 0) c.max_cached_blocks = cache.max_cached_tokens / bs;
+  c.evict_by_pages = !cache.lru;
   if (options.device != nullptr) c.swap_memory = options.device->swap_memory();  // pinned on a GPU
   if (options.memory != nullptr) {  // storage: the pages come from the device's VM driver
     KVLAB_EXPECTS(device == Device::host || options.device != nullptr,
@@ -100,8 +123,9 @@ BackendFamily elastic_backend_family() {
   // Forms whose page groups fit the conformance suite's tiny model (300-2000 token budgets): a
   // group of 4k pages holds 32 of its tokens per layer, an interleaved 4k page 8 tokens.
   return {"elastic-",
-          "elastic-B[-PAGE][-interleaved][-firstfree][-reserveN][-radix] (B = 1..1024 tokens, PAGE 2m by default)",
-          {"elastic-16-4k", "elastic-1-4k-firstfree", "elastic-2-4k-interleaved", "elastic-16-4k-radix",
+          "elastic-B[-PAGE][-interleaved][-firstfree][-reserveN][-radix[-maxcachedN][-lru]] (B = 1..1024 tokens, "
+          "PAGE 2m by default, N cached tokens)",
+          {"elastic-16-4k", "elastic-1-4k-firstfree", "elastic-2-4k-interleaved", "elastic-16-4k-radix-maxcached64",
            "elastic-16-4k-reserve0"},
           make_elastic_backend,
           /*shares_memory=*/true};

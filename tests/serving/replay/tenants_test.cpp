@@ -16,12 +16,24 @@ namespace {
 constexpr std::size_t kTokenBytes = 131072;  // Llama-3-8B's KV bytes per token
 constexpr std::size_t kGiB = std::size_t{1} << 30;
 
+/// How a burst arrives: requests, their rate and burstiness; `system_prompts`: every prompt starts
+/// with one of 4 system prompts of 512 tokens (their token ids are generated).
+struct Shape {
+  std::int64_t n = 40;
+  double rate = 20, burstiness = 2;
+  bool system_prompts = false;
+};
+
 /// A burst of requests starting at `offset_s`.
-std::vector<Request> burst(double offset_s, std::uint64_t seed, std::int64_t n = 40) {
+std::vector<Request> burst(double offset_s, std::uint64_t seed, Shape shape = {}) {
   SyntheticWorkload w;
-  w.num_requests = n;
-  w.rate = 20;
-  w.burstiness = 2;
+  w.num_requests = shape.n;
+  w.rate = shape.rate;
+  w.burstiness = shape.burstiness;
+  if (shape.system_prompts) {
+    w.prefix_groups = 4;
+    w.shared_prefix_tokens = 512;
+  }
   w.prompt = LengthDistribution::parse("uniform:200:1200", "p");
   w.output = LengthDistribution::parse("uniform:50:300", "o");
   w.seed = seed;
@@ -116,6 +128,117 @@ TEST(Tenants, OneTenantAloneReplaysAsReplayDoes) {
   EXPECT_DOUBLE_EQ(x.makespan_s, y.makespan_s);
   EXPECT_DOUBLE_EQ(x.p99_ttft_s, y.p99_ttft_s);
   EXPECT_EQ(x.mean_held_bytes, y.mean_held_bytes);
+}
+
+TEST(Tenants, AHigherPriorityTenantGoesFirstWhenBurstsOverlap) {
+  const std::size_t capacity = 3 * kGiB;
+  std::vector<TenantSpec> tenants = staggered(2.0);  // the bursts overlap: the tenants compete
+  ReplayConfig c;
+  const auto first_come = replay_tenants(tenants, TenantPolicy::elastic, "elastic-16", capacity, options(), c);
+  tenants[2].priority = 1;  // the last to arrive
+  const auto ranked = replay_tenants(tenants, TenantPolicy::elastic, "elastic-16", capacity, options(), c);
+  RecordProperty("first_come_p99_ttft_ms_t2", static_cast<int>(first_come[2].result.summary.p99_ttft_s * 1e3));
+  RecordProperty("priority_p99_ttft_ms_t2", static_cast<int>(ranked[2].result.summary.p99_ttft_s * 1e3));
+  EXPECT_LT(ranked[2].result.summary.p99_ttft_s, first_come[2].result.summary.p99_ttft_s);
+  EXPECT_GT(ranked[0].result.summary.p99_ttft_s, first_come[0].result.summary.p99_ttft_s)
+      << "what the last tenant gains, the others pay";
+  for (const TenantRun& r : ranked) EXPECT_EQ(r.result.summary.completed, 40) << r.name;
+  // A static split ignores priorities: no tenant waits for another's memory.
+  const auto fixed = replay_tenants(tenants, TenantPolicy::static_split, "paged-16", capacity, options(), c);
+  tenants[2].priority = 0;
+  const auto fixed0 = replay_tenants(tenants, TenantPolicy::static_split, "paged-16", capacity, options(), c);
+  for (int i = 0; i < 3; ++i) EXPECT_DOUBLE_EQ(fixed[i].result.summary.p99_ttft_s, fixed0[i].result.summary.p99_ttft_s);
+}
+
+// kvcached's idle-memory question (its issue #359, PR #390): a tenant that went idle keeps its
+// prefix cache, capped at 16,000 tokens (KVCACHED_MAX_CACHED_TOKENS). Evicting least recently used
+// blocks meets the cap but leaves the kept blocks scattered over the page groups they were
+// allocated on, and those stay mapped; page-aware allocation and eviction gather them.
+std::vector<TenantSpec> with_system_prompts() {
+  std::vector<TenantSpec> t(3);
+  for (int i = 0; i < 3; ++i) {
+    t[i].name = "t" + std::to_string(i);
+    t[i].model = model_preset("llama-3-8b");
+    t[i].requests = burst(30.0 * i, 1 + static_cast<std::uint64_t>(i),
+                          {.n = 120, .rate = 6, .burstiness = 3, .system_prompts = true});
+  }
+  return t;
+}
+
+TEST(Tenants, AnIdleTenantKeepsLittleMoreThanItsCacheWithPageAwareEviction) {
+  const std::size_t capacity = 8 * kGiB;
+  const std::vector<TenantSpec> tenants = with_system_prompts();
+  ReplayConfig c;
+  c.keep_steps = true;
+  const auto aware =
+      replay_tenants(tenants, TenantPolicy::elastic, "elastic-16-radix-maxcached16000", capacity, options(), c);
+  const auto blind = replay_tenants(tenants, TenantPolicy::elastic, "elastic-16-firstfree-radix-maxcached16000-lru",
+                                    capacity, options(), c);
+  const double end = gpu_memory(aware).end_s;
+  for (int i = 0; i < 2; ++i) {  // the first two go idle while the next one runs
+    const IdleMemory a = idle_memory(aware[i].result, end);
+    const IdleMemory b = idle_memory(blind[i].result, gpu_memory(blind).end_s);
+    ASSERT_GT(a.idle_s, 10) << aware[i].name;
+    // The floor is the cache: 1,000 blocks of 2 MiB at most (a few fewer when a trim emptied a
+    // whole page group past the cap).
+    EXPECT_LE(a.floor_bytes, 1000.0 * 2 * (1 << 20));
+    EXPECT_GE(a.floor_bytes, 900.0 * 2 * (1 << 20));
+    RecordProperty("page_aware_idle_held_over_floor_" + aware[i].name, std::to_string(a.held_bytes / a.floor_bytes));
+    RecordProperty("page_blind_idle_held_over_floor_" + aware[i].name, std::to_string(b.held_bytes / b.floor_bytes));
+    EXPECT_LE(a.held_bytes, 1.4 * a.floor_bytes) << aware[i].name << " (issue 32's goal)";
+    EXPECT_EQ(aware[i].result.summary.completed, 120);
+  }
+  // Page-blind, the first tenant's idle cache holds about three times its floor (and so most of
+  // the GPU) while the third runs: the third starves, and what cannot fit is rejected as out of
+  // memory instead of waiting forever.
+  const IdleMemory first = idle_memory(blind[0].result, gpu_memory(blind).end_s);
+  EXPECT_GT(first.held_bytes, 2.5 * first.floor_bytes);
+  EXPECT_GT(blind[2].result.summary.rejected, 0);
+  EXPECT_EQ(aware[2].result.summary.rejected, 0);
+  const auto starved = std::ranges::find_if(
+      blind[2].result.requests, [](const RequestRecord& r) { return r.status == RequestRecord::Status::rejected; });
+  ASSERT_NE(starved, blind[2].result.requests.end());
+  EXPECT_EQ(starved->reason, "does not fit the KV memory the other tenants leave");
+}
+
+// The GPU-wide series by hand: two tenants' step records and idle samples.
+TEST(Tenants, GpuMemorySumsTheTenantsStepFunctions) {
+  ReplayResult a, b;
+  StepRecord s;
+  s.time_s = 2, s.duration_s = 1, s.held_bytes = 100, s.floor_bytes = 50;  // [1, 2): 100 held, floor 50
+  a.steps.push_back(s);
+  a.idle.push_back({2, 80, 40});                                            // from 2 on: 80, floor 40
+  s.time_s = 5, s.duration_s = 2, s.held_bytes = 300, s.floor_bytes = 300;  // [3, 5)
+  b.steps.push_back(s);
+  b.idle.push_back({5, 0, 0});
+  RequestRecord q;
+  q.arrival_s = 1;
+  a.requests.push_back(q);
+  q.arrival_s = 3;
+  b.requests.push_back(q);
+  a.summary.backend_counters = {{"critical_maps", 6}, {"reserve_maps", 2}, {"unmaps", 4}};
+  const std::vector<TenantRun> runs = {{"a", a}, {"b", b}};
+  const std::vector<MemorySample> line = memory_timeline(a);
+  ASSERT_EQ(line.size(), 2u);
+  EXPECT_EQ(memory_at(line, 0.5).held_bytes, 0u);
+  EXPECT_EQ(memory_at(line, 1.5).held_bytes, 100u);
+  EXPECT_EQ(memory_at(line, 4).floor_bytes, 40u);
+  const GpuMemory g = gpu_memory(runs);
+  EXPECT_DOUBLE_EQ(g.start_s, 1);
+  EXPECT_DOUBLE_EQ(g.end_s, 5);
+  // held: [1,2) 100, [2,3) 80, [3,5) 380 -> (100 + 80 + 760) / 4; floor: 50, 40, 340.
+  EXPECT_DOUBLE_EQ(g.mean_held_bytes, 940.0 / 4);
+  EXPECT_DOUBLE_EQ(g.mean_floor_bytes, 770.0 / 4);
+  EXPECT_EQ(g.peak_held_bytes, 380u);
+  EXPECT_EQ(g.peak_floor_bytes, 340u);
+  EXPECT_DOUBLE_EQ(g.mapped_pages_per_s, 8.0 / 4);
+  EXPECT_DOUBLE_EQ(g.unmapped_pages_per_s, 4.0 / 4);
+  // a is idle from 2 to the end (3 s) holding 80 against a floor of 40; b from 5, which is the end.
+  const IdleMemory ia = idle_memory(a, g.end_s);
+  EXPECT_DOUBLE_EQ(ia.idle_s, 3);
+  EXPECT_DOUBLE_EQ(ia.held_bytes, 80);
+  EXPECT_DOUBLE_EQ(ia.floor_bytes, 40);
+  EXPECT_DOUBLE_EQ(idle_memory(b, g.end_s).idle_s, 0);
 }
 
 TEST(Tenants, BadSetupsFailLoudly) {
