@@ -35,11 +35,14 @@ cmake --preset fuzz >/dev/null
 cmake --build build/fuzz -j "$jobs"
 stage "sanitizers: all tests under AddressSanitizer + UndefinedBehaviorSanitizer"
 # Left out: gpu (no GPU), examples and figure-checks (they rerun code the other tests run here),
-# scripts (the scripts' own tests: Python and shell, nothing instrumented),
+# scripts (the scripts' own tests: Python and shell, nothing instrumented), figures-heavy (the
+# kernel-overhead and prefix-cache figures, about 100 s of CPU here, and the Python checks that read
+# every figure's files: kernels, prefix caches and trace readers have their own tests and fuzzers
+# under the sanitizers, and the release stage runs these),
 # emulated-e2e (kvlab end to end on the emulated GPU, about 260 s under ASan: the release stage runs them,
 # and here CudaPathEndToEnd.*, EveryFamily/EmulatedDevice.* and EmulatedAttention.* run the same
 # driver double, SIMT emulator and kernels under the sanitizers).
-ctest --preset fuzz -j "$jobs" --timeout 900 -LE "gpu|examples|figure-checks|emulated-e2e|scripts"
+ctest --preset fuzz -j "$jobs" --timeout 900 -LE "gpu|examples|figure-checks|emulated-e2e|scripts|figures-heavy"
 
 stage "tsan: threaded code under ThreadSanitizer"
 cmake --preset tsan >/dev/null

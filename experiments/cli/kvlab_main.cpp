@@ -737,19 +737,31 @@ std::string device_slug(const std::string& name) {
 
 /// The figures --device runs: every one that measures on a device (all, or the one named); a
 /// modelled figure named with a device is a usage error.
-std::vector<const Figure*> device_figures(const std::string& name, const DeviceSpec& device) {
+/// The figures `names` picks ("all" or NAME[,NAME...]; unknown names fail), less `skip` (names,
+/// comma-separated), that can run on `device`.
+std::vector<const Figure*> device_figures(const std::string& names, const std::string& skip, const DeviceSpec& device) {
+  std::vector<const Figure*> picked;
+  if (names.empty()) (void)find_figure(names);  // "unknown figure ''"
+  if (names == "all") {
+    for (const Figure& f : figures()) picked.push_back(&f);
+  } else {
+    for (const std::string& n : split_list(names))
+      if (const Figure& f = find_figure(n); std::ranges::find(picked, &f) == picked.end()) picked.push_back(&f);
+  }
+  if (picked.empty()) throw UsageError("name a figure, several (NAME,NAME) or all");
+  for (const std::string& n : split_list(skip)) std::erase(picked, &find_figure(n));
+  if (picked.empty()) throw UsageError("--skip leaves no figure to make");
   std::vector<const Figure*> todo;
-  for (const Figure& f : figures())
-    if ((name == "all" || f.name == name) && (f.on_device || device.kind == Device::host)) todo.push_back(&f);
+  for (const Figure* f : picked)
+    if (f->on_device || device.kind == Device::host) todo.push_back(f);
   if (todo.empty()) {
-    const Figure& f = find_figure(name);  // unknown names fail here
     std::string measured;
     for (const Figure& g : figures())
       if (g.on_device) measured += (measured.empty() ? "" : ", ") + g.name;
     throw UsageError(
         fmt::format("figure {} is modelled on the host (its clock is a device model): --device {} "
                     "applies to the measured figures ({})",
-                    f.name, device.name(), measured));
+                    picked.front()->name, device.name(), measured));
   }
   return todo;
 }
@@ -786,10 +798,12 @@ bool run_figure(const Figure& f, const FigureContext& ctx, DeviceContext* device
 }
 
 int cmd_figure(const std::vector<std::string>& args, const std::string& invocation) {
-  std::string name, out, trace_dir, device_text = "host", formats = "png";
+  std::string name, out, trace_dir, device_text = "host", formats = "png", skip;
   bool full = false;
   po::options_description opts("kvlab figure options");
-  opts.add_options()("help,h", "show this help")("name", po::value(&name), "the figure (also positional), or all")(
+  opts.add_options()("help,h", "show this help")("name", po::value(&name),
+                                                 "the figure (also positional), several as NAME,NAME, or all")(
+      "skip", po::value(&skip), "figures to leave out (comma-separated), e.g. with all")(
       "full", po::bool_switch(&full), "paper scale (default: smoke scale, seconds)")(
       "device", po::value(&device_text)->default_value("host"),
       "host, cuda[:N] or emulated: where the measured figures (kernel-overhead, page-size, overlap) run")(
@@ -804,7 +818,7 @@ int cmd_figure(const std::vector<std::string>& args, const std::string& invocati
   po::variables_map vm;
   po::store(po::command_line_parser(args).options(opts).positional(pos).run(), vm);
   if (vm.count("help") || (name.empty() && args.empty())) {
-    std::cout << "Usage: kvlab figure NAME|all [--full] [--out DIR]\n\nFigures:\n";
+    std::cout << "Usage: kvlab figure NAME[,NAME...]|all [--skip NAMES] [--full] [--out DIR]\n\nFigures:\n";
     for (const Figure& f : figures()) std::printf("  %-18s %s\n", f.name.c_str(), f.title.c_str());
     std::cout
         << "\n"
@@ -813,6 +827,8 @@ int cmd_figure(const std::vector<std::string>& args, const std::string& invocati
            "  kvlab figure memory-breakdown            # smoke scale into results/memory-breakdown/\n"
            "  kvlab figure block-size --full           # paper scale\n"
            "  kvlab figure all --out /tmp/figs\n"
+           "  kvlab figure all --skip kernel-overhead,prefix-cache   # all but the two slowest\n"
+           "  kvlab figure sharing,multi-tenant\n"
            "  kvlab figure request-rate --format png,pdf   # a PDF beside the PNG for a paper\n"
            "  kvlab figure kernel-overhead --device cuda    # on GPU 0, into results/gpu/cuda-device-0-<GPU name>/\n";
     return vm.count("help") ? 0 : 2;
@@ -820,7 +836,7 @@ int cmd_figure(const std::vector<std::string>& args, const std::string& invocati
   po::notify(vm);
   check_plot_formats(formats);
   const DeviceSpec device = parse_device_spec(device_text);
-  const std::vector<const Figure*> todo = device_figures(name, device);
+  const std::vector<const Figure*> todo = device_figures(name, skip, device);
   std::unique_ptr<DeviceContext> device_context;
   if (device.kind != Device::host) {
     device_context = std::make_unique<DeviceContext>(device, std::size_t{2} << 30);
@@ -844,9 +860,9 @@ int cmd_figure(const std::vector<std::string>& args, const std::string& invocati
     ctx.full = full;
     ctx.out = fs::path(out) / f->name;
     ctx.trace_dir = trace_dir.empty() ? default_trace_dir() : fs::path(trace_dir);
-    ctx.command = name == "all" ? "kvlab figure " + f->name + (full ? " --full" : "") +
-                                      (device.kind == Device::host ? "" : " --device " + device.name())
-                                : invocation;
+    ctx.command = todo.size() > 1 ? "kvlab figure " + f->name + (full ? " --full" : "") +
+                                        (device.kind == Device::host ? "" : " --device " + device.name())
+                                  : invocation;
     ctx.progress = vm.count("no-progress") == 0;
     ctx.formats = formats;
     ctx.device = device_context.get();

@@ -740,6 +740,9 @@ bad(FI-11 2 "figure block-size is modelled on the host .its clock is a device mo
 bad(FI-12 2 "unknown device 'tpu'" figure kernel-overhead --device tpu --out @D@/figs)
 bad(FI-14 2 "--format: 'jpg' is not png, pdf or svg" figure sharing --format jpg --out @D@/figs)
 bad(FI-15 2 "--format: name png, pdf and/or svg" figure sharing --format , --out @D@/figs)
+bad(FI-16 2 "unknown figure 'nope'" figure all --skip nope --out @D@/figs)
+bad(FI-17 2 "--skip leaves no figure to make" figure sharing --skip sharing --out @D@/figs)
+bad(FI-18 2 "unknown figure 'nope'" figure sharing,nope --out @D@/figs)
 bad(FI-13 1 "failed: --device cuda:1023: (no CUDA GPU found|this machine has [0-9]+ CUDA device)" figure kernel-overhead --device cuda:1023 --out @D@/figs)
 
 # kvlab calibrate: checked before any measurement (no progress line precedes the error)

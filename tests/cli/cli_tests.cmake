@@ -36,14 +36,25 @@ add_test(NAME figures.device_emulated
          COMMAND ${CMAKE_COMMAND} -DBINARY=$<TARGET_FILE:kvlab> -DOUT=${CMAKE_CURRENT_BINARY_DIR}/figure-device-emulated
                  -P ${CMAKE_CURRENT_SOURCE_DIR}/cli/check_figure_device.cmake)
 set_tests_properties(figures.device_emulated PROPERTIES LABELS "figures;emulated-e2e" TIMEOUT 900 FIXTURES_SETUP figures_device)
-# Every paper figure at smoke scale, so none rots (CI runs this with the rest of ctest).
-add_test(NAME figures.smoke COMMAND $<TARGET_FILE:kvlab> figure all --no-progress --out ${CMAKE_CURRENT_BINARY_DIR}/figures)
+# Every paper figure at smoke scale, so none rots (CI runs this with the rest of ctest), in two
+# tests that run side by side: the two slowest (they time kernels and replay whole prefix caches,
+# about 100 s of the sanitizer stage's CPU; label figures-heavy, which scripts/test.sh leaves out
+# there: kernels, prefix caches and trace readers have their own tests and fuzzers under the
+# sanitizers) and all the others.
+set(kvlab_heavy_figures kernel-overhead,prefix-cache)
+add_test(NAME figures.smoke COMMAND $<TARGET_FILE:kvlab> figure all --skip ${kvlab_heavy_figures} --no-progress
+                                    --out ${CMAKE_CURRENT_BINARY_DIR}/figures)
 set_tests_properties(figures.smoke PROPERTIES LABELS figures TIMEOUT 600 FIXTURES_SETUP figures_smoke)
+add_test(NAME figures.smoke_heavy COMMAND $<TARGET_FILE:kvlab> figure ${kvlab_heavy_figures} --no-progress
+                                          --out ${CMAKE_CURRENT_BINARY_DIR}/figures)
+set_tests_properties(figures.smoke_heavy PROPERTIES LABELS "figures;figures-heavy" TIMEOUT 600
+                                                    FIXTURES_SETUP figures_heavy)
 # Every number a figure README states after its setup line is in one of its data files (issue 28):
 # the figures just made (host and emulated device), the committed results, and the checker itself.
 add_test(NAME figures.readme_numbers
          COMMAND python3 ${PROJECT_SOURCE_DIR}/scripts/check_readme_numbers.py ${CMAKE_CURRENT_BINARY_DIR}/figures)
-set_tests_properties(figures.readme_numbers PROPERTIES LABELS figures FIXTURES_REQUIRED figures_smoke)
+set_tests_properties(figures.readme_numbers PROPERTIES LABELS "figures;figures-heavy"
+                                                       FIXTURES_REQUIRED "figures_smoke;figures_heavy")
 add_test(NAME figures.readme_numbers_device
          COMMAND python3 ${PROJECT_SOURCE_DIR}/scripts/check_readme_numbers.py ${CMAKE_CURRENT_BINARY_DIR}/figure-device-emulated)
 set_tests_properties(figures.readme_numbers_device PROPERTIES LABELS "figures;emulated-e2e" FIXTURES_REQUIRED figures_device)
@@ -59,7 +70,7 @@ set_tests_properties(results.readme_index PROPERTIES LABELS figures)
 add_test(NAME cli.schema
          COMMAND python3 ${CMAKE_CURRENT_SOURCE_DIR}/cli/check_schema.py $<TARGET_FILE:kvlab>
                  ${CMAKE_CURRENT_BINARY_DIR}/cli-schema ${PROJECT_SOURCE_DIR}/docs/schema.md ${CMAKE_CURRENT_BINARY_DIR}/figures)
-set_tests_properties(cli.schema PROPERTIES LABELS cli FIXTURES_REQUIRED figures_smoke)
+set_tests_properties(cli.schema PROPERTIES LABELS "cli;figures-heavy" FIXTURES_REQUIRED "figures_smoke;figures_heavy")
 # replay/compare --config run.json rerun a recorded run with the same options and results (issue 30).
 add_test(NAME cli.config_rerun
          COMMAND python3 ${CMAKE_CURRENT_SOURCE_DIR}/cli/check_config_rerun.py $<TARGET_FILE:kvlab>
