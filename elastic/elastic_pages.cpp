@@ -42,6 +42,9 @@ std::string elastic_config_problem(const ElasticConfig& c) {
   if (c.block_size < 1 || c.block_size > 1024)
     return "block size must be between 1 and 1024 tokens (got " + std::to_string(c.block_size) + ")";
   if (c.reserve_groups < 0) return "the reserve must be 0 or more page groups";
+  if (c.retain_groups >= 0 && c.retain_groups < c.reserve_groups)
+    return "-retainM keeps at most M empty page groups mapped: at least the reserve (" +
+           std::to_string(c.reserve_groups) + ")";
   const Shape s = shape_of(c);
   if (s.per_group == 0)
     return "no run of up to " + std::to_string(kMaxSpan) + " " + page_size_name(c.page_bytes) +
@@ -211,7 +214,7 @@ void ElasticPages::open(BlockPool& pool, std::int64_t blocks) {
 bool ElasticPages::wants_settle(const BlockPool& pool) const noexcept {
   // Empty groups beyond the reserve, or any empty group while the budget's limit was lowered
   // below what is held (a shrink request: the pool gives back what empties, lazily).
-  return pool.num_open_empty() > (config_.budget->over_limit() ? 0 : config_.reserve_groups);
+  return pool.num_open_empty() > (config_.budget->over_limit() ? 0 : retain());
 }
 
 void ElasticPages::close(std::int32_t g) {
@@ -241,7 +244,7 @@ void ElasticPages::settle(BlockPool& pool) {
   std::vector<std::int32_t> empty = pool.take_emptied();
   retry_refused();
   if (!wants_settle(pool)) return;
-  const std::int32_t keep = config_.budget->over_limit() ? 0 : config_.reserve_groups;
+  const std::int32_t keep = config_.budget->over_limit() ? 0 : retain();
   if (static_cast<std::int64_t>(empty.size()) < pool.num_open_empty() - keep) {
     empty.clear();  // groups opened empty and never used: look at every open group
     for (std::int32_t g = 0; g < groups_; ++g)
@@ -281,6 +284,7 @@ std::string ElasticPages::backend_name(std::int32_t block_size, PrefixCacheMode 
   if (config_.layout == ElasticLayout::interleaved) n += "-interleaved";
   if (config_.allocation == ElasticAllocation::first_free) n += "-firstfree";
   if (config_.reserve_groups != 1) n += "-reserve" + std::to_string(config_.reserve_groups);
+  if (retain() != config_.reserve_groups) n += "-retain" + std::to_string(retain());
   if (cache != PrefixCacheMode::none) n += "-" + std::string(to_string(cache));
   return n;
 }

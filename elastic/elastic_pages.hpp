@@ -34,9 +34,14 @@ struct ElasticConfig {
   std::size_t capacity_bytes = 0;                 ///< the virtual range: page groups that fit it
   ElasticLayout layout = ElasticLayout::per_layer;
   ElasticAllocation allocation = ElasticAllocation::fullest;
-  /// Wholly free page groups kept mapped (kvcached's reserve): refilled at each step start off the
-  /// critical path; an allocation that finds none maps on the critical path (charged to the clock).
+  /// Wholly free page groups kept mapped (kvcached's reserve): refilled to this many at each step
+  /// start off the critical path (kvcached's MIN_RESERVED_PAGES); an allocation that finds none
+  /// maps on the critical path (charged to the clock).
   std::int32_t reserve_groups = 1;
+  /// Groups that empty stay mapped while at most this many are wholly free (kvcached's
+  /// MAX_RESERVED_PAGES: freed pages go back to the reserve up to it, and only beyond it are
+  /// unmapped). -1: reserve_groups. At least reserve_groups.
+  std::int32_t retain_groups = -1;
   /// Maps the pages; nullptr: accounting only (no memory, the same decisions and counts).
   std::shared_ptr<VmDriver> driver;
   /// The physical memory this backend shares with others; nullptr: a budget of its own capacity.
@@ -60,8 +65,9 @@ struct ElasticConfig {
 // [g * per_group, (g+1) * per_group) in every plane; the pool (paged/block_pool.hpp, a page order) hands out blocks of
 // open groups only. open() maps groups (the group closed last first: create, map, set access for each of its pages,
 // rolled back on failure) and opens them in the pool; settle() closes wholly free groups beyond the
-// reserve (synchronise, unmap, release; a refused unmap keeps the group aside and retries it, so
-// releasing a sequence never fails for the driver's sake); begin_step() refills the reserve. The budget is taken
+// retained count (kvcached's MAX_RESERVED_PAGES; synchronise, unmap, release; a refused unmap keeps the group aside and
+// retries it, so releasing a sequence never fails for the driver's sake); begin_step() refills the reserve (kvcached's
+// MIN_RESERVED_PAGES: maps up to it, which the retained count may exceed). The budget is taken
 // before a group is mapped and given back after it is unmapped.
 //
 // Limitations. Not thread-safe; the reserve is refilled at step starts, not by a thread running
@@ -97,6 +103,10 @@ class ElasticPages final : public BlockStorage {
   [[nodiscard]] const PhysicalBudget& budget() const noexcept { return *config_.budget; }
 
  private:
+  /// Empty groups settle() keeps mapped (retain_groups, or the reserve).
+  [[nodiscard]] std::int32_t retain() const noexcept {
+    return config_.retain_groups >= 0 ? config_.retain_groups : config_.reserve_groups;
+  }
   /// Maps every page of group `g` (all or nothing). Throws OutOfMemory when the budget or the
   /// driver has no memory left. `critical`: on the critical path (counted in the step costs).
   void map_group(std::int32_t g, bool critical);

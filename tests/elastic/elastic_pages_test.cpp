@@ -105,6 +105,42 @@ TEST(ElasticPages, TheReserveIsRefilledOffTheCriticalPath) {
   EXPECT_EQ(e.driver->usage().mappings, 8u) << "three groups emptied: two stay as the reserve";
 }
 
+// kvcached's MIN_RESERVED_PAGES / MAX_RESERVED_PAGES: the reserve is refilled to N, and groups that
+// empty stay mapped while at most M are wholly free.
+TEST(ElasticPages, EmptiedGroupsStayMappedUpToTheRetainedCount) {
+  ElasticConfig c;  // retain below the reserve is refused
+  c.model = testing::tiny_model();
+  c.page_bytes = kPage;
+  c.capacity_bytes = 10 * 4 * kPage;
+  c.reserve_groups = 2;
+  c.retain_groups = 1;
+  EXPECT_NE(elastic_config_problem(c).find("at least the reserve (2)"), std::string::npos);
+  c.retain_groups = 3;
+  c.reserve_groups = 1;
+  c.driver = std::make_shared<PosixVmDriver>(c.capacity_bytes);
+  auto pages = std::make_shared<ElasticPages>(c);
+  PagedConfig p;
+  p.model = c.model;
+  p.capacity_bytes = c.capacity_bytes;
+  p.block_size = 16;
+  p.max_seq_len = 1024;
+  p.memory = &host_memory_resource();
+  p.storage = pages;
+  PagedBackend b(std::move(p));
+  EXPECT_EQ(b.name(), "elastic-16-4k-retain3");
+  b.admit(1, {160, 160}, 160);  // 10 blocks: 5 groups
+  b.release(1);
+  EXPECT_EQ(pages->held_bytes(), 3 * 4 * kPage) << "three of the five empty groups stay mapped";
+  b.begin_step();
+  EXPECT_EQ(pages->held_bytes(), 3 * 4 * kPage) << "the reserve (1) is full: nothing more is mapped";
+  b.admit(2, {64, 64}, 64);  // 4 blocks: the two of the three retained groups
+  b.begin_step();            // one empty group left: the reserve needs no refill
+  EXPECT_EQ(pages->held_bytes(), 3 * 4 * kPage);
+  EXPECT_EQ(counter(b, "critical_maps"), 20) << "only sequence 1's five groups were mapped on the critical path";
+  b.release(2);
+  EXPECT_EQ(pages->held_bytes(), 3 * 4 * kPage);
+}
+
 struct Churn {
   double held = 0, floor = 0;                 // page groups held and needed by the live blocks, averaged over steps
   std::size_t idle_held = 0, idle_floor = 0;  // the same once only the long-lived sequences remain
