@@ -204,26 +204,36 @@ std::optional<BlockId> BlockPool::peek() const noexcept {
   return order_ == FreeOrder::lifo ? free_.back() : head_;
 }
 
+std::optional<BlockId> BlockPool::allocate_in(std::int32_t r) {
+  KVLAB_EXPECTS(order_ == FreeOrder::pages, "allocate_in() needs the page-aware order");
+  KVLAB_EXPECTS(r >= 0 && r < num_regions(), "region " + std::to_string(r) + " is out of range");
+  if (open_[static_cast<std::size_t>(r)] == 0 || region_free_[static_cast<std::size_t>(r)] == 0) return std::nullopt;
+  return take_page_block(rhead_[static_cast<std::size_t>(r)]);
+}
+
+BlockId BlockPool::take_page_block(BlockId b) {
+  const auto r = static_cast<std::size_t>(region_of(b));
+  if (region_free_[r] == region_blocks_) --num_open_empty_;
+  if (order_ == FreeOrder::pages) {
+    rhead_[r] = rnext_[static_cast<std::size_t>(b)];
+    rebucket(static_cast<std::int32_t>(r), region_free_[r], region_free_[r] - 1);
+    --num_free_;
+    num_free_cached_ -= cached_[static_cast<std::size_t>(b)];
+  } else {
+    unlink(b);
+  }
+  --region_free_[r];
+  --num_open_free_;
+  refs_[static_cast<std::size_t>(b)] = 1;
+  return b;
+}
+
 std::optional<BlockId> BlockPool::allocate(BlockId near) {
   KVLAB_EXPECTS(near >= -1 && near < num_blocks(), "block " + std::to_string(near) + " is out of range");
   if (page_order()) {
     const std::optional<BlockId> pick = peek();
     if (!pick) return std::nullopt;
-    const BlockId b = *pick;
-    const auto r = static_cast<std::size_t>(region_of(b));
-    if (region_free_[r] == region_blocks_) --num_open_empty_;
-    if (order_ == FreeOrder::pages) {
-      rhead_[r] = rnext_[static_cast<std::size_t>(b)];
-      rebucket(static_cast<std::int32_t>(r), region_free_[r], region_free_[r] - 1);
-      --num_free_;
-      num_free_cached_ -= cached_[static_cast<std::size_t>(b)];
-    } else {
-      unlink(b);
-    }
-    --region_free_[r];
-    --num_open_free_;
-    refs_[static_cast<std::size_t>(b)] = 1;
-    return b;
+    return take_page_block(*pick);
   }
   if (num_free_ == 0) return std::nullopt;
   BlockId b;

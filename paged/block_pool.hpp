@@ -72,6 +72,9 @@ class BlockPool {
   /// `near` (-1: none, else a block id, checked): the block the new one should follow, the
   /// sequence's last. Only region order uses it.
   [[nodiscard]] std::optional<BlockId> allocate(BlockId near = -1);
+  /// A free block of the open region `r` (pages order), nullopt when it has none. What compacting
+  /// a cache uses to move blocks onto a chosen page group.
+  [[nodiscard]] std::optional<BlockId> allocate_in(std::int32_t r);
   /// The block allocate() would return now (nullopt when none is free; page orders: none free in
   /// an open region). No side effects.
   [[nodiscard]] std::optional<BlockId> peek() const noexcept;
@@ -120,6 +123,8 @@ class BlockPool {
 
  private:
   void check(BlockId b) const;
+  /// Page orders: hands out the free block `b` of an open region.
+  BlockId take_page_block(BlockId b);
   void push_free(BlockId b);
   void unlink(BlockId b);
   /// Region order: the block allocate(near) hands out (some block is free).

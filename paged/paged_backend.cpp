@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <string>
+#include <unordered_map>
+#include <utility>
 
 #include "alloc/transfer/copy.hpp"
 #include "alloc/core/error.hpp"
@@ -117,8 +119,8 @@ StepCosts PagedBackend::do_total_costs() const {
   StepCosts c;
   c.host_transfers = host_blocks_moved * planes;
   c.host_transfer_bytes = static_cast<double>(host_blocks_moved) * block_bytes;
-  c.device_copies = cow_copies_;
-  c.device_copy_bytes = static_cast<double>(cow_copies_) * block_bytes;
+  c.device_copies = cow_copies_ + moved_blocks_;
+  c.device_copy_bytes = static_cast<double>(cow_copies_ + moved_blocks_) * block_bytes;
   if (storage_ != nullptr) {
     const StepCosts m = storage_->total_costs();
     c.mapping_s = m.mapping_s;
@@ -144,6 +146,7 @@ std::string PagedBackend::do_name() const {
     if (config_.max_cached_blocks >= 0)
       n += "-maxcached" + std::to_string(config_.max_cached_blocks * config_.block_size);
     if (config_.max_cached_blocks >= 0 && !config_.evict_by_pages) n += "-lru";
+    if (config_.compact_cache) n += "-compact";
     return n;
   }
   std::string n = "paged-b" + std::to_string(config_.block_size);
@@ -208,6 +211,45 @@ void PagedBackend::drop_blocks(SeqId id, Sequence& s) {
   if (s.prefix_hold >= 0) cache_->release_hold(s.prefix_hold);
   s.prefix_hold = -1;
   if (config_.max_cached_blocks >= 0) cache_->trim(config_.max_cached_blocks, config_.evict_by_pages);
+  if (config_.compact_cache) compact_cache();
+}
+
+void PagedBackend::compact_cache() {
+  if (pool_.order() != FreeOrder::pages) return;
+  const std::vector<BlockId> movable = cache_->movable_blocks();
+  if (movable.empty()) return;
+  // Open groups in use, emptiest first; a source is one whose every used block can move.
+  std::unordered_map<std::int32_t, std::vector<BlockId>> in;  // group -> its movable blocks
+  for (const BlockId b : movable)
+    if (pool_.ref_count(b) == 1) in[pool_.region_of(b)].push_back(b);
+  const auto used = [&](std::int32_t r) { return pool_.region_blocks() - pool_.region_free(r); };
+  std::vector<std::int32_t> order;
+  for (std::int32_t r = 0; r < pool_.num_regions(); ++r)
+    if (pool_.is_open(r) && used(r) > 0) order.push_back(r);
+  std::ranges::sort(order, {}, [&](std::int32_t r) { return std::pair(used(r), r); });
+  std::int64_t room = 0;  // free blocks of the groups between the source and the fullest left
+  for (std::size_t k = 1; k < order.size(); ++k) room += pool_.region_free(order[k]);
+  std::vector<std::pair<BlockId, BlockId>> moves;
+  for (std::size_t lo = 0, hi = order.size(); lo + 1 < hi; room -= pool_.region_free(order[++lo])) {
+    const std::int32_t s = order[lo];
+    const auto it = in.find(s);
+    if (it == in.end() || static_cast<std::int32_t>(it->second.size()) != used(s)) continue;  // pinned
+    if (room < used(s)) break;  // the fuller groups cannot take it whole
+    for (const BlockId b : it->second) {
+      while (pool_.region_free(order[hi - 1]) == 0) --hi;
+      moves.emplace_back(b, *pool_.allocate_in(order[hi - 1]));
+      --room;
+    }
+  }
+  if (moves.empty()) return;
+  try {
+    copy_blocks(moves);
+  } catch (const Error&) {  // a device error: the blocks stay where they are (compaction is optional)
+    for (const auto& [from, to] : moves) pool_.release(to);
+    return;
+  }
+  cache_->relocate(moves);
+  pending_moves_ += static_cast<std::int64_t>(moves.size());
 }
 
 std::int64_t PagedBackend::do_cached_prefix_tokens(const SequenceSpec& spec) const {
@@ -390,6 +432,7 @@ void PagedBackend::do_begin_step() {
   // The last step's swaps are done by now on a GPU (its kernels waited for them); this frees the
   // host buffers swap-ins emptied.
   transfers_.synchronize();
+  moved_blocks_ += std::exchange(pending_moves_, 0);  // the copies compaction made since: this step's
   if (storage_ != nullptr) {
     settle();  // blocks radix eviction freed
     storage_->begin_step(pool_);
@@ -527,6 +570,7 @@ PreparedBatch PagedBackend::do_prepare_batch(std::span<const SeqId> seqs) {
 BackendCounters PagedBackend::do_counters() const {
   const PrefixCacheStats st = do_prefix_cache_stats();
   BackendCounters c = {{"cow_copies", static_cast<double>(cow_copies_)},
+                       {"compaction_moves", static_cast<double>(moved_blocks_ + pending_moves_)},
                        {"free_blocks", static_cast<double>(pool_.num_free())},
                        {"cached_free_blocks", static_cast<double>(num_cached_free_blocks())},
                        {"prefix_lookups", static_cast<double>(st.lookups)},

@@ -76,6 +76,11 @@ struct PagedConfig {
   /// Trimming to that cap empties whole page groups first (page-aware eviction, a page-ordered
   /// pool); false: least recently used first, wherever the blocks lie.
   bool evict_by_pages = true;
+  /// After a trim, move cached blocks only the prefix cache holds off the emptiest page groups
+  /// onto free blocks of the fullest, when that empties whole groups (a page-ordered pool; each
+  /// move is one block copy, charged as copy-on-write copies are). Not in kvcached, which never
+  /// moves a block: what it costs and saves is measured in docs/elastic.md.
+  bool compact_cache = false;
 };
 
 /// A sequence's block table, or (swapped out) where its bytes wait.
@@ -165,6 +170,8 @@ class PagedBackend final : public TableBackend<PagedSequence> {
   void enter_full_blocks(Sequence& s);
   /// Drops the sequence's blocks (tail first), their accounting and its prefix-cache hold.
   void drop_blocks(SeqId id, Sequence& s);
+  /// PagedConfig::compact_cache: moves cached blocks so whole page groups empty.
+  void compact_cache();
   [[nodiscard]] std::int64_t blocks_for(std::int64_t tokens) const noexcept {
     return (tokens + config_.block_size - 1) / config_.block_size;
   }
@@ -237,6 +244,9 @@ class PagedBackend final : public TableBackend<PagedSequence> {
   std::byte* host_region_ = nullptr;  // host tier bytes: [slot][plane] blocks
   std::size_t host_region_bytes_ = 0;
   std::int64_t cow_copies_ = 0;
+  // Compaction's copies: made at a release, between two steps; charged to the next step (begin_step
+  // moves them from pending to moved after the step's costs start counting).
+  std::int64_t moved_blocks_ = 0, pending_moves_ = 0;
   std::int64_t swapped_blocks_ = 0;     // blocks moved by swap_out and swap_in, for the clock
   std::unique_ptr<PrefixCache> cache_;  // never null: PrefixCacheMode::none never hits
   PrefixCacheStats stats_;

@@ -6,6 +6,7 @@
 #include <memory>
 #include <span>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "alloc/backend/kv_backend.hpp"
@@ -86,6 +87,11 @@ class PrefixCache {
     const std::int64_t excess = evictable_blocks() - keep;
     return excess > 0 ? evict(excess) : 0;
   }
+  /// Blocks the cache alone holds that may move to other blocks (compaction); none by default.
+  [[nodiscard]] virtual std::vector<BlockId> movable_blocks() const { return {}; }
+  /// Each (from, to): `from`'s KV now lives in `to` (copied there, taken from the pool with one
+  /// reference, which the cache keeps); the cache lets go of `from`. Only blocks movable_blocks() gave.
+  virtual void relocate(const std::vector<std::pair<BlockId, BlockId>>& /*moves*/) {}
   /// Blocks holding cached KV that no sequence holds (free in the accounting, reusable on a hit).
   [[nodiscard]] virtual std::int64_t cached_free_blocks() const = 0;
   /// Cached blocks dropped so far.

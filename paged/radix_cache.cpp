@@ -468,6 +468,30 @@ std::int64_t RadixCache::evict_ends_by_region(TrimIndex& t, std::int64_t blocks)
   return freed;
 }
 
+std::vector<BlockId> RadixCache::movable_blocks() const {
+  std::vector<BlockId> out;
+  for (const Node& n : nodes_)
+    if (n.live && n.parent >= 0 && n.lock == 0) out.insert(out.end(), n.blocks.begin(), n.blocks.end());
+  return out;
+}
+
+void RadixCache::relocate(const std::vector<std::pair<BlockId, BlockId>>& moves) {
+  std::unordered_map<BlockId, std::pair<std::int32_t, std::size_t>> at;  // block -> (node, index)
+  for (std::size_t i = 0; i < nodes_.size(); ++i) {
+    const Node& n = nodes_[i];
+    if (n.live && n.parent >= 0 && n.lock == 0)
+      for (std::size_t k = 0; k < n.blocks.size(); ++k)
+        at.emplace(n.blocks[k], std::pair(static_cast<std::int32_t>(i), k));
+  }
+  for (const auto& [from, to] : moves) {
+    const auto it = at.find(from);
+    KVLAB_EXPECTS(it != at.end(), "block " + std::to_string(from) + " is not a movable cached block");
+    nodes_[static_cast<std::size_t>(it->second.first)].blocks[it->second.second] = to;
+    const bool now_free = pool_->release(from);
+    KVLAB_ASSERT(now_free);  // the tree held it alone
+  }
+}
+
 void RadixCache::check_invariants() const {
   std::vector<std::int32_t> locks(nodes_.size(), 0), children(nodes_.size(), 0);
   std::int64_t cached = 0, evictable = 0;

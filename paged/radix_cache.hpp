@@ -86,6 +86,9 @@ class RadixCache final : public PrefixCache {
   std::int64_t trim(std::int64_t keep, bool by_pages) override;
 
   [[nodiscard]] std::int64_t evictable_blocks() const noexcept override { return evictable_; }
+  /// The blocks of unlocked nodes (held by the tree alone).
+  [[nodiscard]] std::vector<BlockId> movable_blocks() const override;
+  void relocate(const std::vector<std::pair<BlockId, BlockId>>& moves) override;
   [[nodiscard]] std::int64_t cached_blocks() const noexcept { return cached_; }
   [[nodiscard]] std::int64_t evicted_blocks() const noexcept { return evicted_; }
   [[nodiscard]] std::int32_t lock_count(std::int32_t node) const {

@@ -432,19 +432,24 @@ def fig_multi_tenant(d, rows):
             float(r["idle_s"]) >= 10]  # the tenants idle for a while (as the README counts them)
     labels, held, floor, col = [], [], [], []
     for r in idle:
-        blind = "firstfree" in r["backend"]
-        labels.append(f"{r['load']}\n{r['tenant']}\n{'blind' if blind else 'aware'}")
+        kind = "blind" if "firstfree" in r["backend"] else "compact" if "compact" in r["backend"] else "aware"
+        labels.append(f"{r['load']}\n{r['tenant']}\n{kind}")
         held.append(float(r["idle_held_gib"]))
         floor.append(float(r["idle_floor_gib"]))
-        col.append("#e64a19" if blind else "#1565c0")
+        col.append({"blind": "#e64a19", "aware": "#1565c0", "compact": "#2e7d32"}[kind])
     a4.bar(range(len(idle)), held, color=col)
-    a4.scatter(range(len(idle)), floor, color="black", marker="_", s=300, zorder=3, label="packed floor (the cache)")
+    a4.scatter(range(len(idle)), floor, color="black", marker="_", s=300, zorder=3)
     a4.set_xticks(range(len(idle)), labels, fontsize=7)
     a4.set_ylabel("memory an idle tenant holds (GiB)")
-    a4.set_title("idle memory (idle 10 s or more): page-aware (blue) vs page-blind (red)", fontsize=10)
-    a4.text(0.02, 0.97, "kvcached, idle Qwen3-4B (its PR #390):\n10.3 GB against a 2.25 GB floor;\n5.2 GB with "
+    a4.set_title("idle memory (tenants idle 10 s or more)", fontsize=10)
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+    a4.legend(handles=[Patch(color="#1565c0", label="page-aware"), Patch(color="#e64a19", label="page-blind"),
+                       Patch(color="#2e7d32", label="page-aware + compaction"),
+                       Line2D([], [], color="black", marker="_", linestyle="", markersize=14,
+                              label="packed floor (the cache)")], fontsize=8, loc="upper left")
+    a4.text(0.02, 0.70, "kvcached, idle Qwen3-4B (its PR #390):\n10.3 GB against a 2.25 GB floor;\n5.2 GB with "
             "page-ordered eviction", transform=a4.transAxes, va="top", fontsize=7)
-    a4.legend(fontsize=8)
     fig.suptitle("Three Llama-3-8B tenants on one modelled A100-80GB: static split vs elastic pool (kvcached)",
                  fontsize=11)
     return fig

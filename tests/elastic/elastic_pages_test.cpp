@@ -5,6 +5,7 @@
 // every call leaving nothing mapped.
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <memory>
 #include <random>
 #include <vector>
@@ -13,6 +14,7 @@
 #include "alloc/memory/memory_resource.hpp"
 #include "elastic/elastic_pages.hpp"
 #include "paged/paged_backend.hpp"
+#include "tests/paged/prefix_cache_access.hpp"
 #include "tests/support/tiny_model.hpp"
 #include "vmm/posix_vm_driver.hpp"
 
@@ -29,33 +31,40 @@ struct Elastic {
   std::unique_ptr<PagedBackend> backend;
 };
 
-Elastic make(std::size_t groups, std::int32_t reserve, ElasticAllocation allocation = ElasticAllocation::fullest,
-             std::shared_ptr<PhysicalBudget> budget = nullptr, ElasticLayout layout = ElasticLayout::per_layer,
-             std::int32_t block_size = 16) {
+/// An elastic backend over `groups` page groups of host memory; `adjust` sets what a test needs
+/// (block size, reserve, prefix cache, ...); the paged config takes the storage's block size.
+Elastic make_with(std::size_t groups, const std::function<void(ElasticConfig&, PagedConfig&)>& adjust) {
   Elastic e;
-  const ModelGeometry m = testing::tiny_model();
   const std::size_t capacity = groups * 4 * kPage;
   e.driver = std::make_shared<PosixVmDriver>(capacity);
   ElasticConfig c;
-  c.model = m;
-  c.block_size = block_size;
+  c.model = testing::tiny_model();
   c.page_bytes = kPage;
   c.capacity_bytes = capacity;
-  c.reserve_groups = reserve;
-  c.allocation = allocation;
-  c.layout = layout;
   c.driver = e.driver;
-  c.budget = std::move(budget);
-  e.pages = std::make_shared<ElasticPages>(c);
   PagedConfig p;
-  p.model = m;
+  p.model = c.model;
   p.capacity_bytes = capacity;
-  p.block_size = block_size;
   p.max_seq_len = 128;
   p.memory = &host_memory_resource();
+  adjust(c, p);
+  p.block_size = c.block_size;
+  e.pages = std::make_shared<ElasticPages>(c);
   p.storage = e.pages;
   e.backend = std::make_unique<PagedBackend>(std::move(p));
   return e;
+}
+
+Elastic make(std::size_t groups, std::int32_t reserve, ElasticAllocation allocation = ElasticAllocation::fullest,
+             std::shared_ptr<PhysicalBudget> budget = nullptr, ElasticLayout layout = ElasticLayout::per_layer,
+             std::int32_t block_size = 16) {
+  return make_with(groups, [&](ElasticConfig& c, PagedConfig&) {
+    c.block_size = block_size;
+    c.reserve_groups = reserve;
+    c.allocation = allocation;
+    c.layout = layout;
+    c.budget = budget;
+  });
 }
 
 double counter(const KvBackend& b, const std::string& name) {
@@ -115,18 +124,12 @@ TEST(ElasticPages, EmptiedGroupsStayMappedUpToTheRetainedCount) {
   c.reserve_groups = 2;
   c.retain_groups = 1;
   EXPECT_NE(elastic_config_problem(c).find("at least the reserve (2)"), std::string::npos);
-  c.retain_groups = 3;
-  c.reserve_groups = 1;
-  c.driver = std::make_shared<PosixVmDriver>(c.capacity_bytes);
-  auto pages = std::make_shared<ElasticPages>(c);
-  PagedConfig p;
-  p.model = c.model;
-  p.capacity_bytes = c.capacity_bytes;
-  p.block_size = 16;
-  p.max_seq_len = 1024;
-  p.memory = &host_memory_resource();
-  p.storage = pages;
-  PagedBackend b(std::move(p));
+  Elastic e = make_with(10, [](ElasticConfig& ec, PagedConfig& pc) {
+    ec.retain_groups = 3;
+    pc.max_seq_len = 1024;
+  });
+  PagedBackend& b = *e.backend;
+  const std::shared_ptr<ElasticPages>& pages = e.pages;
   EXPECT_EQ(b.name(), "elastic-16-4k-retain3");
   b.admit(1, {160, 160}, 160);  // 10 blocks: 5 groups
   b.release(1);
@@ -139,6 +142,65 @@ TEST(ElasticPages, EmptiedGroupsStayMappedUpToTheRetainedCount) {
   EXPECT_EQ(counter(b, "critical_maps"), 20) << "only sequence 1's five groups were mapped on the critical path";
   b.release(2);
   EXPECT_EQ(pages->held_bytes(), 3 * 4 * kPage);
+}
+
+/// Sequences with prompt token ids (blocks of 4 tokens, 8 to a page group) come and go, every one
+/// cached in a radix cache capped at 40 blocks; then all leave. Returns (groups held, cached blocks,
+/// blocks moved) at the end; `compact`: PagedConfig::compact_cache.
+struct IdleCache {
+  std::size_t groups = 0;
+  std::int64_t cached = 0, moved = 0;
+};
+IdleCache idle_cache(bool compact) {
+  Elastic e = make_with(32, [&](ElasticConfig& ec, PagedConfig& pc) {
+    ec.block_size = 4;
+    ec.reserve_groups = 0;
+    pc.max_seq_len = 1024;
+    pc.prefix_cache = PrefixCacheMode::radix;
+    pc.max_cached_blocks = 40;
+    pc.compact_cache = compact;
+  });
+  PagedBackend& b = *e.backend;
+  const std::shared_ptr<ElasticPages>& pages = e.pages;
+  std::mt19937 rng(5);
+  std::vector<SeqId> live;
+  std::vector<std::vector<std::int32_t>> ids;
+  for (SeqId id = 0; id < 300; ++id) {
+    if (!live.empty() && rng() % 3 != 0) {  // one leaves
+      const std::size_t i = rng() % live.size();
+      b.release(live[i]);
+      live[i] = live.back();
+      live.pop_back();
+    }
+    const auto n = static_cast<std::int32_t>(4 + rng() % 24);
+    ids.emplace_back(static_cast<std::size_t>(n));
+    for (std::int32_t k = 0; k < n; ++k) ids.back()[static_cast<std::size_t>(k)] = id * 1000 + k;  // no sharing
+    SequenceSpec spec{.prompt_tokens = n, .final_tokens = n};
+    spec.prompt_token_ids = ids.back();
+    if (!b.can_admit(spec, n)) continue;
+    b.admit(id, spec, n);
+    live.push_back(id);
+  }
+  for (const SeqId id : live) b.release(id);
+  testing::radix_cache(b)->check_invariants();
+  b.begin_step();  // the moves of the last releases are charged to the step after them
+  return {pages->held_bytes() / (4 * kPage), b.prefix_cache().evictable_blocks(),
+          static_cast<std::int64_t>(counter(b, "compaction_moves"))};
+}
+
+TEST(ElasticPages, CompactionPacksAnIdleCacheOntoFewGroups) {
+  const IdleCache plain = idle_cache(false), packed = idle_cache(true);
+  RecordProperty("groups_without_compaction", static_cast<int>(plain.groups));
+  RecordProperty("groups_with_compaction", static_cast<int>(packed.groups));
+  RecordProperty("blocks_moved", static_cast<int>(packed.moved));
+  // The cap is 40; a page-aware trim may evict up to a quarter group (2 blocks) past it.
+  EXPECT_TRUE(plain.cached >= 38 && plain.cached <= 40) << plain.cached;
+  EXPECT_TRUE(packed.cached >= 38 && packed.cached <= 40) << packed.cached;
+  EXPECT_EQ(plain.moved, 0);
+  EXPECT_GT(packed.moved, 0);
+  // 38-40 blocks need 5 groups of 8; the greedy leaves at most one group partly filled.
+  EXPECT_LE(packed.groups, static_cast<std::size_t>((packed.cached + 7) / 8 + 1));
+  EXPECT_LT(packed.groups, plain.groups);
 }
 
 struct Churn {
@@ -303,27 +365,15 @@ TEST(ElasticPages, InterleavedPagesHoldWholeBlocksOfEveryLayer) {
 // it, and the groups the trim empties are unmapped.
 TEST(ElasticPages, AReleaseTrimsTheCacheToItsCapAndTheEmptiedGroupsUnmap) {
   for (const bool by_pages : {true, false}) {
-    const ModelGeometry m = testing::tiny_model();
-    const std::size_t capacity = 8 * 4 * kPage;  // 8 groups of 2 blocks
-    auto driver = std::make_shared<PosixVmDriver>(capacity);
-    ElasticConfig c;
-    c.model = m;
-    c.block_size = 16;
-    c.page_bytes = kPage;
-    c.capacity_bytes = capacity;
-    c.reserve_groups = 0;
-    c.driver = driver;
-    PagedConfig p;
-    p.model = m;
-    p.capacity_bytes = capacity;
-    p.block_size = 16;
-    p.max_seq_len = 1024;
-    p.memory = &host_memory_resource();
-    p.prefix_cache = PrefixCacheMode::radix;
-    p.max_cached_blocks = 2;  // 32 tokens
-    p.evict_by_pages = by_pages;
-    p.storage = std::make_shared<ElasticPages>(c);
-    PagedBackend b(std::move(p));
+    Elastic e = make_with(8, [&](ElasticConfig& ec, PagedConfig& pc) {  // 8 groups of 2 blocks
+      ec.reserve_groups = 0;
+      pc.max_seq_len = 1024;
+      pc.prefix_cache = PrefixCacheMode::radix;
+      pc.max_cached_blocks = 2;  // 32 tokens
+      pc.evict_by_pages = by_pages;
+    });
+    PagedBackend& b = *e.backend;
+    const std::shared_ptr<PosixVmDriver>& driver = e.driver;
     EXPECT_EQ(b.name(),
               by_pages ? "elastic-16-4k-reserve0-radix-maxcached32" : "elastic-16-4k-reserve0-radix-maxcached32-lru");
     std::vector<std::int32_t> ids(96);

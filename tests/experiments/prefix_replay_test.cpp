@@ -9,6 +9,7 @@
 #include "serving/replay/backend_factory.hpp"
 #include "serving/replay/replayer.hpp"
 #include "serving/traces/token_ids.hpp"
+#include "serving/traces/workload.hpp"
 #include "paged/paged_backend.hpp"
 #include "tests/support/tiny_model.hpp"
 
@@ -130,6 +131,37 @@ TEST(PrefixReplayHost, ANextTurnFindsThePreviousAnswerOnTheHost) {
     if (n == "prefix_host_hit_blocks") host_hits = static_cast<std::int64_t>(v);
   EXPECT_EQ(r.summary.prefix_hit_tokens - r0.summary.prefix_hit_tokens, host_hits * 16);
   EXPECT_GT(r.summary.makespan_s, r0.summary.makespan_s - 1e-9) << "transfers cost time (and save prefill)";
+}
+
+}  // namespace
+}  // namespace kvlab
+
+namespace kvlab {
+namespace {
+
+// Compaction (elastic-B-radix-...-compact) moves cached blocks between page groups: every byte
+// of KV a later request hits must have come along (verify_kv reads each back as written).
+TEST(PrefixReplayCompaction, MovedBlocksKeepTheirKv) {
+  auto b = make_backend("elastic-16-4k-radix-maxcached256-compact", options(3000));
+  SyntheticWorkload w;
+  w.num_requests = 120;
+  w.rate = 40;
+  w.prompt = LengthDistribution::parse("uniform:40:200", "prompt");
+  w.output = LengthDistribution::parse("uniform:4:40", "output");
+  w.prefix_groups = 4;
+  w.shared_prefix_tokens = 64;
+  w.seed = 3;
+  ReplayConfig cfg;
+  cfg.verify_kv = true;
+  const ReplayResult r = replay(*b, generate(w), cfg);
+  EXPECT_EQ(r.summary.completed, 120);
+  EXPECT_EQ(r.summary.kv_mismatches, 0);
+  EXPECT_GT(r.summary.prefix_hit_tokens, 0);
+  double moves = 0;
+  for (const auto& [name, value] : r.summary.backend_counters)
+    if (name == "compaction_moves") moves = value;
+  RecordProperty("compaction_moves", static_cast<int>(moves));
+  EXPECT_GT(moves, 0) << "the workload should make compaction move blocks";
 }
 
 }  // namespace

@@ -1,5 +1,5 @@
-// elastic-B[-PAGE][-interleaved][-firstfree][-reserveN][-retainM][-radix[-maxcachedN][-lru]]: a paged backend whose
-// blocks lie on physical pages mapped on demand and returned when they empty (kvcached's design; elastic/,
+// elastic-B[-PAGE][-interleaved][-firstfree][-reserveN][-retainM][-radix[-maxcachedN][-lru][-compact]]: a paged backend
+// whose blocks lie on physical pages mapped on demand and returned when they empty (kvcached's design; elastic/,
 // docs/elastic.md).
 #include <fmt/format.h>
 
@@ -14,7 +14,8 @@ namespace {
 using family::suffix_number;
 
 constexpr const char* kOptions =
-    "-PAGE (4k, 64k, 2m ...), -interleaved, -firstfree, -reserveN, -retainM, -radix, -maxcachedN (tokens), -lru";
+    "-PAGE (4k, 64k, 2m ...), -interleaved, -firstfree, -reserveN, -retainM, -radix, -maxcachedN (tokens), -lru, "
+    "-compact";
 
 /// The prefix cache's part of an elastic name: the mode, kvcached's cap on cached tokens and how
 /// trimming to it chooses victims.
@@ -22,6 +23,7 @@ struct CacheOptions {
   PrefixCacheMode mode = PrefixCacheMode::none;
   long long max_cached_tokens = -1;
   bool lru = false;
+  bool compact = false;
 };
 
 /// Reads the options after the block size into `e` and `cache`.
@@ -46,6 +48,8 @@ void parse_elastic_options(std::string_view name, std::string_view opts, Elastic
       cache.max_cached_tokens = suffix_number(opt, "maxcached");
     } else if (opt == "lru") {
       cache.lru = true;
+    } else if (opt == "compact") {
+      cache.compact = true;
     } else if (opt.starts_with("reserve") && suffix_number(opt, "reserve") >= 0 &&
                suffix_number(opt, "reserve") <= 1'000'000) {
       e.reserve_groups = static_cast<std::int32_t>(suffix_number(opt, "reserve"));
@@ -83,6 +87,10 @@ std::unique_ptr<KvBackend> make_elastic_backend(std::string_view name, const Bac
   if (cache.max_cached_tokens >= 0 && cache.mode != PrefixCacheMode::radix)
     KVLAB_THROW(InvalidArgument,
                 fmt::format("backend '{}': -maxcachedN caps the radix prefix cache; add -radix", name));
+  if (cache.compact && (cache.mode != PrefixCacheMode::radix || e.allocation != ElasticAllocation::fullest))
+    KVLAB_THROW(InvalidArgument, fmt::format("backend '{}': -compact moves the radix cache's blocks between page "
+                                             "groups of the page-aware pool; add -radix, drop -firstfree",
+                                             name));
   if (cache.lru && cache.max_cached_tokens < 0)
     KVLAB_THROW(InvalidArgument, fmt::format("backend '{}': -lru chooses how trimming to -maxcachedN evicts; give "
                                              "the cap too",
@@ -110,6 +118,7 @@ std::unique_ptr<KvBackend> make_elastic_backend(std::string_view name, const Bac
   c.prefix_cache = cache.mode;
   if (cache.max_cached_tokens >= 0) c.max_cached_blocks = cache.max_cached_tokens / bs;
   c.evict_by_pages = !cache.lru;
+  c.compact_cache = cache.compact;
   if (options.device != nullptr) c.swap_memory = options.device->swap_memory();  // pinned on a GPU
   if (options.memory != nullptr) {  // storage: the pages come from the device's VM driver
     KVLAB_EXPECTS(device == Device::host || options.device != nullptr,
@@ -125,14 +134,14 @@ std::unique_ptr<KvBackend> make_elastic_backend(std::string_view name, const Bac
 BackendFamily elastic_backend_family() {
   // Forms whose page groups fit the conformance suite's tiny model (300-2000 token budgets): a
   // group of 4k pages holds 32 of its tokens per layer, an interleaved 4k page 8 tokens.
-  return {
-      "elastic-",
-      "elastic-B[-PAGE][-interleaved][-firstfree][-reserveN][-retainM][-radix[-maxcachedN][-lru]] (B = 1..1024 tokens, "
-      "PAGE 2m by default, N cached tokens)",
-      {"elastic-16-4k", "elastic-1-4k-firstfree", "elastic-2-4k-interleaved", "elastic-16-4k-radix-maxcached64",
-       "elastic-16-4k-reserve0-retain2"},
-      make_elastic_backend,
-      /*shares_memory=*/true};
+  return {"elastic-",
+          "elastic-B[-PAGE][-interleaved][-firstfree][-reserveN][-retainM][-radix[-maxcachedN][-lru][-compact]] (B = "
+          "1..1024 tokens, "
+          "PAGE 2m by default, N cached tokens)",
+          {"elastic-16-4k", "elastic-1-4k-firstfree", "elastic-2-4k-interleaved",
+           "elastic-16-4k-radix-maxcached64-compact", "elastic-16-4k-reserve0-retain2"},
+          make_elastic_backend,
+          /*shares_memory=*/true};
 }
 
 }  // namespace kvlab
