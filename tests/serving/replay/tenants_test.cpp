@@ -154,13 +154,14 @@ TEST(Tenants, AHigherPriorityTenantGoesFirstWhenBurstsOverlap) {
 // prefix cache, capped at 16,000 tokens (KVCACHED_MAX_CACHED_TOKENS). Evicting least recently used
 // blocks meets the cap but leaves the kept blocks scattered over the page groups they were
 // allocated on, and those stay mapped; page-aware allocation and eviction gather them.
-std::vector<TenantSpec> with_system_prompts() {
+/// Three tenants 30 s apart whose prompts start with system prompts; by default the light load.
+std::vector<TenantSpec> with_system_prompts(Shape shape = {.n = 120, .rate = 6, .burstiness = 3}) {
+  shape.system_prompts = true;
   std::vector<TenantSpec> t(3);
   for (int i = 0; i < 3; ++i) {
     t[i].name = "t" + std::to_string(i);
     t[i].model = model_preset("llama-3-8b");
-    t[i].requests = burst(30.0 * i, 1 + static_cast<std::uint64_t>(i),
-                          {.n = 120, .rate = 6, .burstiness = 3, .system_prompts = true});
+    t[i].requests = burst(30.0 * i, 1 + static_cast<std::uint64_t>(i), shape);
   }
   return t;
 }
@@ -205,13 +206,7 @@ TEST(Tenants, AnIdleTenantKeepsLittleMoreThanItsCacheWithPageAwareEviction) {
 // once), page-aware eviction alone leaves idle tenants at 1.73x and 2.24x their floor (the radix
 // tree pins prefixes; docs/elastic.md); moving cached blocks (-compact) packs them to about 1.1x.
 TEST(Tenants, CompactionPacksIdleCachesUnderHeavyBursts) {
-  std::vector<TenantSpec> tenants(3);
-  for (int i = 0; i < 3; ++i) {
-    tenants[i].name = "t" + std::to_string(i);
-    tenants[i].model = model_preset("llama-3-8b");
-    tenants[i].requests = burst(30.0 * i, 1 + static_cast<std::uint64_t>(i),
-                                {.n = 200, .rate = 20, .burstiness = 3, .system_prompts = true});
-  }
+  const std::vector<TenantSpec> tenants = with_system_prompts({.n = 200, .rate = 20, .burstiness = 3});
   ReplayConfig c;
   const auto runs = replay_tenants(tenants, TenantPolicy::elastic, "elastic-16-radix-maxcached16000-compact", 24 * kGiB,
                                    options(), c);
