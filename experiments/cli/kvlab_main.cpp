@@ -463,16 +463,12 @@ std::vector<TenantSpec> read_tenants(const RunOptions& c, std::vector<std::strin
 std::string tenant_row(const std::string& backend, TenantPolicy policy, const TenantRun& t, double end_s) {
   const ReplaySummary& s = t.result.summary;
   const IdleMemory idle = idle_memory(t.result, end_s);
-  double maps = 0, unmaps = 0;
-  for (const auto& [n, v] : t.result.summary.backend_counters) {
-    if (n == "critical_maps" || n == "reserve_maps") maps += v;
-    if (n == "unmaps") unmaps += v;
-  }
+  const PageMaps maps = page_maps(t.result);
   return fmt::format("{},{},{},{},{},{},{},{},{:.6g},{:.6g},{:.6g},{:.6g},{},{},{:.6g},{:.0f},{:.0f},{},{}\n", backend,
                      to_string(policy), t.name, s.requests, s.completed, s.rejected + s.failed, s.truncated,
                      s.preemptions, s.ttft.median_ms, s.p99_ttft_s * 1e3, s.tpot.mean_ms, s.makespan_s,
-                     s.mean_held_bytes, s.peak_held_bytes, idle.idle_s, idle.held_bytes, idle.floor_bytes, maps,
-                     unmaps);
+                     s.mean_held_bytes, s.peak_held_bytes, idle.idle_s, idle.held_bytes, idle.floor_bytes, maps.mapped,
+                     maps.unmapped);
 }
 
 /// One row of gpu.csv: the tenants' memory together.

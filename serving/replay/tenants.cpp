@@ -80,13 +80,14 @@ IdleMemory idle_memory(const ReplayResult& r, double end_s) {
   return m;
 }
 
-namespace {
-double counter(const ReplayResult& r, std::string_view name) {
-  for (const auto& [n, v] : r.summary.backend_counters)
-    if (n == name) return v;
-  return 0;
+PageMaps page_maps(const ReplayResult& r) {
+  PageMaps m;
+  for (const auto& [n, v] : r.summary.backend_counters) {
+    if (n == "critical_maps" || n == "reserve_maps") m.mapped += v;
+    if (n == "unmaps") m.unmapped += v;
+  }
+  return m;
 }
-}  // namespace
 
 GpuMemory gpu_memory(const std::vector<TenantRun>& runs) {
   GpuMemory g;
@@ -102,8 +103,8 @@ GpuMemory gpu_memory(const std::vector<TenantRun>& runs) {
       first = false;
     }
     if (!t.result.steps.empty()) g.end_s = std::max(g.end_s, t.result.steps.back().time_s);
-    maps += counter(t.result, "critical_maps") + counter(t.result, "reserve_maps");
-    unmaps += counter(t.result, "unmaps");
+    maps += page_maps(t.result).mapped;
+    unmaps += page_maps(t.result).unmapped;
   }
   times.push_back(g.start_s);
   times.push_back(g.end_s);

@@ -60,6 +60,13 @@ struct TenantRun {
 /// The timeline's value at `t` (zero before its first point).
 [[nodiscard]] MemorySample memory_at(const std::vector<MemorySample>& timeline, double t);
 
+/// Pages a replay's backend mapped and unmapped (an elastic backend's critical_maps + reserve_maps
+/// and unmaps counters; zero for backends that map nothing).
+struct PageMaps {
+  double mapped = 0, unmapped = 0;
+};
+[[nodiscard]] PageMaps page_maps(const ReplayResult& r);
+
 /// What an idle tenant keeps (kvcached's idle-memory question, docs/elastic.md): over the times it
 /// had nothing to do after it first ran, up to `end_s` (the end of the shared timeline).
 struct IdleMemory {
