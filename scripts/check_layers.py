@@ -4,7 +4,7 @@
     scripts/check_layers.py [--root DIR] [--max-share PCT]
 
 --max-share PCT: also no top-level source folder holds more than PCT % of the lines of code (the
-sources of alloc, kernels, paged, vmm, elastic, serving, experiments and benchmarks; tests and scripts
+sources of alloc, kernels, paged, vmm, elastic, serving, experiments, benchmarks and python; tests and scripts
 apart).
 
   tests/        test-only code (tests/support: doubles): no shipped folder includes it
@@ -23,6 +23,8 @@ apart).
   experiments/  sweeps and run control, figures, the CLI: serving/ and below. Its rooms, bottom up:
                 runs, figures, cli
   benchmarks/   Google Benchmark binaries: any folder but tests/
+  python/       the Python package's extension (python/src): any folder but tests/ and benchmarks/,
+                backends only through the factory
 A room includes only its own headers and those of the rooms below it.
 Prints one line per violation (FILE:LINE: what) and exits 1 if there is any.
 """
@@ -31,7 +33,7 @@ import pathlib
 import re
 import sys
 
-OURS = ("alloc", "kernels", "paged", "vmm", "elastic", "serving", "experiments", "benchmarks")
+OURS = ("alloc", "kernels", "paged", "vmm", "elastic", "serving", "experiments", "benchmarks", "python")
 INCLUDABLE = OURS + ("tests",)  # folders an #include "X/..." can name
 ALLOWED = {
     "alloc": {"alloc"},
@@ -41,9 +43,10 @@ ALLOWED = {
     "elastic": {"alloc", "kernels", "paged", "vmm", "elastic"},
     "serving": {"alloc", "kernels", "paged", "vmm", "elastic", "serving"},
     "experiments": {"alloc", "kernels", "paged", "vmm", "elastic", "serving", "experiments"},
-    "benchmarks": set(OURS),
+    "benchmarks": set(OURS) - {"python"},
+    "python": set(OURS) - {"benchmarks"},
 }
-FRONT_DOOR_ONLY = ("serving", "experiments", "benchmarks")  # reach backends only through the factory
+FRONT_DOOR_ONLY = ("serving", "experiments", "benchmarks", "python")  # reach backends only through the factory
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"/]+)/')
 CONCRETE = re.compile(r"\b(ContiguousBackend|PagedBackend|VmmBackend|ContiguousConfig|PagedConfig|VmmConfig|"
                       r"ElasticPages|ElasticConfig)\b")

@@ -13,7 +13,8 @@ import sys
 
 import matplotlib
 
-matplotlib.use("Agg")
+if __name__ == "__main__":  # a script draws files; imported (the Python package's kvlab._plot), the caller's
+    matplotlib.use("Agg")   # backend stands, so a notebook shows the figure inline
 import matplotlib.pyplot as plt  # noqa: E402
 
 CATEGORIES = [
@@ -50,7 +51,14 @@ def without_paths(text):
 
 
 def compare(directory):
-    rows = read_rows(f"{directory}/compare.csv")
+    """DIR/compare.csv -> DIR/compare.png."""
+    fig = compare_figure(read_rows(f"{directory}/compare.csv"))
+    save(fig, f"{directory}/compare.png")
+    print(f"wrote {directory}/compare.png")
+
+
+def compare_figure(rows):
+    """The compare chart of compare.csv's rows (dicts of strings): memory breakdown, throughput, latency."""
     names = [r["backend"] for r in rows]
     latency = bool(rows) and "ttft_mean_ms" in rows[0]
     fig, axes = plt.subplots(1, 3 if latency else 2, figsize=(18 if latency else 13, 5),
@@ -98,8 +106,7 @@ def compare(directory):
     workload = without_paths(rows[0].get("workload", "")) if rows else ""
     fig.suptitle(f"kvlab compare: {workload}", fontsize=10)
     fig.tight_layout()
-    save(fig, f"{directory}/compare.png")
-    print(f"wrote {directory}/compare.png")
+    return fig
 
 
 def fig_memory_breakdown(d, rows):

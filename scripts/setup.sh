@@ -12,7 +12,7 @@ preset="${KVLAB_PRESET:-release}"
 # nlohmann-json, fmt, xxHash and Howard Hinnant's date (all four used header-only), libcsv.
 # docs/dependencies.md says why each one is here.
 packages=(build-essential cmake ninja-build pkg-config libgtest-dev libgmock-dev libbenchmark-dev
-          libboost-program-options-dev nlohmann-json3-dev libfmt-dev libxxhash-dev libcsv-dev libhowardhinnant-date-dev python3-matplotlib curl ca-certificates clang libclang-rt-dev clang-format clang-tidy)
+          libboost-program-options-dev nlohmann-json3-dev libfmt-dev libxxhash-dev libcsv-dev libhowardhinnant-date-dev python3-matplotlib python3-venv python3-dev curl ca-certificates clang libclang-rt-dev clang-format clang-tidy)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -36,6 +36,26 @@ if command -v nvcc >/dev/null 2>&1 && [ "$preset" != asan ] && [ "$preset" != ts
   scripts/fetch_flashinfer.sh || echo "setup: continuing without FlashInfer's kernels" >&2
 fi
 
-cmake --preset "$preset" >/dev/null
+# The Python package (docs/python.md): a virtual environment .venv with the pinned packages of
+# python/requirements.txt (nanobind, pandas, pytest, ...) from PyPI, and the release build's package
+# (build/<preset>/python) on its path. Without PyPI kvlab builds without it.
+python_args=()
+if [ "$preset" = release ] || [ "$preset" = debug ]; then
+  venv_python="$PWD/.venv/bin/python"
+  [ -x "$venv_python" ] || python3 -m venv .venv || echo "setup: python3 -m venv failed" >&2
+  if [ -x "$venv_python" ]; then
+    stamp=.venv/.kvlab-requirements
+    if cmp -s python/requirements.txt "$stamp" || { "$venv_python" -m pip install -q --disable-pip-version-check \
+        -r python/requirements.txt && cp python/requirements.txt "$stamp"; }; then
+      python_args=(-DKVLAB_PYTHON=ON "-DPython_EXECUTABLE=$venv_python")
+      site="$("$venv_python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+      echo "$PWD/build/$preset/python" > "$site/kvlab-build.pth"
+    else
+      echo "setup: continuing without the Python package (pip could not install python/requirements.txt)" >&2
+    fi
+  fi
+fi
+
+cmake --preset "$preset" "${python_args[@]}" >/dev/null
 cmake --build --preset "$preset" -j "$(nproc)"
-echo "setup: built build/$preset (kvlab: build/$preset/kvlab)" >&2
+echo "setup: built build/$preset (kvlab: build/$preset/kvlab${python_args:+; Python: .venv/bin/python -c 'import kvlab'})" >&2

@@ -492,10 +492,12 @@ std::string RunOptions::clock_description(const DeviceModel& model) const {
                                : "measured (host attention kernels)";
 }
 
-RunCommand parse_run_command(std::string_view command, const std::vector<std::string>& given_args) {
+namespace {
+
+/// replay's or compare's options, bound to `run` and `backends`: the one list both the command line
+/// and run_command_options read.
+po::options_description run_command_description(std::string_view command, RunCommand& run, std::string& backends) {
   KVLAB_EXPECTS(command == "replay" || command == "compare", "parse_run_command: replay or compare");
-  RunCommand run;
-  std::string backends;
   po::options_description opts(fmt::format("kvlab {} options", command));
   const std::string families = backend_usage();
   if (command == "replay")
@@ -506,6 +508,28 @@ RunCommand parse_run_command(std::string_view command, const std::vector<std::st
         "backends", po::value(&backends)->default_value(default_compare_backends()),
         "comma-separated backends, replayed side by side on the same workload");
   run.options.add(opts);
+  return opts;
+}
+
+}  // namespace
+
+std::vector<OptionInfo> run_command_options(std::string_view command) {
+  RunCommand run;
+  std::string backends;
+  const po::options_description opts = run_command_description(command, run, backends);
+  std::vector<OptionInfo> list;
+  for (const auto& o : opts.options()) {
+    OptionInfo info{o->long_name(), o->semantic()->max_tokens() > 0, "", o->description()};
+    if (boost::any value; o->semantic()->apply_default(value)) info.default_text = option_text(value);
+    list.push_back(std::move(info));
+  }
+  return list;
+}
+
+RunCommand parse_run_command(std::string_view command, const std::vector<std::string>& given_args) {
+  RunCommand run;
+  std::string backends;
+  const po::options_description opts = run_command_description(command, run, backends);
   const std::vector<std::string> args = with_config(opts, given_args, std::string(command));
   po::variables_map vm;
   po::store(po::command_line_parser(args).options(opts).positional(kNoPositional).run(), vm);

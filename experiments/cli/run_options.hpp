@@ -144,6 +144,18 @@ struct RunCommand {
   std::string help_text;              ///< the options' table (the command adds its usage and examples)
 };
 
+/// One option of replay or compare, as --help lists it.
+struct OptionInfo {
+  std::string name;          ///< the long name, without "--"
+  bool takes_value = false;  ///< false: a switch
+  std::string default_text;  ///< the default as run.json records it ("" when none)
+  std::string description;
+};
+
+/// replay's or compare's options, in --help's order (the Python package checks its keyword
+/// arguments against these and documents them from here).
+[[nodiscard]] std::vector<OptionInfo> run_command_options(std::string_view command);
+
 /// Parses and checks `kvlab COMMAND ARGS` for COMMAND replay or compare. Bad input throws
 /// UsageError, InvalidArgument or a boost::program_options error (each one line, exit 2); nothing
 /// is read but a --config file, nothing is written.

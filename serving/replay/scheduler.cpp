@@ -184,6 +184,21 @@ std::size_t Scheduler::latest_running() const {
   return best;
 }
 
+/// The custom preemption choice among running_[first..] (those that have not claimed this step).
+std::size_t Scheduler::chosen_victim(std::size_t first) const {
+  std::vector<RunningRequest> candidates;
+  for (std::size_t k = first; k < running_.size(); ++k) {
+    const Group& g = running_[k];
+    candidates.push_back({static_cast<std::int64_t>(g.req), w_[g.req].arrival_s, g.prompt, g.prefilled, g.output,
+                          static_cast<int>(g.seqs.size()), result_.requests[g.req].preemptions});
+  }
+  const std::size_t pick = c_.schedule.preemption_victim(candidates);
+  if (pick >= candidates.size())
+    throw InvalidArgument("preemption choice: the policy must return an index below " +
+                          std::to_string(candidates.size()) + " (got " + std::to_string(pick) + ")");
+  return first + pick;
+}
+
 /// Takes running_[pos] off the device: swapped out when the mode and the backend allow,
 /// otherwise released and requeued to recompute.
 void Scheduler::preempt(std::size_t pos) {
@@ -337,18 +352,58 @@ void Scheduler::swap_in_groups() {
   }
 }
 
-/// Longest prefix match: the head of the queue reordered by cached prompt tokens, overdue first.
+namespace {
+
+/// A custom admission order's answer, checked: a permutation of 0..n-1.
+std::vector<std::size_t> checked_order(std::vector<std::size_t> order, std::size_t n) {
+  std::vector<bool> seen(n, false);
+  bool ok = order.size() == n;
+  for (std::size_t i : order) {
+    ok = ok && i < n && !seen[i];
+    if (i < n) seen[i] = true;
+  }
+  if (!ok)
+    throw InvalidArgument("admission order: the policy must return each of the " + std::to_string(n) + " indices 0.." +
+                          std::to_string(n - 1) + " once (got " + std::to_string(order.size()) + " indices)");
+  return order;
+}
+
+}  // namespace
+
+/// The waiting requests at the head of the queue, as a custom admission order sees them.
+std::vector<QueuedRequest> Scheduler::queued_head(std::size_t n) const {
+  std::vector<QueuedRequest> head(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    const Group& g = waiting_[i];
+    head[i] = {static_cast<std::int64_t>(g.req),
+               w_[g.req].arrival_s,
+               now_ - w_[g.req].arrival_s,
+               g.prompt,
+               g.output,
+               g.ids.empty() ? 0 : b_.cached_prefix_tokens(spec_of(g)),
+               result_.requests[g.req].preemptions};
+  }
+  return head;
+}
+
+/// Longest prefix match (the head of the queue reordered by cached prompt tokens, overdue first), or
+/// the custom admission order.
 void Scheduler::order_waiting() {
   const std::size_t n = std::min(waiting_.size(), c_.schedule.window);
   if (n < 2) return;
-  std::vector<std::int64_t> cached(n);
-  std::vector<double> waited(n);
-  for (std::size_t i = 0; i < n; ++i) {
-    const Group& g = waiting_[i];
-    cached[i] = g.ids.empty() ? 0 : b_.cached_prefix_tokens(spec_of(g));
-    waited[i] = now_ - w_[g.req].arrival_s;
+  const std::vector<QueuedRequest> queued = queued_head(n);
+  std::vector<std::size_t> order;
+  if (c_.schedule.admission_order) {
+    order = checked_order(c_.schedule.admission_order(queued), n);
+  } else {
+    std::vector<std::int64_t> cached(n);
+    std::vector<double> waited(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      cached[i] = queued[i].cached_tokens;
+      waited[i] = queued[i].waited_s;
+    }
+    order = lpm_order(cached, waited, c_.schedule.max_wait_s);
   }
-  const std::vector<std::size_t> order = lpm_order(cached, waited, c_.schedule.max_wait_s);
   std::vector<Group> head;
   head.reserve(n);
   for (std::size_t i : order) head.push_back(std::move(waiting_[i]));
@@ -357,7 +412,7 @@ void Scheduler::order_waiting() {
 
 void Scheduler::admit_waiting() {
   if (c_.admissions_held) return;  // a tenant of higher priority waits for memory
-  if (c_.schedule.policy == SchedulePolicy::lpm && swapped_.empty()) order_waiting();
+  if ((c_.schedule.policy == SchedulePolicy::lpm || c_.schedule.admission_order) && swapped_.empty()) order_waiting();
   while (!waiting_.empty() && swapped_.empty()) {
     Group& g = waiting_.front();
     if (seqs_in_step_ + paused_ + c_.samples_per_request > c_.max_running) return;
@@ -539,7 +594,7 @@ void Scheduler::claim_running() {
     }
     // Groups are processed in arrival order, so the latest arrival has not claimed anything yet
     // this step (or is the one failing): preempting it gives back only memory it held before.
-    const std::size_t victim = latest_running();
+    const std::size_t victim = c_.schedule.preemption_victim ? chosen_victim(i) : latest_running();
     KVLAB_ASSERT(victim >= i);
     preempt(victim);
   }

@@ -73,6 +73,8 @@ class Scheduler {
   bool try_claim(Group& g, bool& failed, std::string& error);
   void preempt(std::size_t pos);
   [[nodiscard]] std::size_t latest_running() const;
+  [[nodiscard]] std::size_t chosen_victim(std::size_t first) const;
+  [[nodiscard]] std::vector<QueuedRequest> queued_head(std::size_t n) const;
   void claim_running();
   void swap_in_groups();
   void order_waiting();

@@ -8,6 +8,7 @@
 #include "alloc/core/error.hpp"
 #include "serving/support/atomic_file.hpp"
 #include "serving/support/shell.hpp"
+#include "serving/report/record_columns.hpp"
 #include "serving/report/summary_json.hpp"
 
 namespace kvlab {
@@ -45,47 +46,21 @@ void write_replay_files(const std::filesystem::path& dir, const RunInfo& info, c
   const ReplaySummary& s = result.summary;
   const std::filesystem::path out = dir / s.backend;
   std::filesystem::create_directories(out);
-  const auto text = [] {
-    std::ostringstream f;
-    f << std::setprecision(9);
-    return f;
-  };
   {
-    auto f = text();
-    f << "time_s,duration_s,running,waiting,token_states_frac,reserved_frac,internal_fragmentation_frac,"
-         "external_fragmentation_frac,free_frac,allocated_bytes,kernel_s,prepare_s,mapping_s,linear_s,attention_s,cpu_"
-         "s,transfer_s,copy_s,held_bytes,floor_bytes\n";
-    for (const StepRecord& r : result.steps)
-      f << r.time_s << ',' << r.duration_s << ',' << r.running << ',' << r.waiting << ',' << r.fractions.token_states
-        << ',' << r.fractions.reserved << ',' << r.fractions.internal_fragmentation << ','
-        << r.fractions.external_fragmentation << ',' << r.fractions.free << ',' << r.allocated_bytes << ','
-        << r.kernel_s << ',' << r.prepare_s << ',' << r.mapping_s << ',' << r.parts.linear << ',' << r.parts.attention
-        << ',' << r.parts.cpu << ',' << r.parts.transfer << ',' << r.parts.copy << ',' << r.held_bytes << ','
-        << r.floor_bytes << '\n';
+    std::ostringstream f;
+    write_csv_rows<StepRecord>(f, result.steps, step_columns());
     write_file_atomically(out / "steps.csv", f.view());
   }
   {
-    auto f = text();
-    f << "id,arrival_s,first_scheduled_s,first_token_s,finish_s,prompt_tokens,output_tokens,generated_tokens,"
-         "preemptions,status,reason\n";
-    for (const RequestRecord& r : result.requests) {
-      const char* status = r.status == RequestRecord::Status::rejected    ? "rejected"
-                           : r.status == RequestRecord::Status::completed ? "completed"
-                           : r.status == RequestRecord::Status::failed    ? "failed"
-                                                                          : "truncated";
-      f << r.id << ',' << r.arrival_s << ',' << r.first_scheduled_s << ',' << r.first_token_s << ',' << r.finish_s
-        << ',' << r.prompt_tokens << ',' << r.output_tokens << ',' << r.generated_tokens << ',' << r.preemptions << ','
-        << status << ',' << csv_field(r.reason) << '\n';
-    }
+    std::ostringstream f;
+    write_csv_rows<RequestRecord>(f, result.requests, request_columns());
     write_file_atomically(out / "requests.csv", f.view());
   }
   // The summary last: a directory with a summary.json holds the run's complete files.
   write_summary_json(out / "summary.json", info, s);
 }
 
-void write_compare_csv(const std::filesystem::path& file, const std::string& workload,
-                       const std::vector<ReplaySummary>& rows) {
-  std::filesystem::create_directories(file.parent_path());
+std::string compare_csv(const std::string& workload, const std::vector<ReplaySummary>& rows) {
   std::ostringstream f;
   f << std::setprecision(9);
   f << "backend,workload,clock,token_states_frac,reserved_frac,internal_fragmentation_frac,"
@@ -137,7 +112,13 @@ void write_compare_csv(const std::filesystem::path& file, const std::string& wor
     }
     f << '\n';
   }
-  write_file_atomically(file, f.view());
+  return std::move(f).str();
+}
+
+void write_compare_csv(const std::filesystem::path& file, const std::string& workload,
+                       const std::vector<ReplaySummary>& rows) {
+  std::filesystem::create_directories(file.parent_path());
+  write_file_atomically(file, compare_csv(workload, rows));
 }
 
 std::string csv_field(const std::string& s) {

@@ -32,8 +32,10 @@ void write_replay_files(const std::filesystem::path& dir, const RunInfo& info, c
 /// A CSV field, quoted (inner quotes doubled) when it holds a comma, quote or newline.
 [[nodiscard]] std::string csv_field(const std::string& s);
 
-/// One row per backend (the summary and the five fractions), plain CSV (the reproducing command is
-/// in run.json beside it).
+/// compare.csv's text: one row per backend (the summary and the five fractions), plain CSV.
+[[nodiscard]] std::string compare_csv(const std::string& workload, const std::vector<ReplaySummary>& rows);
+
+/// Writes compare_csv(workload, rows) to `file` (the reproducing command is in run.json beside it).
 void write_compare_csv(const std::filesystem::path& file, const std::string& workload,
                        const std::vector<ReplaySummary>& rows);
 

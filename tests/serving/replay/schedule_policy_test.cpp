@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <span>
 
 #include "alloc/core/error.hpp"
 #include "serving/replay/backend_factory.hpp"
@@ -80,6 +81,51 @@ TEST(SchedulePolicy, LpmAdmitsTheCachedPrefixFirstWithinItsFairnessBound) {
   }
   // Without a prefix cache nothing is cached: lpm keeps the queue order.
   EXPECT_EQ(first_scheduled("paged-16", {SchedulePolicy::lpm, 128, 1e9}), first_scheduled("paged-16", {}));
+}
+
+// A custom admission order (the Python package's policies) replaces the policy's: the identity is
+// FCFS, C-first is what lpm chose, and the candidates it sees describe the queue.
+TEST(SchedulePolicy, ACustomAdmissionOrderIsFollowedAndChecked) {
+  std::vector<std::vector<std::int64_t>> seen_ids;
+  SchedulePolicyOptions identity;
+  identity.admission_order = [&](std::span<const QueuedRequest> q) {
+    std::vector<std::int64_t> ids;
+    for (const QueuedRequest& r : q) {
+      ids.push_back(r.id);
+      EXPECT_GE(r.waited_s, 0);
+      EXPECT_EQ(r.output_tokens, 4);
+    }
+    seen_ids.push_back(ids);
+    std::vector<std::size_t> order(q.size());
+    for (std::size_t i = 0; i < q.size(); ++i) order[i] = i;
+    return order;
+  };
+  EXPECT_EQ(first_scheduled("paged-16-radix", identity), first_scheduled("paged-16-radix", {}));
+  ASSERT_FALSE(seen_ids.empty());
+  EXPECT_EQ(seen_ids.front(), (std::vector<std::int64_t>{1, 2}));  // A runs; B and C wait, in queue order
+  SchedulePolicyOptions most_cached;
+  std::int64_t cached_of_c = -1;
+  most_cached.admission_order = [&](std::span<const QueuedRequest> q) {
+    cached_of_c = std::max(cached_of_c, q.back().cached_tokens);
+    return q.back().cached_tokens > q.front().cached_tokens ? std::vector<std::size_t>{1, 0}
+                                                            : std::vector<std::size_t>{0, 1};
+  };
+  const auto custom = first_scheduled("paged-16-radix", most_cached);
+  EXPECT_LT(custom[2], custom[1]);  // C before B, as lpm
+  EXPECT_EQ(cached_of_c, 64);       // A's prompt, cached once A finished
+  for (const std::vector<std::size_t>& bad : {std::vector<std::size_t>{0}, {0, 0}, {0, 2}, {1, 0, 2}}) {
+    SchedulePolicyOptions broken;
+    broken.admission_order = [&](std::span<const QueuedRequest>) { return bad; };
+    BackendOptions o;
+    o.model = testing::tiny_model();
+    o.capacity_bytes = 4000 * o.model.kv_bytes_per_token();
+    o.max_seq_len = 256;
+    auto b = make_backend("paged-16", o);
+    ReplayConfig c;
+    c.max_running = 1;
+    c.schedule = broken;
+    EXPECT_THROW((void)replay(*b, three_requests(), c), InvalidArgument);
+  }
 }
 
 }  // namespace

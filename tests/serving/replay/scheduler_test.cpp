@@ -2,6 +2,9 @@
 // kernels (the test moves the time itself), and the plan's text.
 #include <gtest/gtest.h>
 
+#include <span>
+
+#include "alloc/core/error.hpp"
 #include "serving/replay/backend_factory.hpp"
 #include "serving/replay/scheduler.hpp"
 #include "serving/replay/step_plan.hpp"
@@ -102,6 +105,37 @@ TEST(Scheduler, PreemptsTheLatestArrivalWhenAGrowthDoesNotFit) {
   EXPECT_EQ(p.events, (std::vector<PlanEvent>{{Kind::admitted, 1, 0, ""}}));
   EXPECT_EQ(p.work, (std::vector<PlannedWork>{prefill(1, 2, 0, 6)}));
   EXPECT_EQ(t.result.requests[1].preemptions, 1);
+}
+
+// A custom preemption choice (the Python package's policies) picks among the requests that have
+// not claimed this step, in arrival order: here A, which did not fit, and B; choosing A (index 0)
+// preempts A instead of vLLM's latest arrival.
+TEST(Scheduler, ACustomPreemptionChoicePicksTheVictim) {
+  std::vector<std::vector<std::int64_t>> seen;
+  ReplayConfig c;
+  c.schedule.preemption_victim = [&](std::span<const RunningRequest> running) {
+    std::vector<std::int64_t> ids;
+    for (const RunningRequest& r : running) ids.push_back(r.id);
+    seen.push_back(ids);
+    return std::size_t{0};
+  };
+  Bench t("paged-1", 10, {{0, 0.0, 4, 4}, {1, 0.0, 4, 4}}, c);
+  for (int step = 0; step < 2; ++step) {
+    (void)t.next();
+    t.s->complete_step();
+  }
+  const StepPlan p = t.next();
+  EXPECT_EQ(p.events, (std::vector<PlanEvent>{{Kind::preempted_recompute, 0, 0, ""}}));
+  EXPECT_EQ(p.work, (std::vector<PlannedWork>{decode(1, 1, 5)}));
+  EXPECT_EQ(seen, (std::vector<std::vector<std::int64_t>>{{0, 1}}));
+  ReplayConfig out_of_range;
+  out_of_range.schedule.preemption_victim = [](std::span<const RunningRequest> running) { return running.size(); };
+  Bench bad("paged-1", 10, {{0, 0.0, 4, 4}, {1, 0.0, 4, 4}}, out_of_range);
+  for (int step = 0; step < 2; ++step) {
+    (void)bad.next();
+    bad.s->complete_step();
+  }
+  EXPECT_THROW((void)bad.next(), InvalidArgument);
 }
 
 TEST(Scheduler, SwapsOutAndBackInsteadWhenAskedTo) {
