@@ -37,7 +37,8 @@ import pandas as pd
 from . import _kvlab
 from ._kvlab import Backend, Error, InvalidArgument, OutOfMemory, QueuedRequest, RunningRequest, UsageError
 
-__all__ = ["replay", "compare", "sweep", "options", "models", "backend_families", "Run", "Comparison", "Backend", "Error",
+__all__ = ["replay", "compare", "sweep", "options", "models", "backend_families", "Run", "Comparison", "Tenants",
+           "Backend", "Error",
            "UsageError", "InvalidArgument", "OutOfMemory", "QueuedRequest", "RunningRequest"]
 __version__ = _kvlab.__version__
 
@@ -163,6 +164,31 @@ class Comparison:
         return f"kvlab.Comparison({', '.join(self.runs)})"
 
 
+class Tenants:
+    """Several tenants sharing one GPU's KV memory (`tenants="FILE"`, docs/elastic.md), through each
+    backend: `tenants` (tenants.csv: a row per backend and tenant), `gpu` (gpu.csv: the tenants'
+    memory together), `memory` (memory.csv: each tenant's held and floor bytes over time; empty with
+    keep_steps=False) and `runs`, each tenant's Run by (tenant, backend)."""
+
+    def __init__(self, outcome: dict[str, Any]):
+        self.log: str = outcome["log"]
+        self.runs: dict[tuple[str, str], Run] = {}
+        for b in outcome["backends"]:
+            run = Run(b, self.log)
+            self.runs[(b["tenant"], run.backend)] = run
+        tables = outcome["tables"]
+        self.tenants: pd.DataFrame = pd.read_csv(io.StringIO(tables["tenants"]))
+        self.gpu: pd.DataFrame = pd.read_csv(io.StringIO(tables["gpu"]))
+        self.memory: pd.DataFrame = pd.read_csv(io.StringIO(tables["memory"]))
+        first = next(iter(self.runs.values()), None)
+        self.command: str = first.command if first else ""
+
+    def __repr__(self) -> str:
+        names = sorted({t for t, _ in self.runs})
+        backends = sorted({b for _, b in self.runs})
+        return f"kvlab.Tenants({', '.join(names)} through {', '.join(backends)})"
+
+
 def _workload(kwargs: dict[str, Any], workload: str | os.PathLike | None) -> None:
     if workload is None or workload == _SYNTHETIC:
         return
@@ -197,14 +223,15 @@ def _run(command: str, kwargs: dict[str, Any], keep_steps: bool, admit=None, pre
 
 
 def replay(backend: str = "paged-16", workload: str | os.PathLike | None = None, *, keep_steps: bool = True,
-           admit=None, preempt=None, **options: Any) -> Run:
+           admit=None, preempt=None, **options: Any) -> Run | Tenants:
     """Replays a workload through one backend, as `kvlab replay` does, and returns its Run.
 
     backend: any registered backend (kvlab.backend_families()); workload: "synthetic" (the default) or
     a trace file (the same as trace=); every other keyword is a `kvlab replay` option
     (kvlab.options("replay")): model="llama-3-8b", capacity_gib=8, requests=200, rate=4, out="dir"
     (also writes the CLI's files there), ... keep_steps=False skips the per-step records (steps is
-    then empty) for long traces. Ctrl-C raises KeyboardInterrupt at the next step.
+    then empty) for long traces. Ctrl-C raises KeyboardInterrupt at the next step. With
+    tenants="FILE" (several models sharing one GPU) the result is a Tenants, not a Run.
 
     Scheduling policies in Python (docs/python.md#policies):
       admit(queued: list[QueuedRequest]) -> list[int]: the order in which the head of the waiting
@@ -216,6 +243,8 @@ def replay(backend: str = "paged-16", workload: str | os.PathLike | None = None,
     kwargs = {"backend": backend, **options}
     _workload(kwargs, workload)
     outcome = _run("replay", kwargs, keep_steps, admit, preempt)
+    if "tables" in outcome:
+        return Tenants(outcome)
     run = Run(outcome["backends"][0], outcome["log"])
     run.timing = {"cli_s": outcome["cli_s"], "frames_s": outcome["frames_s"],
                   "total_s": time.perf_counter() - outcome["start"]}
@@ -223,7 +252,7 @@ def replay(backend: str = "paged-16", workload: str | os.PathLike | None = None,
 
 
 def compare(backends: Iterable[str] | str | None = None, workload: str | os.PathLike | None = None, *,
-            keep_steps: bool = True, admit=None, preempt=None, **options: Any) -> Comparison:
+            keep_steps: bool = True, admit=None, preempt=None, **options: Any) -> Comparison | Tenants:
     """Replays one workload through several backends side by side, as `kvlab compare` does.
 
     backends: a list of backend names (default: the CLI's default set); the other arguments as for
@@ -233,7 +262,8 @@ def compare(backends: Iterable[str] | str | None = None, workload: str | os.Path
     if backends is not None:
         kwargs["backends"] = [backends] if isinstance(backends, str) else list(backends)
     _workload(kwargs, workload)
-    return Comparison(_run("compare", kwargs, keep_steps, admit, preempt))
+    outcome = _run("compare", kwargs, keep_steps, admit, preempt)
+    return Tenants(outcome) if "tables" in outcome else Comparison(outcome)
 
 
 def _point_name(point: Mapping[str, Any]) -> str:

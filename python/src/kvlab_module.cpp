@@ -25,6 +25,7 @@
 #include "experiments/cli/messages.hpp"
 #include "experiments/cli/run_backends.hpp"
 #include "experiments/cli/run_options.hpp"
+#include "experiments/cli/run_tenants.hpp"
 #include "experiments/runs/run_control.hpp"
 #include "python/src/backend_binding.hpp"
 #include "python/src/frame.hpp"
@@ -86,12 +87,6 @@ void register_errors(nb::module_& m) {
   });
 }
 
-/// One backend's result, gathered without the GIL.
-struct BackendResult {
-  std::string summary_json;
-  python::Frame requests, steps;
-};
-
 /// A Python callable kept alive by shared_ptr copies: std::function copies it freely on threads that
 /// do not hold the GIL, and only the last owner (run's hooks, destroyed with the GIL) drops it.
 using Callable = std::shared_ptr<nb::object>;
@@ -152,26 +147,69 @@ void bind_policy_types(nb::module_& m) {
       });
 }
 
-/// _kvlab.run(command, args, invocation) -> dict: what `kvlab COMMAND ARGS` does, with its results.
-nb::dict run(const std::string& command, const std::vector<std::string>& args, const std::string& invocation,
-             bool keep_steps, const nb::object& admit, const nb::object& preempt) {
-  if (command != "replay" && command != "compare")
-    throw cli::UsageError("unknown command '" + command + "' (replay or compare)");
-  cli::RunCommand parsed = cli::parse_run_command(command, args);
-  nb::dict outcome;
-  if (parsed.help) {
-    outcome["help"] = parsed.help_text;
+/// What a run hands over, gathered without the GIL (each backend's, or each tenant's, result; the
+/// tenants' tables; the printed text) and turned into Python objects with it.
+class Gathered {
+ public:
+  std::ostringstream out, err;
+  cli::TenantTables tables;
+
+  void add(const ReplayResult& r, const RunInfo& info, const std::string& tenant = {}) {
+    const auto start = std::chrono::steady_clock::now();
+    results_.push_back({tenant, summary_json(info, r.summary),
+                        python::make_frame<RequestRecord>(r.requests, request_columns()),
+                        python::make_frame<StepRecord>(r.steps, step_columns())});
+    rows_.push_back(r.summary);
+    workload_ = info.workload;
+    frames_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  }
+
+  /// The outcome _kvlab.run returns; `run_s`: the whole run's time (the frames' included).
+  nb::dict outcome(int status, double run_s, bool tenants) {
+    nb::list backends;
+    for (Result& r : results_) {
+      nb::dict b;
+      if (tenants) b["tenant"] = r.tenant;
+      b["summary_json"] = r.summary_json;
+      b["requests"] = python::to_python(std::move(r.requests));
+      b["steps"] = python::to_python(std::move(r.steps));
+      backends.append(b);
+    }
+    nb::dict outcome;
+    outcome["status"] = status;
+    outcome["log"] = out.str();
+    outcome["errors"] = err.str();
+    outcome["backends"] = backends;
+    outcome["compare_csv"] = tenants ? std::string() : compare_csv(workload_, rows_);
+    if (tenants) {
+      nb::dict t;
+      t["tenants"] = tables.tenants_csv;
+      t["gpu"] = tables.gpu_csv;
+      t["memory"] = tables.memory_csv;
+      outcome["tables"] = t;
+    }
+    // Where the call's time went: the CLI's work (the run less the frames) and the frames.
+    outcome["cli_s"] = run_s - frames_s_;
+    outcome["frames_s"] = frames_s_;
     return outcome;
   }
-  if (!parsed.options.tenants.empty())
-    throw cli::UsageError("--tenants: not available from Python yet; run `kvlab " + command + " --tenants FILE`");
-  std::ostringstream out, err;
-  std::vector<BackendResult> results;
-  std::vector<ReplaySummary> rows;
-  std::string workload;
+
+ private:
+  struct Result {
+    std::string tenant, summary_json;
+    python::Frame requests, steps;
+  };
+  std::vector<Result> results_;
+  std::vector<ReplaySummary> rows_;
+  std::string workload_;
+  double frames_s_ = 0;
+};
+
+/// The hooks of a run from Python: its text captured, Python's signals checked, results gathered.
+cli::RunHooks python_hooks(Gathered& g, bool keep_steps, const nb::object& admit, const nb::object& preempt) {
   cli::RunHooks hooks;
-  hooks.out = &out;
-  hooks.err = &err;
+  hooks.out = &g.out;
+  hooks.err = &g.err;
   hooks.keep_steps = keep_steps;
   set_policies(hooks, admit, preempt);
   // Python's signal handlers run only with the GIL: take it every 32nd step (a replay runs tens of
@@ -181,39 +219,41 @@ nb::dict run(const std::string& command, const std::vector<std::string>& args, c
     nb::gil_scoped_acquire gil;
     if (PyErr_CheckSignals() != 0) throw nb::python_error();
   };
-  double results_s = 0;  // of the run's time, what turning records into frames took (its Python overhead)
-  hooks.on_result = [&](const ReplayResult& r, const RunInfo& info) {
-    const auto start = std::chrono::steady_clock::now();
-    results.push_back({summary_json(info, r.summary), python::make_frame<RequestRecord>(r.requests, request_columns()),
-                       python::make_frame<StepRecord>(r.steps, step_columns())});
-    rows.push_back(r.summary);
-    workload = info.workload;
-    results_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  hooks.on_result = [&g](const ReplayResult& r, const RunInfo& info) { g.add(r, info); };
+  return hooks;
+}
+
+/// _kvlab.run(command, args, invocation) -> dict: what `kvlab COMMAND ARGS` does, with its results.
+nb::dict run(const std::string& command, const std::vector<std::string>& args, const std::string& invocation,
+             bool keep_steps, const nb::object& admit, const nb::object& preempt) {
+  if (command != "replay" && command != "compare")
+    throw cli::UsageError("unknown command '" + command + "' (replay or compare)");
+  cli::RunCommand parsed = cli::parse_run_command(command, args);
+  if (parsed.help) {
+    nb::dict outcome;
+    outcome["help"] = parsed.help_text;
+    return outcome;
+  }
+  Gathered gathered;
+  const cli::RunHooks hooks = python_hooks(gathered, keep_steps, admit, preempt);
+  // --tenants: each tenant's result (by tenant and backend) and the three tables.
+  const bool tenants = !parsed.options.tenants.empty();
+  if (tenants && (hooks.admission_order || hooks.preemption_victim))
+    throw cli::UsageError("admit=/preempt=: not with --tenants (each tenant's scheduler is the CLI's)");
+  cli::TenantHooks tenant_hooks;
+  tenant_hooks.on_tenant = [&](const std::string& tenant, const ReplayResult& r, const RunInfo& info) {
+    gathered.add(r, info, tenant);
   };
+  tenant_hooks.on_tables = [&](const cli::TenantTables& t) { gathered.tables = t; };
   int status = 0;
   const auto start = std::chrono::steady_clock::now();
   {
     nb::gil_scoped_release release;
-    status = cli::run_backends(parsed.options, parsed.backends, invocation, command == "compare", hooks);
+    status = tenants ? cli::run_tenants(parsed.options, parsed.backends, invocation, hooks, tenant_hooks)
+                     : cli::run_backends(parsed.options, parsed.backends, invocation, command == "compare", hooks);
   }
-  const double run_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  nb::list backends;
-  for (BackendResult& r : results) {
-    nb::dict b;
-    b["summary_json"] = r.summary_json;
-    b["requests"] = python::to_python(std::move(r.requests));
-    b["steps"] = python::to_python(std::move(r.steps));
-    backends.append(b);
-  }
-  outcome["status"] = status;
-  outcome["log"] = out.str();
-  outcome["errors"] = err.str();
-  outcome["backends"] = backends;
-  outcome["compare_csv"] = compare_csv(workload, rows);
-  // Where the call's time went: the CLI's work (run_backends, less the frames) and the frames.
-  outcome["cli_s"] = run_s - results_s;
-  outcome["frames_s"] = results_s;
-  return outcome;
+  return gathered.outcome(status, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
+                          tenants);
 }
 
 nb::list options(const std::string& command) {
