@@ -42,7 +42,7 @@ PhysicalPagePool::PhysicalPagePool(VmDriver* driver, std::size_t page_bytes, std
   }
   const auto n = static_cast<std::size_t>(num_pages);
   in_use_.assign(n, 0);
-  num_free_ = num_pages;
+  num_free_.store(num_pages, std::memory_order_relaxed);
   if (order_ == PageFreeOrder::lifo) {
     stack_.resize(n);
     for (std::size_t i = 0; i < n; ++i) stack_[i] = static_cast<PageId>(n - 1 - i);  // page 0 on top
@@ -69,7 +69,7 @@ void PhysicalPagePool::unlink(PageId page) noexcept {
   else
     tail_ = prev_[i];
   prev_[i] = next_[i] = -1;
-  --num_free_;
+  add_free(-1);
 }
 
 PhysicalPagePool::~PhysicalPagePool() {
@@ -95,7 +95,7 @@ void PhysicalPagePool::take(PageId page) {
   KVLAB_EXPECTS(page >= 0 && page < num_pages() && !in_use(page), "page " + std::to_string(page) + " is not free");
   if (order_ == PageFreeOrder::lifo) {
     stack_.erase(std::find(stack_.begin(), stack_.end(), page));  // free, so on the stack; the order of the rest stays
-    --num_free_;
+    add_free(-1);
   } else {
     unlink(page);
   }

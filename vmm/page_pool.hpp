@@ -1,6 +1,7 @@
 #pragma once
 // Physical pages for the vmm backend: every handle is created once, up front, and reused.
 #include <cstddef>
+#include <atomic>
 #include <cstdint>
 #include <optional>
 #include <span>
@@ -64,14 +65,14 @@ class PhysicalPagePool {
     if (stack_.empty()) return kNoPage;
     const PageId p = stack_.back();
     stack_.pop_back();
-    --num_free_;
+    add_free(-1);
     in_use_[static_cast<std::size_t>(p)] = 1;
     return p;
   }
   /// allocate_page() for each of `out`, in order (the same pages): true, or false with nothing
   /// taken when fewer are free. A replay in accounting mode takes a row of pages at a time.
   [[nodiscard]] bool allocate_pages(std::span<PageId> out) {
-    if (std::cmp_less(num_free_, out.size())) return false;
+    if (std::cmp_less(num_free(), out.size())) return false;
     if (order_ != PageFreeOrder::lifo) {
       for (PageId& p : out) p = allocate_lru();
       return true;
@@ -82,7 +83,7 @@ class PhysicalPagePool {
       in_use_[static_cast<std::size_t>(out[i])] = 1;
     }
     stack_.resize(top - out.size());
-    num_free_ -= static_cast<std::int64_t>(out.size());
+    add_free(-static_cast<std::int64_t>(out.size()));
     return true;
   }
   /// release() of each of `pages`, in order (the last one is handed out first).
@@ -93,14 +94,14 @@ class PhysicalPagePool {
     }
     for (const PageId p : pages) mark_free(p);
     stack_.insert(stack_.end(), pages.begin(), pages.end());
-    num_free_ += static_cast<std::int64_t>(pages.size());
+    add_free(static_cast<std::int64_t>(pages.size()));
   }
   /// Takes the free page `page` off the free list (it must be free).
   void take(PageId page);
   /// Gives `page` (in use) back. Inline for lifo, like allocate_page(): once per page unmapped.
   void release(PageId page) {
     mark_free(page);
-    ++num_free_;
+    add_free(1);
     if (order_ == PageFreeOrder::lifo) {
       stack_.push_back(page);
     } else {
@@ -111,7 +112,9 @@ class PhysicalPagePool {
   [[nodiscard]] PhysHandle handle(PageId page) const { return handles_[static_cast<std::size_t>(page)]; }
   [[nodiscard]] std::size_t page_bytes() const noexcept { return page_bytes_; }
   [[nodiscard]] std::int64_t num_pages() const noexcept { return static_cast<std::int64_t>(in_use_.size()); }
-  [[nodiscard]] std::int64_t num_free() const noexcept { return num_free_; }
+  /// Readable from any thread (a replay's held_bytes() while vmm's background mapper takes pages);
+  /// the pool itself is changed by one thread at a time (the backend's lock).
+  [[nodiscard]] std::int64_t num_free() const noexcept { return num_free_.load(std::memory_order_relaxed); }
   [[nodiscard]] std::int64_t num_used() const noexcept { return num_pages() - num_free(); }
   [[nodiscard]] bool in_use(PageId page) const { return in_use_[static_cast<std::size_t>(page)] != 0; }
 
@@ -126,7 +129,12 @@ class PhysicalPagePool {
   // lru: a doubly linked list over page ids; allocate() takes the head, release() appends.
   std::vector<PageId> prev_, next_;
   PageId head_ = -1, tail_ = -1;
-  std::int64_t num_free_ = 0;
+  /// Atomic for the readers of num_free() only: every writer holds the backend's lock, so a plain
+  /// load and store (add_free) suffice, with no locked read-modify-write on the per-page path.
+  std::atomic<std::int64_t> num_free_{0};
+  void add_free(std::int64_t delta) noexcept {
+    num_free_.store(num_free_.load(std::memory_order_relaxed) + delta, std::memory_order_relaxed);
+  }
   void unlink(PageId page) noexcept;
   void append_lru(PageId page) noexcept;
   /// Marks the in-use `page` free (the caller puts it on the free list and counts it).

@@ -87,7 +87,12 @@ TEST(OverlapOrder, NoPageIsMappedWhileAStepsKernelsRun) {
   const VmmStats s = backend.stats();
   EXPECT_GT(s.background_maps, 0) << "the next steps' pages were still mapped in the background";
   // What the background mapper had not finished when a step began was waited for, and counted.
+  // Not under ThreadSanitizer: there the foreground's own calls run so much slower that, on a
+  // 2-core host, the mapper is done (or holds the lock the foreground waits on elsewhere) by the
+  // next step, so whether begin_step() waits is a matter of timing; the release build checks it.
+#ifndef __SANITIZE_THREAD__
   EXPECT_GT(s.prefetch_wait_seconds, 0.0);
+#endif
   double mapping = 0;
   for (const StepRecord& step : r.steps) mapping += step.mapping_s;
   EXPECT_GE(mapping, s.prefetch_wait_seconds * 0.999) << "a wait for the mapper is critical-path mapping of the step";
