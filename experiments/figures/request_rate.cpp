@@ -35,6 +35,42 @@ std::vector<RateWorkload> workloads(const FigureContext& ctx) {
   };
 }
 
+/// One system's curve: the rates it ran at (ascending) and its result at each; `bisected` marks
+/// the points added around the crossing.
+struct Curve {
+  std::vector<double> rates;
+  std::vector<ReplaySummary> results;
+  std::vector<bool> bisected;
+
+  [[nodiscard]] std::vector<double> latencies() const {
+    std::vector<double> l;
+    for (const ReplaySummary& r : results) l.push_back(r.mean_normalized_latency_s);
+    return l;
+  }
+  /// Where the latency first passes `threshold`, interpolated (crossing_rate over every point).
+  [[nodiscard]] double sustained(double threshold) const { return crossing_rate(rates, latencies(), threshold); }
+};
+
+/// Narrows the two points around the curve's first crossing of `threshold` by bisection: `steps`
+/// more runs of this system alone, each at the geometric middle of the current pair. A sweep's
+/// neighbouring rates are 30-60 % apart, and a linear interpolation across a curve that turns
+/// that sharply misplaces the crossing by up to the whole gap; after 5 steps the pair is 1-2 %
+/// apart. Points are kept in rate order, so the crossing read from all of them is the bisection's.
+void bisect(Curve& c, double threshold, int steps, const std::function<ReplaySummary(double)>& run_at) {
+  for (int k = 0; k < steps; ++k) {
+    const std::vector<double> lat = c.latencies();
+    if (lat.empty() || lat.front() > threshold) return;
+    std::size_t i = 1;
+    while (i < lat.size() && lat[i] <= threshold) ++i;
+    if (i == lat.size()) return;
+    const double mid = std::sqrt(c.rates[i - 1] * c.rates[i]);
+    const auto at = static_cast<std::ptrdiff_t>(i);
+    c.rates.insert(c.rates.begin() + at, mid);
+    c.results.insert(c.results.begin() + at, run_at(mid));
+    c.bisected.insert(c.bisected.begin() + at, true);
+  }
+}
+
 /// vLLM's sustained rate over another system's, as a text ("1.89x"), or why there is none; the
 /// ratio recorded in `f` as `quantity`.
 std::string ratio_text(double vllm, double other, Facts& f, const std::string& quantity) {
@@ -75,22 +111,23 @@ std::string against_paper(const std::string& label, const std::vector<double>& s
       within(v, sustained[2], 1.7, 2.7), within(v, sustained[0], 2.7, 8.0));
 }
 
-/// Where vLLM's curve turns against where Orca (Oracle)'s does, from the rows around each crossing:
+/// Where vLLM's curve turns against where Orca (Oracle)'s does, from the points around each crossing:
 /// the batch each reaches and its time per output token, whose ratios make the rate ratio (a rate
 /// sustained is about batch / time per token / output tokens); with vLLM's preemptions there.
-std::string turn_text(const RateWorkload& w, const std::vector<OrcaVsVllm>& runs, const std::vector<double>& sustained,
+std::string turn_text(const RateWorkload& w, const std::vector<Curve>& curves, const std::vector<double>& sustained,
                       Facts& f) {
   const std::size_t vllm = sustained.size() - 1, oracle = 2;
-  // The last rate swept at or below a sustained rate: the busiest row still under the threshold.
-  const auto below = [&](double rate) {
+  // The last point at or below a sustained rate: the busiest run still under the threshold.
+  const auto below = [](const Curve& c, double rate) {
     std::size_t i = 0;
-    while (i + 1 < w.rates.size() && w.rates[i + 1] <= rate) ++i;
+    while (i + 1 < c.rates.size() && c.rates[i + 1] <= rate) ++i;
     return i;
   };
   if (!std::isfinite(sustained[vllm]) || !std::isfinite(sustained[oracle])) return "";
-  const std::size_t iv = below(sustained[vllm]), io = below(sustained[oracle]);
-  if (iv + 1 >= w.rates.size()) return "";
-  const ReplaySummary &v = runs[iv].results[vllm], &past = runs[iv + 1].results[vllm], &o = runs[io].results[oracle];
+  const Curve &cv = curves[vllm], &co = curves[oracle];
+  const std::size_t iv = below(cv, sustained[vllm]), io = below(co, sustained[oracle]);
+  if (iv + 1 >= cv.rates.size()) return "";
+  const ReplaySummary &v = cv.results[iv], &past = cv.results[iv + 1], &o = co.results[io];
   const std::string why = past.preemptions > v.preemptions
                               ? "its KV is full: preempted requests recompute their prompts"
                               : "its preemptions do not grow: the time per step, not the KV, bounds it";
@@ -100,8 +137,8 @@ std::string turn_text(const RateWorkload& w, const std::vector<OrcaVsVllm>& runs
       "at {} s. There vLLM's batch is {}x Orca (Oracle)'s and its time per token {}x, a throughput ratio of {}x: "
       "the rate ratio is set by the batch each reaches before it saturates and by what a larger batch costs each "
       "step.",
-      fixed(w.rates[iv], 3), fixed(v.mean_batch), fixed(v.mean_tpot_s, 4), v.preemptions, fixed(w.rates[iv + 1], 3),
-      fixed(past.mean_batch), past.preemptions, fixed(past.mean_tpot_s, 4), why, fixed(w.rates[io], 3),
+      fixed(cv.rates[iv], 3), fixed(v.mean_batch), fixed(v.mean_tpot_s, 4), v.preemptions, fixed(cv.rates[iv + 1], 3),
+      fixed(past.mean_batch), past.preemptions, fixed(past.mean_tpot_s, 4), why, fixed(co.rates[io], 3),
       fixed(o.mean_batch), fixed(o.mean_tpot_s, 4),
       f.quote(w.label + ": vLLM / Orca (Oracle) mean batch where each turns", v.mean_batch / o.mean_batch, 2,
               "this run (mean_batch)"),
@@ -113,27 +150,35 @@ std::string turn_text(const RateWorkload& w, const std::vector<OrcaVsVllm>& runs
 }
 
 void request_rate(const FigureContext& ctx) {
-  Table t{{"workload", "system", "backend", "arena", "request_rate_per_s", "mean_normalized_latency_s", "ttft_mean_s",
-           "tpot_mean_s", "completed", "rejected", "preemptions", "mean_batch", "threshold_normalized_latency_s",
-           "sustained_rate_per_s"}};
+  Table t{{"workload", "system", "backend", "arena", "request_rate_per_s", "point", "mean_normalized_latency_s",
+           "ttft_mean_s", "tpot_mean_s", "completed", "rejected", "preemptions", "mean_batch",
+           "threshold_normalized_latency_s", "sustained_rate_per_s"}};
   std::string findings;
   Facts f;
+  const int bisection_steps = ctx.full ? 5 : 3;
   for (const RateWorkload& w : workloads(ctx)) {
-    std::vector<OrcaVsVllm> runs;
-    for (double rate : w.rates) runs.push_back(orca_vs_vllm(ctx, w.make(rate)));
-    const OrcaVsVllm& first = runs.front();
+    std::vector<OrcaVsVllm> sweep;
+    for (double rate : w.rates) sweep.push_back(orca_vs_vllm(ctx, w.make(rate)));
+    const OrcaVsVllm& first = sweep.front();
     const double threshold = kSaturationLatencyFactor * first.results.back().mean_normalized_latency_s;
+    std::vector<Curve> curves(first.backends.size());
     std::vector<double> sustained;
     for (std::size_t s = 0; s < first.backends.size(); ++s) {
-      std::vector<double> lat;
-      for (const auto& r : runs) lat.push_back(r.results[s].mean_normalized_latency_s);
-      sustained.push_back(crossing_rate(w.rates, lat, threshold));
+      Curve& c = curves[s];
+      c.rates = w.rates;
+      for (const auto& r : sweep) c.results.push_back(r.results[s]);
+      c.bisected.assign(w.rates.size(), false);
+      bisect(c, threshold, bisection_steps, [&](double rate) {
+        return run(ctx, first.backends[s], opt13b_12gb(), w.make(rate), a100_40gb()).summary;
+      });
+      sustained.push_back(c.sustained(threshold));
     }
     for (std::size_t s = 0; s < first.backends.size(); ++s)
-      for (std::size_t i = 0; i < w.rates.size(); ++i) {
-        const ReplaySummary& r = runs[i].results[s];
+      for (std::size_t i = 0; i < curves[s].rates.size(); ++i) {
+        const ReplaySummary& r = curves[s].results[i];
         const bool paged = first.backends[s].starts_with("paged");
-        t.add({w.label, first.labels[s], first.backends[s], paged ? "block pool" : "buddy", fixed(w.rates[i], 3),
+        t.add({w.label, first.labels[s], first.backends[s], paged ? "block pool" : "buddy",
+               fixed(curves[s].rates[i], 3), curves[s].bisected[i] ? "bisection" : "sweep",
                fixed(r.mean_normalized_latency_s, 4), fixed(r.mean_ttft_s, 3), fixed(r.mean_tpot_s, 4),
                std::to_string(r.completed), std::to_string(r.rejected), std::to_string(r.preemptions),
                fixed(r.mean_batch), fixed(threshold, 4), rate_text(sustained[s])});
@@ -154,14 +199,16 @@ void request_rate(const FigureContext& ctx) {
                             ratio_text(v, sustained[2], f, w.label + ": vLLM / Orca (Oracle) sustained rate"),
                             ratio_text(v, sustained[1], f, w.label + ": vLLM / Orca (Pow2) sustained rate"),
                             ratio_text(v, sustained[0], f, w.label + ": vLLM / Orca (Max) sustained rate"));
-    findings += turn_text(w, runs, sustained, f);
+    findings += turn_text(w, curves, sustained, f);
     if (w.paper_lengths) findings += against_paper(w.label, sustained, f);
   }
   const std::string notes = fmt::format(
       "Normalized latency = a request's end-to-end latency over its output tokens, averaged over the completed "
       "requests (the paper's Fig. 12 metric). A system's sustained rate is where its curve first passes a fixed "
-      "normalized latency: {}x vLLM's at the lowest rate swept (the unloaded latency), interpolated linearly "
-      "between the two rates around the crossing; `sustained_rate_per_s` repeats it on every row of the system. "
+      "normalized latency: {}x vLLM's at the lowest rate swept (the unloaded latency). The sweep's rates "
+      "(`point` sweep) bracket each crossing; {} bisection steps (`point` bisection, that system alone at the "
+      "geometric middle of the bracket) narrow it, and the crossing is interpolated linearly between the last two "
+      "points around it; `sustained_rate_per_s` repeats it on every row of the system. "
       "Workloads: the paper's ShareGPT means as lognormal lengths (vLLM's lengths: the rows the paper's stated "
       "ranges apply to), the shared ShareGPT trace after vLLM's benchmark filter, and Alpaca-like lengths; every "
       "rate redraws Poisson arrivals for the same {} requests, so the heaviest rates end when the last request "
@@ -172,6 +219,7 @@ void request_rate(const FigureContext& ctx) {
       "much KV each layout wastes at that length.{}",
       f.quote("sustained: latency factor over the unloaded", kSaturationLatencyFactor, 0,
               "setup (kSaturationLatencyFactor)"),
+      f.quote("bisection steps per system", bisection_steps, 0, "setup"),
       f.quote("requests per rate", ctx.full ? 2000 : 300, 0, "setup"), findings);
   publish(ctx,
           {"request-rate", "vLLM (SOSP'23) Figure 12: normalized latency against request rate",

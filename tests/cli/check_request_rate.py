@@ -30,6 +30,15 @@ def sustained(rows):
     return math.inf
 
 
+def bracket(rows):
+    """The two rates around the first crossing of the threshold, or None."""
+    thr = float(rows[0]["threshold_normalized_latency_s"])
+    for i in range(1, len(rows)):
+        if float(rows[i]["mean_normalized_latency_s"]) > thr:
+            return float(rows[i - 1]["request_rate_per_s"]), float(rows[i]["request_rate_per_s"])
+    return None
+
+
 def main(kvlab, out):
     run = subprocess.run([kvlab, "figure", "request-rate", "--no-progress", "--out", out], capture_output=True, text=True)
     if run.returncode != 0:
@@ -46,7 +55,15 @@ def main(kvlab, out):
             sub = [r for r in rows if r["workload"] == wl and r["system"] == s]
             if len(sub) < 5 or len({r["sustained_rate_per_s"] for r in sub}) != 1:
                 fail(f"{wl} / {s}: {len(sub)} rows or differing sustained_rate")
+            rates_in_order = [float(r["request_rate_per_s"]) for r in sub]
+            if rates_in_order != sorted(rates_in_order):
+                fail(f"{wl} / {s}: rows not in rate order")
             want = sustained(sub)
+            pair = bracket(sub)
+            if pair and float(sub[0]["mean_normalized_latency_s"]) <= float(sub[0]["threshold_normalized_latency_s"]):
+                # Bisection narrows the sweep's bracket (rates 1.63x apart at smoke scale) to 1.63^(1/8).
+                if pair[1] / pair[0] > 1.07 or not any(r["point"] == "bisection" for r in sub):
+                    fail(f"{wl} / {s}: the crossing lies between {pair[0]} and {pair[1]} req/s: not bisected")
             got = sub[0]["sustained_rate_per_s"]
             if math.isfinite(want):
                 if abs(float(got) - want) > max(0.002, 0.005 * want):  # from latencies rounded to 4 digits
