@@ -158,10 +158,15 @@ def fig_batch_size(d, rows):
 
 
 def fig_request_rate(d, rows):
-    workloads = list(dict.fromkeys(r["workload"] for r in rows))
-    fig, axes = plt.subplots(1, len(workloads), figsize=(5.5 * len(workloads), 4.6), squeeze=False)
-    for ax, wl in zip(axes[0], workloads):
-        sub = [r for r in rows if r["workload"] == wl]
+    # One panel per setting (model on its GPUs) and workload; older files have no setting column.
+    panels = list(dict.fromkeys((r.get("setting", "OPT-13B on 1x A100-40GB"), r["workload"]) for r in rows))
+    cols = min(3, len(panels))
+    nrows = (len(panels) + cols - 1) // cols
+    fig, axes = plt.subplots(nrows, cols, figsize=(5.5 * cols, 4.6 * nrows), squeeze=False)
+    for ax in axes.flat[len(panels):]:
+        ax.set_visible(False)
+    for ax, (setting, wl) in zip(axes.flat, panels):
+        sub = [r for r in rows if r["workload"] == wl and r.get("setting", "OPT-13B on 1x A100-40GB") == setting]
         threshold = float(sub[0]["threshold_normalized_latency_s"])
         for system in dict.fromkeys(r["system"] for r in sub):
             pts = [r for r in sub if r["system"] == system]
@@ -172,7 +177,7 @@ def fig_request_rate(d, rows):
         ax.set_ylim(0, threshold * 6)
         ax.set_xlabel("request rate (req/s, Poisson)")
         ax.set_ylabel("normalized latency (s/token, modelled)")
-        ax.set_title(f"OPT-13B, A100-40GB: {wl}\n(dotted: the latency a sustained rate is read at)", fontsize=9)
+        ax.set_title(f"{setting}: {wl}\n(dotted: the latency a sustained rate is read at)", fontsize=9)
         ax.legend(fontsize=7)
     fig.suptitle("vLLM Fig. 12: latency against load, Orca reservations vs paging", fontsize=10)
     return fig

@@ -8,8 +8,10 @@ namespace kvlab {
 
 namespace {
 // Published architectures (config.json of each model). Parameters are the usual rounded counts.
-const std::array<ModelGeometry, 6> kPresets = {{
+const std::array<ModelGeometry, 8> kPresets = {{
     {"opt-13b", 40, 40, 40, 128, DType::f16, 12'850'000'000, 2048},
+    {"opt-66b", 64, 72, 72, 128, DType::f16, 65'700'000'000, 2048},
+    {"opt-175b", 96, 96, 96, 128, DType::f16, 175'000'000'000, 2048},
     {"llama-2-7b", 32, 32, 32, 128, DType::f16, 6'740'000'000, 4096},
     {"llama-3-8b", 32, 32, 8, 128, DType::f16, 8'030'000'000, 8192},
     {"yi-6b", 32, 32, 4, 128, DType::f16, 6'060'000'000, 4096},

@@ -38,7 +38,7 @@ struct ModelGeometry {
   void validate() const;
 };
 
-/// Preset by name: opt-13b, llama-2-7b, llama-3-8b, yi-6b, yi-34b, llama-3-70b.
+/// Preset by name: opt-13b, opt-66b, opt-175b, llama-2-7b, llama-3-8b, yi-6b, yi-34b, llama-3-70b.
 /// Throws InvalidArgument listing the known names on an unknown one.
 [[nodiscard]] ModelGeometry model_preset(std::string_view name);
 [[nodiscard]] std::vector<std::string> model_preset_names();

@@ -476,7 +476,9 @@ GpuKernel RunOptions::gpu_kernel() const {
 }
 
 std::string RunOptions::clock_description(const DeviceModel& model) const {
-  if (!execute) return "modelled on " + model.name;
+  if (!execute)
+    return "modelled on " + model.name +
+           (model.tensor_parallel > 1 ? fmt::format(" x{:g} (tensor parallel)", model.tensor_parallel) : "");
   if (device.kind == Device::cuda) switch (gpu_kernel()) {
       case GpuKernel::flashinfer:
         return "measured (FlashInfer attention kernels: ragged over contiguous views where they fit, paged "

@@ -256,9 +256,13 @@ BackendOptions opt13b_12gb() {
   return o;
 }
 
-ReplayConfig a100_40gb() {
+ReplayConfig a100_40gb() { return vllm_v0_on("a100-40gb", 1); }
+
+ReplayConfig vllm_v0_on(const std::string& preset, int gpus) {
   ReplayConfig c;
-  c.device = device_model_preset("a100-40gb");
+  c.device = device_model_preset(preset);
+  c.device.tensor_parallel = gpus;
+  if (gpus > 1) c.device.sources["tensor_parallel"] = "the vLLM paper's setting for this model (Table 1)";
   // The scheduler of the system the vLLM paper measured (vLLM v0, 2023): a step runs either the
   // waiting prompts it can admit or the running decodes, never both; at most 256 sequences
   // (max_num_seqs) and 2560 tokens (max_num_batched_tokens) per step, its defaults then.

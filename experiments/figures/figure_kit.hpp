@@ -152,6 +152,9 @@ enum class StepRecords { drop, keep };
 [[nodiscard]] BackendOptions opt13b_12gb();
 /// The declared A100-40GB roofline clock.
 [[nodiscard]] ReplayConfig a100_40gb();
+/// The clock and scheduler a100_40gb() sets up (vLLM v0's, its CPU time per step) on device model
+/// `preset` with the model split over `gpus` of them by tensor parallelism.
+[[nodiscard]] ReplayConfig vllm_v0_on(const std::string& preset, int gpus);
 /// "modelled: declared A100-40GB roofline (...); no GPU was used", its numbers read from a100_40gb().
 [[nodiscard]] std::string modelled_a100();
 /// The README's "clock sources" line: for each constant of `device`, its value and the source that

@@ -11,8 +11,13 @@ std::vector<Request> orca_sharegpt(const FigureContext& ctx) {
 OrcaVsVllm orca_vs_vllm(const FigureContext& ctx) { return orca_vs_vllm(ctx, orca_sharegpt(ctx)); }
 
 OrcaVsVllm orca_vs_vllm(const FigureContext& ctx, const std::vector<Request>& w) {
+  return orca_vs_vllm(ctx, w, opt13b_12gb(), a100_40gb());
+}
+
+OrcaVsVllm orca_vs_vllm(const FigureContext& ctx, const std::vector<Request>& w, const BackendOptions& o,
+                        const ReplayConfig& c) {
   OrcaVsVllm r;
-  for (const auto& b : r.backends) r.results.push_back(run(ctx, b, opt13b_12gb(), w, a100_40gb()).summary);
+  for (const auto& b : r.backends) r.results.push_back(run(ctx, b, o, w, c).summary);
   return r;
 }
 

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "experiments/figures/figures.hpp"
+#include "serving/replay/backend_factory.hpp"
 #include "serving/replay/replayer.hpp"
 #include "serving/traces/workload.hpp"
 
@@ -22,6 +23,9 @@ struct OrcaVsVllm {
 [[nodiscard]] OrcaVsVllm orca_vs_vllm(const FigureContext& ctx);
 /// The four systems on workload `w` (OPT-13B, 12 GB, the A100 clock).
 [[nodiscard]] OrcaVsVllm orca_vs_vllm(const FigureContext& ctx, const std::vector<Request>& w);
+/// The four systems on workload `w` with model and KV space `o` on clock `c`.
+[[nodiscard]] OrcaVsVllm orca_vs_vllm(const FigureContext& ctx, const std::vector<Request>& w, const BackendOptions& o,
+                                      const ReplayConfig& c);
 /// The ShareGPT workload of kOrcaSetup: 2 req/s, 400 requests (3000 with --full), filtered as
 /// vLLM's benchmarks sample ShareGPT (prompt at most 1024 tokens, prompt + output at most 2048).
 [[nodiscard]] std::vector<Request> orca_sharegpt(const FigureContext& ctx);

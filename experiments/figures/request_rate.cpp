@@ -1,6 +1,7 @@
 // vLLM (SOSP'23) Fig. 12: normalized latency (end-to-end latency over output tokens, averaged over
 // requests) against the request rate, for Orca (Max), Orca (Pow2), Orca (Oracle) and vLLM, with
-// OPT-13B on one A100-40GB; and the rate each system sustains at a fixed normalized latency.
+// OPT-13B on one A100-40GB, OPT-66B on four and OPT-175B on eight A100-80GB (the paper's Table 1,
+// tensor parallel); and the rate each system sustains at a fixed normalized latency.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -16,22 +17,47 @@
 namespace kvlab::fig {
 
 namespace {
-struct RateWorkload {
+/// A model on its GPUs with the KV space the vLLM paper's Table 1 gives it.
+struct Setting {
   std::string label;
+  BackendOptions options;
+  ReplayConfig config;
+};
+
+Setting opt_on(const std::string& model, double kv_gb, const std::string& device, int gpus, const std::string& label) {
+  BackendOptions o;
+  o.model = model_preset(model);
+  o.capacity_bytes = static_cast<std::size_t>(kv_gb * 1e9);
+  return {label, o, vllm_v0_on(device, gpus)};
+}
+
+// The vLLM paper's Table 1: memory for the KV cache (GB).
+constexpr double kOpt66bKvGb = 21;
+constexpr double kOpt175bKvGb = 264;
+
+struct RateWorkload {
+  Setting setting;
+  std::string workload;
   std::function<std::vector<Request>(double rate)> make;
   std::vector<double> rates;
   bool paper_lengths = false;  ///< the paper's mean lengths: its stated ranges apply
+  [[nodiscard]] std::string label() const { return setting.label + ", " + workload; }
 };
 
 std::vector<RateWorkload> workloads(const FigureContext& ctx) {
   const std::int64_t n = ctx.full ? 2000 : 300;
   const int points = ctx.full ? 16 : 10;
+  const Setting opt13b{"OPT-13B on 1x A100-40GB", opt13b_12gb(), a100_40gb()};
+  const Setting opt66b = opt_on("opt-66b", kOpt66bKvGb, "a100-40gb", 4, "OPT-66B on 4x A100-40GB");
+  const Setting opt175b = opt_on("opt-175b", kOpt175bKvGb, "a100-80gb", 8, "OPT-175B on 8x A100-80GB");
+  const auto vllm_lengths = [n](double r) { return sharegpt_vllm_lengths(r, n); };
   return {
-      {"ShareGPT (vLLM's lengths)", [n](double r) { return sharegpt_vllm_lengths(r, n); },
-       geometric_rates(0.1, 8, points), true},
-      {"ShareGPT (shared trace)", [&ctx, n](double r) { return sharegpt_vllm_filtered(ctx, r, n); },
+      {opt13b, "ShareGPT (vLLM's lengths)", vllm_lengths, geometric_rates(0.1, 8, points), true},
+      {opt66b, "ShareGPT (vLLM's lengths)", vllm_lengths, geometric_rates(0.05, 4, points), true},
+      {opt175b, "ShareGPT (vLLM's lengths)", vllm_lengths, geometric_rates(0.1, 8, points), true},
+      {opt13b, "ShareGPT (shared trace)", [&ctx, n](double r) { return sharegpt_vllm_filtered(ctx, r, n); },
        geometric_rates(0.05, 4, points), false},
-      {"Alpaca-like", [n](double r) { return alpaca_like(r, n); }, geometric_rates(1, 120, points), false},
+      {opt13b, "Alpaca-like", [n](double r) { return alpaca_like(r, n); }, geometric_rates(1, 120, points), false},
   };
 }
 
@@ -85,30 +111,54 @@ std::string rate_text(double r) {
   return fixed(r, 3);
 }
 
-/// vLLM's sustained rate against Orca (Oracle)'s and Orca (Max)'s beside the paper's ranges, on the
-/// workload with the paper's lengths: the claims, and the README's sentence.
-std::string against_paper(const std::string& label, const std::vector<double>& sustained, Facts& f) {
-  const std::string sec62 = "vLLM (SOSP'23) sec. 6.2, ShareGPT, OPT-13B/66B/175B";
+constexpr const char* kTable1 = "vLLM (SOSP'23) Table 1: memory for the KV cache";
+constexpr const char* kSec62 = "vLLM (SOSP'23) sec. 6.2, ShareGPT, OPT-13B/66B/175B";
+
+/// Inside, below or above [lo, hi], from the ratio as printed.
+std::string within(double ratio, double lo, double hi) {
+  if (!std::isfinite(ratio)) return "not comparable";
+  const double r = std::round(ratio * 100) / 100;
+  return r >= lo && r <= hi ? "inside" : r < lo ? "below" : "above";
+}
+
+/// vLLM's sustained rate over Orca (Oracle)'s and Orca (Max)'s, on one setting with the paper's
+/// lengths, beside the paper's ranges (which span its three settings): the README's sentence.
+std::string against_paper(const std::vector<double>& sustained, Facts& f) {
   const double v = sustained.back();
-  // Inside or outside, from the ratios as printed.
-  const auto within = [](double vllm, double other, double lo, double hi) {
-    if (!std::isfinite(vllm) || !std::isfinite(other)) return std::string("not comparable");
-    const double r = std::round(vllm / other * 100) / 100;
-    return std::string(r >= lo && r <= hi ? "inside" : r < lo ? "below" : "above");
-  };
-  if (std::isfinite(v) && std::isfinite(sustained[2]) && std::isfinite(sustained[0])) {
-    f.claim(label + ": vLLM / Orca (Oracle) sustained rate, against the range's low end", v / sustained[2], 1.7, 2,
-            sec62 + ": 1.7x-2.7x");
-    f.claim(label + ": vLLM / Orca (Max) sustained rate, against the range's low end", v / sustained[0], 2.7, 2,
-            sec62 + ": 2.7x-8x");
-  }
   return fmt::format(
       " The paper (sec. 6.2, ShareGPT, over its OPT-13B/66B/175B settings): {}x-{}x Orca (Oracle)'s rate and "
-      "{}x-{}x Orca (Max)'s at similar latency; ours is {} the first range and {} the second.",
-      f.quote("paper: vLLM / Orca (Oracle), low", 1.7, 1, sec62),
-      f.quote("paper: vLLM / Orca (Oracle), high", 2.7, 1, sec62),
-      f.quote("paper: vLLM / Orca (Max), low", 2.7, 1, sec62), f.quote("paper: vLLM / Orca (Max), high", 8, 0, sec62),
-      within(v, sustained[2], 1.7, 2.7), within(v, sustained[0], 2.7, 8.0));
+      "{}x-{}x Orca (Max)'s at similar latency; this setting's ratios are {} the first range and {} the second.",
+      f.quote("paper: vLLM / Orca (Oracle), low", 1.7, 1, kSec62),
+      f.quote("paper: vLLM / Orca (Oracle), high", 2.7, 1, kSec62),
+      f.quote("paper: vLLM / Orca (Max), low", 2.7, 1, kSec62), f.quote("paper: vLLM / Orca (Max), high", 8, 0, kSec62),
+      within(v / sustained[2], 1.7, 2.7), within(v / sustained[0], 2.7, 8.0));
+}
+
+/// The span of vLLM's ratios over the settings with the paper's lengths against the paper's
+/// ranges: the claims (low end against low end, high against high) and the README's paragraph.
+std::string span_against_paper(const std::vector<std::pair<std::string, std::vector<double>>>& settings, Facts& f) {
+  std::vector<double> oracle, max;
+  std::string names;
+  for (const auto& [label, s] : settings) {
+    const double v = s.back();
+    if (!std::isfinite(v) || !std::isfinite(s[2]) || !std::isfinite(s[0])) continue;
+    oracle.push_back(v / s[2]);
+    max.push_back(v / s[0]);
+    names += (names.empty() ? "" : "; ") + label;
+  }
+  if (oracle.empty()) return "";
+  const auto [olo, ohi] = std::minmax_element(oracle.begin(), oracle.end());
+  const auto [mlo, mhi] = std::minmax_element(max.begin(), max.end());
+  f.claim("vLLM / Orca (Oracle) sustained rate, lowest over the settings", *olo, 1.7, 2,
+          std::string(kSec62) + ": 1.7x");
+  f.claim("vLLM / Orca (Oracle) sustained rate, highest over the settings", *ohi, 2.7, 2,
+          std::string(kSec62) + ": 2.7x");
+  f.claim("vLLM / Orca (Max) sustained rate, lowest over the settings", *mlo, 2.7, 2, std::string(kSec62) + ": 2.7x");
+  f.claim("vLLM / Orca (Max) sustained rate, highest over the settings", *mhi, 8, 2, std::string(kSec62) + ": 8x");
+  return fmt::format(
+      "\n\nOver the {} settings with the paper's lengths ({}), vLLM sustains {}x-{}x Orca (Oracle)'s rate (paper "
+      "1.7x-2.7x) and {}x-{}x Orca (Max)'s (paper 2.7x-8x).",
+      oracle.size(), names, fixed(*olo, 2), fixed(*ohi, 2), fixed(*mlo, 2), fixed(*mhi, 2));
 }
 
 /// Where vLLM's curve turns against where Orca (Oracle)'s does, from the points around each crossing:
@@ -140,67 +190,92 @@ std::string turn_text(const RateWorkload& w, const std::vector<Curve>& curves, c
       fixed(cv.rates[iv], 3), fixed(v.mean_batch), fixed(v.mean_tpot_s, 4), v.preemptions, fixed(cv.rates[iv + 1], 3),
       fixed(past.mean_batch), past.preemptions, fixed(past.mean_tpot_s, 4), why, fixed(co.rates[io], 3),
       fixed(o.mean_batch), fixed(o.mean_tpot_s, 4),
-      f.quote(w.label + ": vLLM / Orca (Oracle) mean batch where each turns", v.mean_batch / o.mean_batch, 2,
+      f.quote(w.label() + ": vLLM / Orca (Oracle) mean batch where each turns", v.mean_batch / o.mean_batch, 2,
               "this run (mean_batch)"),
-      f.quote(w.label + ": vLLM / Orca (Oracle) time per output token where each turns", v.mean_tpot_s / o.mean_tpot_s,
-              2, "this run (tpot_mean_s)"),
-      f.quote(w.label + ": vLLM / Orca (Oracle) batch over time per token where each turns",
+      f.quote(w.label() + ": vLLM / Orca (Oracle) time per output token where each turns",
+              v.mean_tpot_s / o.mean_tpot_s, 2, "this run (tpot_mean_s)"),
+      f.quote(w.label() + ": vLLM / Orca (Oracle) batch over time per token where each turns",
               (v.mean_batch / v.mean_tpot_s) / (o.mean_batch / o.mean_tpot_s), 2,
               "this run (mean_batch, tpot_mean_s)"));
 }
 
+/// One workload's result: each system's curve and sustained rate, read at `threshold`.
+struct RateResult {
+  std::vector<std::string> backends, labels;
+  std::vector<Curve> curves;
+  std::vector<double> sustained;
+  double threshold = 0;
+};
+
+/// Every system at the workload's rates, then each system's crossing bisected.
+RateResult run_workload(const FigureContext& ctx, const RateWorkload& w, int bisection_steps) {
+  std::vector<OrcaVsVllm> sweep;
+  for (double rate : w.rates) sweep.push_back(orca_vs_vllm(ctx, w.make(rate), w.setting.options, w.setting.config));
+  RateResult r{sweep.front().backends, sweep.front().labels, {}, {}, 0};
+  r.threshold = kSaturationLatencyFactor * sweep.front().results.back().mean_normalized_latency_s;
+  r.curves.resize(r.backends.size());
+  for (std::size_t s = 0; s < r.backends.size(); ++s) {
+    Curve& c = r.curves[s];
+    c.rates = w.rates;
+    for (const auto& point : sweep) c.results.push_back(point.results[s]);
+    c.bisected.assign(w.rates.size(), false);
+    bisect(c, r.threshold, bisection_steps, [&](double rate) {
+      return run(ctx, r.backends[s], w.setting.options, w.make(rate), w.setting.config).summary;
+    });
+    r.sustained.push_back(c.sustained(r.threshold));
+  }
+  return r;
+}
+
+void add_rows(Table& t, const RateWorkload& w, const RateResult& r) {
+  for (std::size_t s = 0; s < r.backends.size(); ++s)
+    for (std::size_t i = 0; i < r.curves[s].rates.size(); ++i) {
+      const ReplaySummary& x = r.curves[s].results[i];
+      const bool paged = r.backends[s].starts_with("paged");
+      t.add({w.setting.label, w.workload, r.labels[s], r.backends[s], paged ? "block pool" : "buddy",
+             fixed(r.curves[s].rates[i], 3), r.curves[s].bisected[i] ? "bisection" : "sweep",
+             fixed(x.mean_normalized_latency_s, 4), fixed(x.mean_ttft_s, 3), fixed(x.mean_tpot_s, 4),
+             std::to_string(x.completed), std::to_string(x.rejected), std::to_string(x.preemptions),
+             fixed(x.mean_batch), fixed(r.threshold, 4), rate_text(r.sustained[s])});
+    }
+}
+
+/// The README's paragraph on one workload: sustained rates, vLLM's ratios, where the curves turn.
+std::string workload_text(const RateWorkload& w, const RateResult& r, Facts& f) {
+  const auto [prompt, output] = mean_lengths(w.make(w.rates.front()));
+  std::string text = fmt::format(
+      "\n\n{} (mean prompt {}, output {} tokens): at {} s/token ({}x vLLM's at {} req/s) "
+      "the sustained rates (req/s) are ",
+      w.label(), f.quote(w.label() + ": mean prompt tokens", prompt, 1, "this run's workload"),
+      f.quote(w.label() + ": mean output tokens", output, 1, "this run's workload"), fixed(r.threshold, 4),
+      f.quote("sustained: latency factor over the unloaded", kSaturationLatencyFactor, 0,
+              "setup (kSaturationLatencyFactor)"),
+      fixed(w.rates.front(), 3));
+  for (std::size_t s = 0; s < r.backends.size(); ++s)
+    text += fmt::format("{}{} {}", s ? ", " : "", r.labels[s], rate_text(r.sustained[s]));
+  const double v = r.sustained.back();
+  text += fmt::format("; vLLM sustains {} Orca (Oracle)'s rate, {} Orca (Pow2)'s and {} Orca (Max)'s.",
+                      ratio_text(v, r.sustained[2], f, w.label() + ": vLLM / Orca (Oracle) sustained rate"),
+                      ratio_text(v, r.sustained[1], f, w.label() + ": vLLM / Orca (Pow2) sustained rate"),
+                      ratio_text(v, r.sustained[0], f, w.label() + ": vLLM / Orca (Max) sustained rate"));
+  text += turn_text(w, r.curves, r.sustained, f);
+  if (w.paper_lengths) text += against_paper(r.sustained, f);
+  return text;
+}
+
 void request_rate(const FigureContext& ctx) {
-  Table t{{"workload", "system", "backend", "arena", "request_rate_per_s", "point", "mean_normalized_latency_s",
-           "ttft_mean_s", "tpot_mean_s", "completed", "rejected", "preemptions", "mean_batch",
-           "threshold_normalized_latency_s", "sustained_rate_per_s"}};
+  Table t{{"setting", "workload", "system", "backend", "arena", "request_rate_per_s", "point",
+           "mean_normalized_latency_s", "ttft_mean_s", "tpot_mean_s", "completed", "rejected", "preemptions",
+           "mean_batch", "threshold_normalized_latency_s", "sustained_rate_per_s"}};
   std::string findings;
   Facts f;
   const int bisection_steps = ctx.full ? 5 : 3;
+  std::vector<std::pair<std::string, std::vector<double>>> paper_settings;
   for (const RateWorkload& w : workloads(ctx)) {
-    std::vector<OrcaVsVllm> sweep;
-    for (double rate : w.rates) sweep.push_back(orca_vs_vllm(ctx, w.make(rate)));
-    const OrcaVsVllm& first = sweep.front();
-    const double threshold = kSaturationLatencyFactor * first.results.back().mean_normalized_latency_s;
-    std::vector<Curve> curves(first.backends.size());
-    std::vector<double> sustained;
-    for (std::size_t s = 0; s < first.backends.size(); ++s) {
-      Curve& c = curves[s];
-      c.rates = w.rates;
-      for (const auto& r : sweep) c.results.push_back(r.results[s]);
-      c.bisected.assign(w.rates.size(), false);
-      bisect(c, threshold, bisection_steps, [&](double rate) {
-        return run(ctx, first.backends[s], opt13b_12gb(), w.make(rate), a100_40gb()).summary;
-      });
-      sustained.push_back(c.sustained(threshold));
-    }
-    for (std::size_t s = 0; s < first.backends.size(); ++s)
-      for (std::size_t i = 0; i < curves[s].rates.size(); ++i) {
-        const ReplaySummary& r = curves[s].results[i];
-        const bool paged = first.backends[s].starts_with("paged");
-        t.add({w.label, first.labels[s], first.backends[s], paged ? "block pool" : "buddy",
-               fixed(curves[s].rates[i], 3), curves[s].bisected[i] ? "bisection" : "sweep",
-               fixed(r.mean_normalized_latency_s, 4), fixed(r.mean_ttft_s, 3), fixed(r.mean_tpot_s, 4),
-               std::to_string(r.completed), std::to_string(r.rejected), std::to_string(r.preemptions),
-               fixed(r.mean_batch), fixed(threshold, 4), rate_text(sustained[s])});
-      }
-    const auto [prompt, output] = mean_lengths(w.make(w.rates.front()));
-    findings += fmt::format(
-        "\n\n{} (mean prompt {}, output {} tokens): at {} s/token ({}x vLLM's at {} req/s) "
-        "the sustained rates (req/s) are ",
-        w.label, f.quote(w.label + ": mean prompt tokens", prompt, 1, "this run's workload"),
-        f.quote(w.label + ": mean output tokens", output, 1, "this run's workload"), fixed(threshold, 4),
-        f.quote("sustained: latency factor over the unloaded", kSaturationLatencyFactor, 0,
-                "setup (kSaturationLatencyFactor)"),
-        fixed(w.rates.front(), 3));
-    for (std::size_t s = 0; s < first.backends.size(); ++s)
-      findings += fmt::format("{}{} {}", s ? ", " : "", first.labels[s], rate_text(sustained[s]));
-    const double v = sustained.back();
-    findings += fmt::format("; vLLM sustains {} Orca (Oracle)'s rate, {} Orca (Pow2)'s and {} Orca (Max)'s.",
-                            ratio_text(v, sustained[2], f, w.label + ": vLLM / Orca (Oracle) sustained rate"),
-                            ratio_text(v, sustained[1], f, w.label + ": vLLM / Orca (Pow2) sustained rate"),
-                            ratio_text(v, sustained[0], f, w.label + ": vLLM / Orca (Max) sustained rate"));
-    findings += turn_text(w, curves, sustained, f);
-    if (w.paper_lengths) findings += against_paper(w.label, sustained, f);
+    const RateResult r = run_workload(ctx, w, bisection_steps);
+    add_rows(t, w, r);
+    findings += workload_text(w, r, f);
+    if (w.paper_lengths) paper_settings.emplace_back(w.setting.label, r.sustained);
   }
   const std::string notes = fmt::format(
       "Normalized latency = a request's end-to-end latency over its output tokens, averaged over the completed "
@@ -216,15 +291,24 @@ void request_rate(const FigureContext& ctx) {
       "buddy allocator (`arena` buddy), as the paper implemented Orca; vLLM's rows are the paged backend's block "
       "pool. The shared trace's requests are longer than the paper's (its means above; batch-size explains the "
       "effect on memory), so every system saturates at a lower rate there and the gap between them is set by how "
-      "much KV each layout wastes at that length.{}",
+      "much KV each layout wastes at that length. Settings (`setting`, the paper's Table 1): OPT-13B on one "
+      "A100-40GB with {} GB of KV, OPT-66B on four A100-40GB with {} GB, OPT-175B on eight A100-80GB with {} GB "
+      "(GB as 10^9 bytes in all three); the last two are tensor parallel: the clock divides the weights' and the "
+      "KV's work over the GPUs and adds two NVLink all-reduces per layer (docs/clock.md). The engine's CPU time per "
+      "step is Vidur's TP1 measurement in every setting; vLLM v0 drove tensor-parallel workers through Ray, which "
+      "cost more per step, and that is not modelled.{}{}",
       f.quote("sustained: latency factor over the unloaded", kSaturationLatencyFactor, 0,
               "setup (kSaturationLatencyFactor)"),
       f.quote("bisection steps per system", bisection_steps, 0, "setup"),
-      f.quote("requests per rate", ctx.full ? 2000 : 300, 0, "setup"), findings);
+      f.quote("requests per rate", ctx.full ? 2000 : 300, 0, "setup"),
+      f.quote("OPT-13B: KV space (GB)", static_cast<double>(opt13b_12gb().capacity_bytes) / 1e9, 0, kTable1),
+      f.quote("OPT-66B: KV space (GB)", kOpt66bKvGb, 0, kTable1),
+      f.quote("OPT-175B: KV space (GB)", kOpt175bKvGb, 0, kTable1), findings, span_against_paper(paper_settings, f));
   publish(ctx,
           {"request-rate", "vLLM (SOSP'23) Figure 12: normalized latency against request rate",
-           std::string(kOrcaSetup) + "; request rates swept per workload (the rows)", modelled_a100(), notes,
-           clock_sources(a100_40gb().device), f},
+           std::string(kOrcaSetup) +
+               "; OPT-66B and OPT-175B on 4 and 8 GPUs as the notes say; request rates swept per workload (the rows)",
+           modelled_a100(), notes, clock_sources(a100_40gb().device), f},
           t);
 }
 }  // namespace

@@ -187,6 +187,8 @@ void take_from_base(const Session& s, DeviceModel& m, const std::string& base) {
       b.linear_bandwidth_efficiency, b.memory_bandwidth / 1e12, m.memory_bandwidth / 1e12);
   take(&DeviceModel::linear_flops_efficiency, "linear_flops_efficiency");
   take(&DeviceModel::linear_layer_overhead_s, "linear_layer_overhead_s");
+  take(&DeviceModel::interconnect_bandwidth, "interconnect_bandwidth");  // one GPU: no peer to measure against
+  take(&DeviceModel::allreduce_latency_s, "allreduce_latency_s");
   s.say(fmt::format("peak_flops and linear_* from preset {} (peak {:.0f} TFLOP/s)", base, b.peak_flops / 1e12));
 }
 
@@ -725,6 +727,15 @@ DeviceModel calibrate_on(const CalibrateOptions& o, DeviceContext* context) {
   } else {
     measure_device_bandwidth(s, m);
     take_from_base(s, m, o.base);
+  }
+  // One device is measured; a model split over N GPUs is a file that says so (docs/clock.md).
+  constexpr const char* kOneDevice =
+      "one device: kvlab calibrate measures one; a file for N GPUs sets tensor_parallel (and on the host "
+      "interconnect_bandwidth and allreduce_latency_s) by hand, docs/clock.md";
+  s.set(m, &DeviceModel::tensor_parallel, "tensor_parallel", 1, kOneDevice);
+  if (host) {
+    s.set(m, &DeviceModel::interconnect_bandwidth, "interconnect_bandwidth", 0, kOneDevice);
+    s.set(m, &DeviceModel::allreduce_latency_s, "allreduce_latency_s", 0, kOneDevice);
   }
   measure_attention(s, m);
   measure_mapping(s, m);

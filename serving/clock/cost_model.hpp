@@ -8,7 +8,9 @@
 // Approach: the replayer counts what a step did (StepWork, filled from the schedule and from the
 // backend's StepCosts and ViewShape); step_time prices each operation; the parts are reported so a
 // figure can show which one moved. Limitations: operations do not overlap one another (vLLM v0
-// runs them one after another); tensor parallelism and communication are not modelled.
+// runs them one after another); tensor parallelism divides the weights' and the KV's work over the
+// device's GPUs and adds two all-reduces per layer (DeviceModel::tensor_parallel), with no overlap
+// of communication and compute; pipeline parallelism is not modelled.
 #include <cstddef>
 #include <cstdint>
 

@@ -44,7 +44,7 @@ struct Scalar {
 };
 
 constexpr double kInf = 1e300;
-const std::array<Scalar, 15> kScalars = {{
+const std::array<Scalar, 18> kScalars = {{
     {"memory_bandwidth", &DeviceModel::memory_bandwidth, 1e6, kInf},
     {"peak_flops", &DeviceModel::peak_flops, 1e6, kInf},
     {"linear_bandwidth_efficiency", &DeviceModel::linear_bandwidth_efficiency, 1e-3, 2},
@@ -59,6 +59,9 @@ const std::array<Scalar, 15> kScalars = {{
     {"host_bandwidth", &DeviceModel::host_bandwidth, 1e3, kInf},
     {"host_transfer_latency_s", &DeviceModel::host_transfer_latency_s, 0, 10},
     {"device_copy_latency_s", &DeviceModel::device_copy_latency_s, 0, 10},
+    {"tensor_parallel", &DeviceModel::tensor_parallel, 1, 64, true},
+    {"interconnect_bandwidth", &DeviceModel::interconnect_bandwidth, 0, kInf, true},
+    {"allreduce_latency_s", &DeviceModel::allreduce_latency_s, 0, 10, true},
     // Not a constant of the clock, but checked like one: the format this file is written in.
     {"format", nullptr, kFormat, kFormat},
 }};
@@ -142,6 +145,7 @@ DeviceModel parse_device_model(std::string_view text, const std::string& origin)
       known = true;
       if (!parse_number(value, v)) fail(key, "'" + value + "' is not a finite number");
       if (v < s.min || v > s.max) fail(key, fmt::format("{} is outside [{:g}, {:g}]", value, s.min, s.max));
+      if (s.field == &DeviceModel::tensor_parallel && v != std::floor(v)) fail(key, "must be a whole number of GPUs");
       if (s.field != nullptr) m.*(s.field) = v;
     }
     for (const Table& t : kTables) {
@@ -165,6 +169,10 @@ DeviceModel parse_device_model(std::string_view text, const std::string& origin)
     if (!s.optional && !seen.contains(s.key)) missing(s.key);
   for (const Table& t : kTables)
     if ((m.*(t.field)).empty()) missing(std::string(t.key) + ".SIZE");
+  if (m.tensor_parallel > 1 && m.interconnect_bandwidth <= 0)
+    KVLAB_THROW(InvalidArgument, fmt::format("{}: key 'interconnect_bandwidth' is missing or 0: tensor_parallel {:g} "
+                                             "needs the bandwidth its all-reduces run at",
+                                             origin, m.tensor_parallel));
   return m;
 }
 

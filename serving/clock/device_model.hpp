@@ -67,6 +67,17 @@ struct DeviceModel {
   SizeTable map_s;
   SizeTable unmap_s;
 
+  // Tensor parallelism (Megatron-LM style, as vLLM runs it): the model is split over
+  // `tensor_parallel` of these GPUs, each holding 1/N of the weights and of every block's KV heads,
+  // working in parallel; each layer ends its attention and its MLP with an all-reduce of the step's
+  // hidden states over the interconnect (ring: 2 (N-1)/N of the bytes at interconnect_bandwidth per
+  // direction, plus allreduce_latency_s). The all-reduces are priced inside `linear`. Optional
+  // keys: a file without them is one GPU (tensor_parallel 1), and a file that sets
+  // tensor_parallel above 1 must give interconnect_bandwidth.
+  double tensor_parallel = 1;
+  double interconnect_bandwidth = 0;  ///< bytes/s per GPU and direction (NVLink); 0: not given
+  double allreduce_latency_s = 0;
+
   // Copies: between host and device memory (swap, host cache tier) each contiguous transfer costs
   // host_transfer_latency_s plus its bytes at host_bandwidth; device-to-device copies
   // (copy-on-write) cost device_copy_latency_s per launch plus reading and writing their bytes.

@@ -49,34 +49,47 @@ def main(kvlab, out):
     systems = list(dict.fromkeys(r["system"] for r in rows))
     if systems != ["Orca (Max)", "Orca (Pow2)", "Orca (Oracle)", "vLLM (paged, block 16)"]:
         fail(f"systems {systems}")
-    for wl in dict.fromkeys(r["workload"] for r in rows):
+    settings = list(dict.fromkeys(r["setting"] for r in rows))
+    if settings != ["OPT-13B on 1x A100-40GB", "OPT-66B on 4x A100-40GB", "OPT-175B on 8x A100-80GB"]:
+        fail(f"settings {settings}")
+    span = {"Oracle": [], "Max": []}  # vLLM's ratios over the settings with the paper's lengths
+    for setting, wl in dict.fromkeys((r["setting"], r["workload"]) for r in rows):
         rates = {}
+        label = f"{setting}, {wl}"
         for s in systems:
-            sub = [r for r in rows if r["workload"] == wl and r["system"] == s]
+            sub = [r for r in rows if r["setting"] == setting and r["workload"] == wl and r["system"] == s]
             if len(sub) < 5 or len({r["sustained_rate_per_s"] for r in sub}) != 1:
-                fail(f"{wl} / {s}: {len(sub)} rows or differing sustained_rate")
+                fail(f"{label} / {s}: {len(sub)} rows or differing sustained_rate")
             rates_in_order = [float(r["request_rate_per_s"]) for r in sub]
             if rates_in_order != sorted(rates_in_order):
-                fail(f"{wl} / {s}: rows not in rate order")
+                fail(f"{label} / {s}: rows not in rate order")
             want = sustained(sub)
             pair = bracket(sub)
             if pair and float(sub[0]["mean_normalized_latency_s"]) <= float(sub[0]["threshold_normalized_latency_s"]):
                 # Bisection narrows the sweep's bracket (rates 1.63x apart at smoke scale) to 1.63^(1/8).
                 if pair[1] / pair[0] > 1.07 or not any(r["point"] == "bisection" for r in sub):
-                    fail(f"{wl} / {s}: the crossing lies between {pair[0]} and {pair[1]} req/s: not bisected")
+                    fail(f"{label} / {s}: the crossing lies between {pair[0]} and {pair[1]} req/s: not bisected")
             got = sub[0]["sustained_rate_per_s"]
             if math.isfinite(want):
                 if abs(float(got) - want) > max(0.002, 0.005 * want):  # from latencies rounded to 4 digits
-                    fail(f"{wl} / {s}: sustained_rate {got}, recomputed {want:.4f}")
-                if f"{s} {got}" not in readme:
-                    fail(f"the README does not state {s}'s sustained rate {got} on {wl}")
+                    fail(f"{label} / {s}: sustained_rate {got}, recomputed {want:.4f}")
+                if not re.search(re.escape(label) + r" \(mean prompt [^\n]*" + re.escape(f"{s} {got}"), readme):
+                    fail(f"the README does not state {s}'s sustained rate {got} on {label}")
                 rates[s] = float(got)
         v = rates.get(systems[-1])
         for s, word in ((systems[2], "Orca (Oracle)'s rate"), (systems[0], "Orca (Max)'s")):
             if v and s in rates:
                 ratio = f"{v / rates[s]:.2f}x"
-                if not re.search(re.escape(ratio) + r" " + re.escape(word), readme):
-                    fail(f"the README does not state vLLM / {s} = {ratio} on {wl}")
+                if not re.search(re.escape(label) + r" \(mean prompt [^\n]*" + re.escape(ratio) + " " + re.escape(word), readme):
+                    fail(f"the README does not state vLLM / {s} = {ratio} on {label}")
+                if wl == "ShareGPT (vLLM's lengths)":
+                    span["Oracle" if "Oracle" in s else "Max"].append(v / rates[s])
+    if len(span["Oracle"]) == 3:
+        o, m = span["Oracle"], span["Max"]
+        want = (f"vLLM sustains {min(o):.2f}x-{max(o):.2f}x Orca (Oracle)'s rate (paper 1.7x-2.7x) and "
+                f"{min(m):.2f}x-{max(m):.2f}x Orca (Max)'s")
+        if want not in readme:
+            fail(f"the README does not state the span over the settings: {want}")
     print(f"check_request_rate: {len(rows)} rows; sustained rates and ratios in the README are the data's")
 
 

@@ -21,6 +21,11 @@ TEST(ModelGeometry, GqaPresetsUseFewerKvHeads) {
   EXPECT_EQ(model_preset("yi-6b").gqa_group(), 8);
   EXPECT_EQ(model_preset("yi-34b").kv_bytes_per_token(), 2u * 60 * 8 * 128 * 2);
   EXPECT_EQ(model_preset("llama-3-70b").num_layers, 80);
+  // The vLLM paper's Table 1: KV slots of its 21 GB (OPT-66B) and 264 GB (OPT-175B), in GiB, are
+  // 9.7K and 60.1K tokens; 2.36 MB and 4.72 MB a token.
+  EXPECT_EQ(model_preset("opt-66b").kv_bytes_per_token(), 2u * 64 * 72 * 128 * 2);
+  EXPECT_EQ(model_preset("opt-175b").kv_bytes_per_token(), 2u * 96 * 96 * 128 * 2);
+  EXPECT_NEAR(264.0 * (1 << 30) / static_cast<double>(model_preset("opt-175b").kv_bytes_per_token()), 60100, 100);
   EXPECT_EQ(model_preset("llama-2-7b").gqa_group(), 1);
 }
 

@@ -104,7 +104,10 @@ TEST(Calibrate, QuickHostFileReadsBackWithEveryKeyAndAMeasuredSource) {
   for (const auto& [key, source] : back.sources) {
     if (key == "format" || key == "name" || key == "description") continue;
     const bool measured = source.rfind("measured by kvlab calibrate on " + machine + ", ", 0) == 0;
-    const bool declared = key.starts_with("linear_") && source.rfind("not calibrated on the host", 0) == 0;
+    const bool declared =
+        (key.starts_with("linear_") && source.rfind("not calibrated on the host", 0) == 0) ||
+        ((key == "tensor_parallel" || key == "interconnect_bandwidth" || key == "allreduce_latency_s") &&
+         source.rfind("one device: ", 0) == 0);
     EXPECT_TRUE(measured || declared) << key << ": " << source;
     if (measured) {
       EXPECT_NE(source.find("median"), std::string::npos) << key << ": " << source;
@@ -216,7 +219,8 @@ TEST(Calibrate, TheGpuPathRunsOnTheEmulatedDevice) {
     const bool measured = source.rfind("measured by kvlab calibrate on emulated GPU", 0) == 0;
     const bool from_base = source.rfind("not measured by kvlab calibrate --device emulated", 0) == 0 &&
                            source.find("from preset a100-80gb") != std::string::npos;
-    EXPECT_TRUE(measured || from_base) << key << ": " << source;
+    const bool one_device = key == "tensor_parallel" && source.rfind("one device: ", 0) == 0;
+    EXPECT_TRUE(measured || from_base || one_device) << key << ": " << source;
   }
   // Each measured through the device's code path, not the host's.
   const std::vector<std::pair<std::string, std::string>> how = {

@@ -128,6 +128,45 @@ TEST(DeviceModel, OutOfRangeNamesFileLineKeyAndRange) {
   EXPECT_NE(error_of(model_text("format", "format = 2  # x")).find("key 'format'"), std::string::npos);
 }
 
+TEST(DeviceModel, TensorParallelIsWholeGpusAndNeedsItsInterconnect) {
+  // A file without the keys is one GPU, and reads as before.
+  const std::string one = model_text("tensor_parallel", "# removed");
+  EXPECT_EQ(error_of(one), "");
+  EXPECT_EQ(parse_device_model(one, "one.txt").tensor_parallel, 1);
+  // Four GPUs with an interconnect read; the values are kept.
+  const std::string four = model_text("tensor_parallel", "tensor_parallel = 4  # x");
+  const auto with = [&](const std::string& text, const std::string& key, const std::string& line) {
+    const auto at = text.find("\n" + key + " =");
+    const auto end = text.find('\n', at + 1);
+    return text.substr(0, at + 1) + line + text.substr(end);
+  };
+  const std::string good = with(with(four, "interconnect_bandwidth", "interconnect_bandwidth = 3e11  # x"),
+                                "allreduce_latency_s", "allreduce_latency_s = 1e-5  # x");
+  ASSERT_EQ(error_of(good), "");
+  const DeviceModel d = parse_device_model(good, "tp.txt");
+  EXPECT_EQ(d.tensor_parallel, 4);
+  EXPECT_EQ(d.interconnect_bandwidth, 3e11);
+  EXPECT_EQ(d.allreduce_latency_s, 1e-5);
+  EXPECT_EQ(parse_device_model(format_device_model(d), "again.txt").tensor_parallel, 4);
+  // Without the interconnect's bandwidth the all-reduces have no price: refused, naming the key.
+  for (const std::string& line : {std::string("# removed"), std::string("interconnect_bandwidth = 0  # x")}) {
+    const std::string lacking = with(four, "interconnect_bandwidth", line);
+    EXPECT_NE(error_of(lacking).find("dev.txt: key 'interconnect_bandwidth' is missing or 0: tensor_parallel 4"),
+              std::string::npos)
+        << error_of(lacking);
+  }
+  // Half a GPU, no GPU, or more than a node's worth are named with their line.
+  const std::string half = model_text("tensor_parallel", "tensor_parallel = 2.5  # x");
+  EXPECT_NE(error_of(half).find("dev.txt:" + std::to_string(line_of(half, "tensor_parallel")) +
+                                ": key 'tensor_parallel': must be a whole number of GPUs"),
+            std::string::npos)
+      << error_of(half);
+  EXPECT_NE(error_of(model_text("tensor_parallel", "tensor_parallel = 0  # x")).find("outside [1, 64]"),
+            std::string::npos);
+  EXPECT_NE(error_of(model_text("tensor_parallel", "tensor_parallel = 128  # x")).find("outside [1, 64]"),
+            std::string::npos);
+}
+
 TEST(DeviceModel, ReadingAMissingFileNamesIt) {
   try {
     (void)read_device_model("/nonexistent-kvlab/dev.txt");

@@ -152,6 +152,42 @@ TEST(CostModel, MappingTransfersAndCopiesArePricedPerOperation) {
   EXPECT_LT(step_time(m, d, few).transfer, t.transfer);
 }
 
+TEST(CostModel, TensorParallelGpusShareTheWorkAndPayTwoAllReducesPerLayer) {
+  const ModelGeometry m = model_preset("opt-66b");
+  const DeviceModel one = round_device();
+  DeviceModel four = one;
+  four.tensor_parallel = 4;
+  four.interconnect_bandwidth = 2e11;
+  four.allreduce_latency_s = 1e-5;
+  StepWork w;
+  w.decode_tokens = 5;
+  w.prefill_tokens = 100;
+  w.sequences = 6;
+  w.kv_tokens_read = 4000;
+  w.attention_pairs = 4000 + 100 * 101 / 2;
+  w.ops.host_transfers = 8;
+  w.ops.host_transfer_bytes = 4e6;
+  w.ops.device_copies = 2;
+  w.ops.device_copy_bytes = 8e5;
+  const StepTime t1 = step_time(m, one, w), t4 = step_time(m, four, w);
+  const double tokens = 105, layers = m.num_layers;
+  const double hidden_bytes = tokens * 72 * 128 * 2;  // OPT-66B: 9216 hidden, fp16
+  const double allreduce = 2 * layers * (1e-5 + 2.0 * 3 / 4 * hidden_bytes / 2e11);
+  EXPECT_DOUBLE_EQ(t4.linear, std::max(static_cast<double>(m.weight_bytes()) / 4 / 0.5e12,
+                                       2.0 * m.num_parameters * tokens / 4 / 0.25e14) +
+                                  layers * 1e-5 + allreduce);
+  EXPECT_DOUBLE_EQ(t4.attention, std::max(4105.0 * m.kv_bytes_per_token() / 4 / 0.8e12,
+                                          4.0 * layers * 72 * 128 * w.attention_pairs / 4 / (1e14 * 0.5)));
+  EXPECT_DOUBLE_EQ(t4.cpu, t1.cpu);  // one scheduler drives every GPU
+  EXPECT_DOUBLE_EQ(t4.transfer, 8 * 1e-5 + 4e6 / 4 / 2e10);
+  EXPECT_DOUBLE_EQ(t4.copy, 2 * 5e-6 + 2 * 8e5 / 4 / 1e12);
+  EXPECT_LT(t4.total(), t1.total());
+  // One GPU pays no all-reduce, whatever the interconnect.
+  DeviceModel alone = four;
+  alone.tensor_parallel = 1;
+  EXPECT_DOUBLE_EQ(step_time(m, alone, w).linear, t1.linear);
+}
+
 TEST(CostModel, StepTimesAddPartByPart) {
   StepTime sum{.linear = 1, .attention = 2, .cpu = 3, .mapping = 4, .transfer = 5, .copy = 6};
   sum += StepTime{.linear = 10, .attention = 20, .cpu = 30, .mapping = 40, .transfer = 50, .copy = 60};
