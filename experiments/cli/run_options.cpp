@@ -161,6 +161,10 @@ po::options_description RunOptions::scheduling_options() {
       "device-model", po::value(&device_model)->default_value("a100-80gb"),
       "device of the modelled clock: a preset (a100-40gb, a100-80gb, h100-sxm, h200, host) or a device model "
       "file (kvlab calibrate --out FILE); see docs/clock.md")(
+      "tensor-parallel", po::value(&tensor_parallel)->default_value(0),
+      "the model split over N GPUs of the device model by tensor parallelism (the modelled clock: weights and KV "
+      "work divided, two NVLink all-reduces per layer; docs/clock.md); --capacity-gib is the KV of all N; 0: the "
+      "device model's own (1 in the presets)")(
       "execute", po::bool_switch(&execute),
       "execute mode: run the attention kernels over real KV memory; the clock is their measured time")(
       "device", po::value(&device_text)->default_value("host"),
@@ -235,6 +239,9 @@ void RunOptions::check_numbers() const {
   if (!(beam_reselect >= 0 && beam_reselect <= 1)) throw UsageError("--beam-reselect must be a probability in [0, 1]");
   if (beam_reselect > 0 && samples < 2) throw UsageError("--beam-reselect needs beams: --samples 2 or more");
   if (limit < 0) throw UsageError("--limit must not be negative");
+  if (tensor_parallel < 0 || tensor_parallel > 64)
+    throw UsageError(
+        fmt::format("--tensor-parallel must be 0 (the device model's) or 1..64 GPUs (got {})", tensor_parallel));
   if (turns < 1) throw UsageError("--turns must be at least 1");
   if (prefix_groups < 0 || shared_prefix < 0)
     throw UsageError("--prefix-groups and --shared-prefix must not be negative");
@@ -319,12 +326,26 @@ void RunOptions::check_applicable(const po::variables_map& vm) const {
   if (!execute)
     for (const char* option : {"kernels", "execute-layers"})
       if (given(option)) throw UsageError(fmt::format("--{} applies only with --execute", option));
+  if (tensor_parallel > 1) check_tensor_parallel();
   check_device();
   if (!trace.empty())
     for (const char* option :
          {"requests", "prompt-len", "output-len", "lengths-from", "prefix-groups", "shared-prefix", "turns"})
       if (given(option))
         throw UsageError(fmt::format("--{} describes a synthetic workload; it does not apply with --trace", option));
+}
+
+void RunOptions::check_tensor_parallel() const {
+  const std::string tp = fmt::format("--tensor-parallel {}", tensor_parallel);
+  if (execute) throw UsageError(tp + " applies to the modelled clock; --execute measures one device");
+  if (!tenants.empty()) throw UsageError(tp + " does not apply with --tenants (the tenants share one GPU)");
+  const ModelGeometry m = model_preset(model_name);
+  if (m.num_kv_heads % tensor_parallel != 0 || m.num_q_heads % tensor_parallel != 0)
+    throw UsageError(fmt::format("{}: {}'s {} query and {} KV heads do not split evenly over {} GPUs", tp, m.name,
+                                 m.num_q_heads, m.num_kv_heads, tensor_parallel));
+  if (resolve_device_model(device_model).interconnect_bandwidth <= 0)
+    throw UsageError(
+        fmt::format("{}: device model {} gives no interconnect_bandwidth for the all-reduces", tp, device_model));
 }
 
 void RunOptions::check_device() const {
@@ -425,6 +446,10 @@ ReplayConfig RunOptions::replay_config() const {
   rc.percentiles = percentiles;
   rc.long_requests = long_policy == "truncate" ? LongRequestPolicy::truncate : LongRequestPolicy::reject;
   rc.device = resolve_device_model(device_model);
+  if (tensor_parallel > 0) {
+    rc.device.tensor_parallel = tensor_parallel;
+    rc.device.sources["tensor_parallel"] = "--tensor-parallel";
+  }
   rc.execute = execute;
   rc.execute_layers = execute_layers;
   rc.verify_kv = verify_kv;

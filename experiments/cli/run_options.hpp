@@ -74,6 +74,7 @@ struct RunOptions {
   std::int64_t requests = 0, max_seq_len = 0, max_batched = 0, limit = 0, shared_prefix = 0;
   std::string tenants;                 ///< --tenants FILE (empty: one workload)
   std::string tenant_policy = "auto";  ///< --tenant-policy
+  int tensor_parallel = 0;             ///< --tensor-parallel N (0: the device model's own)
   std::int64_t dump_plans = 0;         ///< --dump-plans N: the scheduler's plans of the first N steps (0: none)
   bool dump_plans_given = false;
   static constexpr std::int64_t kMaxDumpedPlans = 1'000'000;
@@ -106,6 +107,9 @@ struct RunOptions {
 
   /// --device combinations that would mean nothing.
   void check_device() const;
+
+  /// --tensor-parallel N above 1: the modelled clock only, heads that split evenly, an interconnect.
+  void check_tensor_parallel() const;
 
   /// --inject-faults nth:N | random:P[:SEED] as an armed injector.
   std::unique_ptr<FaultInjector> fault_plan() const;

@@ -47,6 +47,30 @@ TEST(ParseRunCommand, RefusesOutOfBoundsValuesNamingTheOption) {
   }
 }
 
+TEST(ParseRunCommand, TensorParallelSplitsTheModelledDeviceAndRecordsItsSource) {
+  const RunCommand four = parse_run_command(
+      "replay", {"--model", "opt-66b", "--device-model", "a100-40gb", "--tensor-parallel", "4", "--requests", "3"});
+  const ReplayConfig c = four.options.replay_config();
+  EXPECT_EQ(c.device.tensor_parallel, 4);
+  EXPECT_EQ(c.device.sources.at("tensor_parallel"), "--tensor-parallel");
+  EXPECT_NE(four.options.clock_description(c.device).find("a100-40gb x4 (tensor parallel)"), std::string::npos);
+  // Not given: the device model's own (one GPU in the presets), and the description says nothing more.
+  const RunCommand one = parse_run_command("replay", {"--model", "opt-66b", "--device-model", "a100-40gb"});
+  EXPECT_EQ(one.options.replay_config().device.tensor_parallel, 1);
+  EXPECT_EQ(one.options.clock_description(one.options.replay_config().device), "modelled on a100-40gb");
+  // Heads that do not split, or a device without an interconnect, are refused naming the option.
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"--model", "opt-66b", "--tensor-parallel", "5"},
+        std::vector<std::string>{"--model", "opt-66b", "--tensor-parallel", "2", "--device-model", "host"}}) {
+    try {
+      (void)parse_run_command("replay", args);
+      ADD_FAILURE() << args[3] << " was accepted";
+    } catch (const UsageError& e) {
+      EXPECT_NE(std::string(e.what()).find("--tensor-parallel " + args[3] + ":"), std::string::npos) << e.what();
+    }
+  }
+}
+
 TEST(ParseRunCommand, StrayPositionalArgumentsAreErrors) {
   EXPECT_THROW((void)parse_run_command("compare", {"paged-16"}), boost::program_options::error);
 }
