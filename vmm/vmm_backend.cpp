@@ -111,6 +111,7 @@ VmmStats VmmBackend::stats() const {
   s.reused_pages = counters_.reused_pages;
   s.prefetch_shortfalls = counters_.prefetch_shortfalls;
   s.prefetch_wait_seconds = counters_.prefetch_wait_seconds;
+  s.lock_wait_seconds = lock_wait_seconds_;
   s.shared_maps = counters_.shared_maps;
   s.truncated_pages = counters_.truncated_pages;
   s.mapped_pages = arena_.pool().num_used();
@@ -597,7 +598,7 @@ StepCosts VmmBackend::do_total_costs() const {
   const auto lock = guard();
   const DriverActivity& critical = arena_.activity(MapOrigin::critical);
   StepCosts c;
-  c.mapping_s = critical.map_seconds + critical.unmap_seconds + counters_.prefetch_wait_seconds;
+  c.mapping_s = critical.map_seconds + critical.unmap_seconds + counters_.prefetch_wait_seconds + lock_wait_seconds_;
   c.maps = critical.maps;
   c.unmaps = critical.unmaps;
   return c;
@@ -618,6 +619,7 @@ BackendCounters VmmBackend::do_counters() const {
           {"reused_pages", static_cast<double>(st.reused_pages)},
           {"prefetch_shortfalls", static_cast<double>(st.prefetch_shortfalls)},
           {"prefetch_wait_s", st.prefetch_wait_seconds},
+          {"lock_wait_s", st.lock_wait_seconds},
           {"mapped_pages", static_cast<double>(st.mapped_pages)},
           {"cached_pages", static_cast<double>(st.cached_pages)},
           {"mappings", static_cast<double>(st.mappings)},

@@ -1,6 +1,7 @@
 #pragma once
 // The vAttention design as a kvlab backend: the KV cache stays virtually contiguous, physical
 // pages are mapped into it on demand. docs/vmm.md explains the design and the measurements.
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -71,6 +72,9 @@ struct VmmStats {
   /// Time the caller waited for the background mapper to finish (begin_step): the
   /// part of background mapping that did not overlap and so lay on the critical path.
   double prefetch_wait_seconds = 0;
+  /// Time the caller's calls blocked on the backend's lock while the mapper held it for a page (a
+  /// release between prefetch and begin_step, say): critical-path mapping too.
+  double lock_wait_seconds = 0;
   std::int64_t mapped_pages = 0;     ///< now: physical pages mapped (a shared page once)
   std::int64_t cached_pages = 0;     ///< now: mappings in slots no sequence holds
   std::int64_t mappings = 0;         ///< now: page mappings in all slots (a shared page once per slot)
@@ -233,9 +237,18 @@ class VmmBackend final : public TableBackend<VmmSequence> {
 
   /// Holds mutex_ when there is a background mapper (overlap), else nothing: without one no other
   /// thread touches this backend (backends are not thread-safe), and an uncontended lock in
-  /// can_grow and grow cost a replay 11 % of its time (issue 34).
+  /// can_grow and grow cost a replay 11 % of its time (issue 34). Only the caller's thread calls
+  /// it; the time it blocks while the mapper holds the lock for a page is critical-path mapping
+  /// (lock_wait_seconds_), so an uncontended lock costs one try_lock and nothing is timed.
   [[nodiscard]] std::unique_lock<std::mutex> guard() const {
-    return mapper_ ? std::unique_lock<std::mutex>(mutex_) : std::unique_lock<std::mutex>();
+    if (!mapper_) return {};
+    std::unique_lock<std::mutex> lock(mutex_, std::try_to_lock);
+    if (!lock.owns_lock()) {
+      const auto t0 = std::chrono::steady_clock::now();
+      lock.lock();
+      lock_wait_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    }
+    return lock;
   }
 
   // Everything below runs under guard().
@@ -280,8 +293,9 @@ class VmmBackend final : public TableBackend<VmmSequence> {
   bool prefetch_page(const PrefetchJob& job);
 
   VmmConfig config_;
-  std::size_t token_bytes_ = 0;  // one token in one tensor
-  mutable std::mutex mutex_;     // guards everything below (the mapper's queue too), with overlap
+  std::size_t token_bytes_ = 0;           // one token in one tensor
+  mutable double lock_wait_seconds_ = 0;  // guard()'s blocked time; written and read under mutex_
+  mutable std::mutex mutex_;              // guards everything below (the mapper's queue too), with overlap
   SlotArena arena_;
   PageSharing sharing_;
   std::vector<SlotState> slots_;

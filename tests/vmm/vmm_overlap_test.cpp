@@ -3,14 +3,18 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <map>
+#include <optional>
 #include <random>
+#include <string>
 #include <thread>
 #include <vector>
 
 #include "alloc/core/error.hpp"
 #include "kernels/attention.hpp"
 #include "tests/vmm/vmm_test_support.hpp"
+#include "vmm/posix_vm_driver.hpp"
 
 namespace kvlab {
 namespace {
@@ -111,6 +115,56 @@ TEST(VmmOverlap, DestroyingWithPendingJobsDoesNotHang) {
     b.prefetch(ids, 500);
   }
   EXPECT_TRUE(driver->usage().empty());
+}
+
+/// A POSIX driver whose map() can be held shut: the test sees when a map is waiting inside it and
+/// lets it go on when it chooses, so the mapper holds the backend's lock for as long as it likes.
+class GatedDriver final : public VmDriver {
+ public:
+  explicit GatedDriver(std::size_t budget) : inner_(budget) {}
+  std::string name() const override { return inner_.name(); }
+  Device device() const noexcept override { return inner_.device(); }
+  std::size_t granularity() const noexcept override { return inner_.granularity(); }
+  void* reserve(std::size_t bytes, std::size_t alignment) override { return inner_.reserve(bytes, alignment); }
+  void free_reservation(void* base, std::size_t bytes) override { inner_.free_reservation(base, bytes); }
+  std::optional<PhysHandle> create(std::size_t bytes) override { return inner_.create(bytes); }
+  void release(PhysHandle handle) override { inner_.release(handle); }
+  bool map(void* va, std::size_t bytes, PhysHandle handle) override {
+    waiting_ = true;
+    while (shut_) std::this_thread::yield();
+    waiting_ = false;
+    return inner_.map(va, bytes, handle);
+  }
+  void set_access(void* va, std::size_t bytes) override { inner_.set_access(va, bytes); }
+  void unmap(void* va, std::size_t bytes) override { inner_.unmap(va, bytes); }
+  void synchronize() override { inner_.synchronize(); }
+
+  std::atomic<bool> shut_{false}, waiting_{false};
+
+ private:
+  PosixVmDriver inner_;
+};
+
+TEST(VmmOverlap, ACallThatWaitsForTheMappersPageCountsAsCriticalMapping) {
+  auto driver = std::make_shared<GatedDriver>(1024 * kKiB);
+  VmmBackend b(overlapped(driver, 1024 * kKiB));
+  b.admit(1, {1, 400}, 1);  // mapped on the caller's thread, the gate open
+  EXPECT_EQ(b.stats().lock_wait_seconds, 0.0) << "an uncontended lock is not timed";
+  driver->shut_ = true;
+  b.prefetch(std::vector<SeqId>{1}, 300);
+  while (!driver->waiting_) std::this_thread::yield();  // the mapper is inside map(), holding the lock
+  std::thread opener([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));
+    driver->shut_ = false;
+  });
+  const VmmStats during = b.stats();  // blocks until the mapper's page is done
+  opener.join();
+  EXPECT_GE(during.lock_wait_seconds, 0.025);
+  // Before the first begin_step() the step's costs are all of them: the wait is among them.
+  EXPECT_GE(b.step_costs().mapping_s, during.critical_map_seconds + during.lock_wait_seconds - 1e-12);
+  b.begin_step();
+  EXPECT_GE(b.stats().lock_wait_seconds, during.lock_wait_seconds);
+  b.release(1);
 }
 
 TEST(VmmOverlap, ForegroundAndMapperRaceUnderMemoryPressure) {
