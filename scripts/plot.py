@@ -396,14 +396,17 @@ def fig_multi_tenant(d, rows):
     gaps = sorted({float(r["gap_s"]) for r in bursts})
     headline = max(g for g in gaps if g <= 30)
     fig, (a1, a2, a3, a4) = plt.subplots(1, 4, figsize=(22, 5.2))
-    # 1. p99 TTFT per tenant at the headline gap, static against elastic.
-    width = 0.38
-    for k, policy in enumerate(("static", "elastic")):
+    # 1. p99 TTFT per tenant at the headline gap, static against the pools (fair-share in newer files).
+    policies = [p for p in ("static", "elastic", "fair-share") if any(r["policy"] == p for r in bursts)]
+    names = {"static": "static split (a third each)", "elastic": "elastic pool (first come)",
+             "fair-share": "elastic pool (fair share)"}
+    shades = {"static": "#90a4ae", "elastic": "#1565c0", "fair-share": "#6a1b9a"}
+    width = 0.8 / len(policies)
+    for k, policy in enumerate(policies):
         vals = [next(float(r["ttft_p99_ms"]) for r in bursts if float(r["gap_s"]) == headline and
                      r["policy"] == policy and r["tenant"] == t) / 1e3 for t in tenants]
-        a1.bar([i + (k - 0.5) * width for i in range(len(tenants))], vals, width,
-               label="static split (a third each)" if policy == "static" else "elastic pool (shared)",
-               color="#90a4ae" if policy == "static" else "#1565c0")
+        a1.bar([i + (k - (len(policies) - 1) / 2) * width for i in range(len(tenants))], vals, width,
+               label=names[policy], color=shades[policy])
     a1.set_xticks(range(len(tenants)), tenants)
     a1.set_ylabel("p99 time to first token (s)")
     a1.set_title(f"bursts {headline:g} s apart: p99 TTFT per tenant", fontsize=10)
@@ -423,20 +426,21 @@ def fig_multi_tenant(d, rows):
     a2.set_ylabel("KV memory (GiB)")
     a2.set_title("elastic pool: memory each tenant holds", fontsize=10)
     a2.legend(fontsize=7)
-    # 3. Where the pool stops helping: static / elastic p99 TTFT against the gap.
+    # 3. Where the pool stops helping: static / pool p99 TTFT against the gap (fair share dashed).
+    def p99(g, policy, t):
+        return next(float(r["ttft_p99_ms"]) for r in bursts if float(r["gap_s"]) == g and r["policy"] == policy
+                    and r["tenant"] == t)
     for t in tenants:
-        ratio = []
-        for g in gaps:
-            st = next(float(r["ttft_p99_ms"]) for r in bursts if float(r["gap_s"]) == g and r["policy"] == "static"
-                      and r["tenant"] == t)
-            el = next(float(r["ttft_p99_ms"]) for r in bursts if float(r["gap_s"]) == g and r["policy"] == "elastic"
-                      and r["tenant"] == t)
-            ratio.append(st / el if el > 0 else float("nan"))
-        a3.plot(gaps, ratio, marker="o", color=colors[t], label=t)
+        for policy, style in (("elastic", "-"), ("fair-share", "--")):
+            if policy not in policies:
+                continue
+            ratio = [p99(g, "static", t) / p99(g, policy, t) if p99(g, policy, t) > 0 else float("nan") for g in gaps]
+            a3.plot(gaps, ratio, marker="o" if style == "-" else "x", linestyle=style, color=colors[t],
+                    label=t if policy == "elastic" else f"{t} (fair share)")
     a3.axhline(1, color="black", linewidth=0.8)
     a3.set_ylim(bottom=0)
     a3.set_xlabel("gap between the tenants' bursts (s)")
-    a3.set_ylabel("p99 TTFT static / elastic (>1: the pool helps)")
+    a3.set_ylabel("p99 TTFT static / pool (>1: the pool helps)")
     a3.set_title("where the pool stops helping", fontsize=10)
     a3.legend(fontsize=8)
     # 4. Idle memory: held against the packed floor, page-aware against page-blind.

@@ -201,8 +201,9 @@ po::options_description RunOptions::output_options() {
       "several tenants sharing the KV capacity, one per line of FILE (docs/elastic.md, \"Tenants\"): each "
       "its own model and workload; per tenant results under OUT/TENANT/BACKEND/ and tenants.csv")(
       "tenant-policy", po::value(&tenant_policy)->default_value("auto"),
-      "with --tenants: static (each tenant a fixed share), elastic (one pool, elastic-B backends), or auto "
-      "(elastic for backends that can share memory, static for the others)")(
+      "with --tenants: static (each tenant a fixed share), elastic (one pool, first come; elastic-B backends), "
+      "fair-share (the pool, and a tenant below its share that waits for memory holds back the admissions of "
+      "those at or above theirs), or auto (elastic for backends that can share memory, static for the others)")(
       "config", po::value<std::string>(),
       "FILE: a run.json or summary.json; rerun with every option it recorded "
       "(defaults included), options given beside it win")("no-progress", "no progress line on stderr");
@@ -313,8 +314,9 @@ void RunOptions::check_applicable(const po::variables_map& vm) const {
   const auto given = [&](const char* name) { return vm.count(name) != 0 && !vm[name].defaulted(); };
   if (schedule != "lpm" && given("lpm-max-wait")) throw UsageError("--lpm-max-wait applies only with --schedule lpm");
   if (tenants.empty() && given("tenant-policy")) throw UsageError("--tenant-policy applies only with --tenants");
-  if (tenant_policy != "auto" && tenant_policy != "static" && tenant_policy != "elastic")
-    throw UsageError("--tenant-policy must be auto, static or elastic (got '" + tenant_policy + "')");
+  if (tenant_policy != "auto" && tenant_policy != "static" && tenant_policy != "elastic" &&
+      tenant_policy != "fair-share")
+    throw UsageError("--tenant-policy must be auto, static, elastic or fair-share (got '" + tenant_policy + "')");
   if (!tenants.empty()) {
     for (const char* option : {"trace", "requests", "rate", "prompt-len", "output-len", "lengths-from", "limit"})
       if (given(option))

@@ -9,7 +9,7 @@
 // Workload keys are kvlab replay's options of the same name (model, trace, trace-format, limit,
 // time-scale, requests, rate, burstiness, prompt-len, output-len, seed, prefix-groups,
 // shared-prefix, turns, lengths-from), checked as the command line checks them. Tenant keys:
-// offset=S (its arrivals start S seconds later), share=F (static split: its fraction of the
+// offset=S (its arrivals start S seconds later), share=F (static split and fair share: its fraction of the
 // capacity), limit-gib=G (elastic: the most it may hold), shrink=T:G (elastic: its limit becomes G
 // GiB at T seconds; repeatable, in time order), priority=N (elastic: while a tenant of higher
 // priority waits for memory, this one admits no new request; whole numbers, default 0).

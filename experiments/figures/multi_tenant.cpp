@@ -71,11 +71,11 @@ struct Starved {
 };
 
 std::vector<TenantRun> replay(const FigureContext& ctx, const Load& load, double gap_s, bool system_prompts,
-                              const std::string& backend) {
-  if (ctx.progress) std::cerr << fmt::format("multi-tenant: {} {} gap {:g} s\n", load.name, backend, gap_s);
+                              const std::string& backend, TenantPolicy policy) {
+  if (ctx.progress)
+    std::cerr << fmt::format("multi-tenant: {} {} {} gap {:g} s\n", load.name, backend, to_string(policy), gap_s);
   ReplayConfig c;  // the a100-80gb device model
   c.keep_steps = true;
-  const TenantPolicy policy = backend_shares_memory(backend) ? TenantPolicy::elastic : TenantPolicy::static_split;
   return replay_tenants(tenants(load, gap_s, system_prompts), policy, backend,
                         static_cast<std::size_t>(load.kv_gib * kGiB), BackendOptions{}, c);
 }
@@ -96,37 +96,44 @@ struct Gathered {
   std::vector<Starved> starved;                                                   // page-blind
 };
 
-std::string policy_of(const std::string& backend) { return backend_shares_memory(backend) ? "elastic" : "static"; }
+/// The pool's policy for a backend that can share memory, a static split for one that cannot.
+TenantPolicy pool_or_split(const std::string& backend) {
+  return backend_shares_memory(backend) ? TenantPolicy::elastic : TenantPolicy::static_split;
+}
 
-void add_rows(Gathered& g, const std::string& part, const Load& load, double gap, const std::vector<TenantRun>& runs) {
+void add_rows(Gathered& g, const std::string& part, const Load& load, double gap, TenantPolicy policy,
+              const std::vector<TenantRun>& runs) {
   const double end = gpu_memory(runs).end_s;
   for (const TenantRun& r : runs) {
     const ReplaySummary& s = r.result.summary;
     const IdleMemory idle = idle_memory(r.result, end);
-    g.t.add({part, load.name, fixed(gap, 0), s.backend, policy_of(s.backend), r.name, std::to_string(s.completed),
-             std::to_string(s.rejected + s.failed), std::to_string(s.preemptions), fixed(s.p99_ttft_s * 1e3, 0),
-             fixed(static_cast<double>(s.mean_held_bytes) / kGiB, 2),
+    g.t.add({part, load.name, fixed(gap, 0), s.backend, std::string(to_string(policy)), r.name,
+             std::to_string(s.completed), std::to_string(s.rejected + s.failed), std::to_string(s.preemptions),
+             fixed(s.p99_ttft_s * 1e3, 0), fixed(static_cast<double>(s.mean_held_bytes) / kGiB, 2),
              fixed(static_cast<double>(s.peak_held_bytes) / kGiB, 2), fixed(idle.idle_s, 1),
              fixed(idle.held_bytes / kGiB, 2), fixed(idle.floor_bytes / kGiB, 2),
              idle.floor_bytes > 0 ? fixed(idle.held_bytes / idle.floor_bytes, 2) : "n/a"});
-    if (part == "bursts") g.p99[{gap, policy_of(s.backend), r.name}] = s.p99_ttft_s * 1e3;
+    if (part == "bursts") g.p99[{gap, std::string(to_string(policy)), r.name}] = s.p99_ttft_s * 1e3;
   }
 }
 
 /// 1. The bursts, static split (paged-16 at a third each) against the pool (elastic-16), per gap;
 /// memory over time at the headline gap.
 void run_bursts(const FigureContext& ctx, const std::vector<double>& gaps, Gathered& g) {
+  const std::pair<const char*, TenantPolicy> setups[] = {{"paged-16", TenantPolicy::static_split},
+                                                         {"elastic-16", TenantPolicy::elastic},
+                                                         {"elastic-16", TenantPolicy::fair_share}};
   for (const double gap : gaps)
-    for (const char* backend : {"paged-16", "elastic-16"}) {
-      const std::vector<TenantRun> runs = replay(ctx, kBursts, gap, false, backend);
-      add_rows(g, "bursts", kBursts, gap, runs);
+    for (const auto& [backend, policy] : setups) {
+      const std::vector<TenantRun> runs = replay(ctx, kBursts, gap, false, backend, policy);
+      add_rows(g, "bursts", kBursts, gap, policy, runs);
       if (gap != kHeadlineGap) continue;
       const GpuMemory gpu = gpu_memory(runs);
       for (const TenantRun& r : runs) {
         const std::vector<MemorySample> line = memory_timeline(r.result);
         for (double at = gpu.start_s; at <= gpu.end_s + 1e-9; at += 0.5) {
           const MemorySample m = memory_at(line, at);
-          g.memory += fmt::format("{},{},{:.1f},{:.4f},{:.4f}\n", policy_of(backend), r.name, at - gpu.start_s,
+          g.memory += fmt::format("{},{},{:.1f},{:.4f},{:.4f}\n", to_string(policy), r.name, at - gpu.start_s,
                                   static_cast<double>(m.held_bytes) / kGiB, static_cast<double>(m.floor_bytes) / kGiB);
         }
       }
@@ -138,8 +145,8 @@ void run_bursts(const FigureContext& ctx, const std::vector<double>& gaps, Gathe
 void run_idle(const FigureContext& ctx, Gathered& g) {
   for (const Load& load : {kLight, kBursts})
     for (const std::string backend : {kAware, kBlind, kCompact}) {
-      const std::vector<TenantRun> runs = replay(ctx, load, kHeadlineGap, true, backend);
-      add_rows(g, "idle", load, kHeadlineGap, runs);
+      const std::vector<TenantRun> runs = replay(ctx, load, kHeadlineGap, true, backend, pool_or_split(backend));
+      add_rows(g, "idle", load, kHeadlineGap, pool_or_split(backend), runs);
       for (const TenantRun& r : runs)  // a tenant that could not get memory beside the others
         if (const auto rejected = r.result.summary.rejected; rejected > 0 && backend == kBlind)
           g.starved.push_back({r.name, load.name, rejected});
@@ -160,7 +167,26 @@ void run_idle(const FigureContext& ctx, Gathered& g) {
 struct TtftFindings {
   double worst = std::numeric_limits<double>::infinity(), best = 0, helps_from = -1;
   int worse_at_zero = 0;
+  // Fair share: tenants worse off than static at gap 0, the most one loses there (p99 over
+  // static's, -1: none loses), the smallest gap from which every tenant gains, and the gaps at
+  // which it gives every tenant the first-come pool's p99.
+  int fair_worse_at_zero = 0;
+  double fair_worst_loss = -1, fair_helps_from = -1;
+  int fair_same_as_pool = 0;
 };
+
+/// The smallest gap from which (to the largest) every tenant's p99 under `policy` is below static's; -1: none.
+double helps_from(const Gathered& g, const std::vector<double>& gaps, const char* policy) {
+  double from = -1;
+  for (auto it = gaps.rbegin(); it != gaps.rend(); ++it) {
+    bool all = true;
+    for (const char* tenant : kTenantNames)
+      all = all && g.p99.at({*it, policy, tenant}) < g.p99.at({*it, "static", tenant});
+    if (!all) break;
+    from = *it;
+  }
+  return from;
+}
 TtftFindings ttft_findings(const Gathered& g, const std::vector<double>& gaps) {
   TtftFindings f;
   const auto p99 = [&](double gap, const char* policy, const char* tenant) { return g.p99.at({gap, policy, tenant}); };
@@ -170,13 +196,46 @@ TtftFindings ttft_findings(const Gathered& g, const std::vector<double>& gaps) {
     f.worst = std::min(f.worst, ratio);
     f.worse_at_zero += p99(0, "elastic", tenant) >= p99(0, "static", tenant);
   }
-  for (auto it = gaps.rbegin(); it != gaps.rend(); ++it) {
-    bool all = true;
-    for (const char* tenant : kTenantNames) all = all && p99(*it, "elastic", tenant) < p99(*it, "static", tenant);
-    if (!all) break;
-    f.helps_from = *it;
+  f.helps_from = helps_from(g, gaps, "elastic");
+  f.fair_helps_from = helps_from(g, gaps, "fair-share");
+  for (const char* tenant : kTenantNames) {
+    const double ratio = p99(0, "fair-share", tenant) / p99(0, "static", tenant);
+    if (ratio >= 1) ++f.fair_worse_at_zero;
+    if (ratio >= 1) f.fair_worst_loss = std::max(f.fair_worst_loss, ratio);
+  }
+  for (const double gap : gaps) {
+    bool same = true;
+    for (const char* tenant : kTenantNames)
+      same = same && p99(gap, "fair-share", tenant) == p99(gap, "elastic", tenant);
+    f.fair_same_as_pool += same;
   }
   return f;
+}
+
+/// The notes' sentences on the fair-share pool, every number through `f`.
+std::string fair_share_notes(const TtftFindings& tf, const std::vector<double>& gaps, Facts& f) {
+  const std::string loss =
+      tf.fair_worse_at_zero == 0
+          ? std::string("none of the three is worse off than with a static third")
+          : fmt::format("{} of the three {} worse off than with a static third, the most by {} %",
+                        f.quote("tenants worse off with fair share at gap 0", tf.fair_worse_at_zero, 0, "this run"),
+                        tf.fair_worse_at_zero == 1 ? "is" : "are",
+                        f.quote("fair share at gap 0: largest p99 TTFT loss against static (%)",
+                                (tf.fair_worst_loss - 1) * 100, 1, "this run"));
+  const std::string from = tf.fair_helps_from < 0
+                               ? std::string("at no gap swept does every tenant gain")
+                               : fmt::format("every tenant gains from a gap of {} s on",
+                                             f.quote("smallest gap at which all tenants gain with fair share (s)",
+                                                     tf.fair_helps_from, 0, "this run"));
+  return fmt::format(
+      " A fair-share pool (`--tenant-policy fair-share`: a tenant holding less than its third that waits for memory "
+      "holds back new admissions of the tenants holding at least theirs; nothing is preempted or taken back) {}: "
+      "at gap 0, {}; {}; at {} of the {} gaps swept it gives every tenant exactly the first-come pool's p99.",
+      tf.fair_worse_at_zero < tf.worse_at_zero    ? "leaves fewer tenants worse off than the first-come pool"
+      : tf.fair_worse_at_zero == tf.worse_at_zero ? "leaves as many tenants worse off as the first-come pool"
+                                                  : "leaves more tenants worse off than the first-come pool",
+      loss, from, f.quote("gaps at which fair share equals the first-come pool", tf.fair_same_as_pool, 0, "this run"),
+      f.quote("gaps swept", static_cast<double>(gaps.size()), 0, "setup"));
 }
 
 /// The notes' paragraph on TTFT, every number through `f`.
@@ -202,9 +261,9 @@ std::string ttft_notes(const Gathered& g, const std::vector<double>& gaps, Facts
       "never touch each other's memory; in the pool, the tenant whose burst comes first holds what it needs and "
       "returns it as its requests end. {}. With the bursts together (gap 0), {} of the three tenants are worse off "
       "in the first-come pool than with a third each: the first to arrive takes the memory and the others queue "
-      "behind it. Per-tenant limits (`limit-gib=`, `shrink=`) and priorities (`priority=`) are the remedies built; "
-      "a fair-share policy is not.",
-      gap, least, most, low, high, from, worse);
+      "behind it.{} Per-tenant limits (`limit-gib=`, `shrink=`) and priorities (`priority=`) are the other remedies "
+      "built.",
+      gap, least, most, low, high, from, worse, fair_share_notes(tf, gaps, f));
 }
 
 /// Whether the idle-memory goal holds under each load, as a clause; `why` follows where it does not.

@@ -426,6 +426,20 @@ std::optional<std::size_t> pick_next(const std::vector<std::unique_ptr<Replay>>&
 }
 }  // namespace
 
+/// Whether replay `i` must admit nothing new now: a replay of higher priority waits for memory, or
+/// (fair share) one below its share waits while `i` holds at least its own.
+bool admissions_held(const std::vector<ReplayJob>& jobs, const std::vector<std::unique_ptr<Replay>>& rs,
+                     std::size_t i) {
+  const auto holds = [&](std::size_t k) { return jobs[k].backend->held_bytes().value_or(0); };
+  const bool over_share = jobs[i].fair_share_bytes > 0 && holds(i) >= jobs[i].fair_share_bytes;
+  for (std::size_t k = 0; k < rs.size(); ++k) {
+    if (k == i || rs[k]->done() || !rs[k]->blocked_on_memory()) continue;
+    if (jobs[k].priority > jobs[i].priority) return true;
+    if (over_share && jobs[k].fair_share_bytes > 0 && holds(k) < jobs[k].fair_share_bytes) return true;
+  }
+  return false;
+}
+
 std::vector<ReplayResult> replay_interleaved(std::vector<ReplayJob>& jobs) {
   static const ProgressCallback no_progress;
   std::vector<std::unique_ptr<Replay>> rs;
@@ -456,10 +470,7 @@ std::vector<ReplayResult> replay_interleaved(std::vector<ReplayJob>& jobs) {
     }
     Replay& r = *rs[*i];
     if (jobs[*i].before_step) jobs[*i].before_step(*r.next_time());
-    bool held = false;  // a replay of higher priority waits for memory: admit nothing new
-    for (std::size_t k = 0; k < rs.size(); ++k)
-      held = held || (jobs[k].priority > jobs[*i].priority && !rs[k]->done() && rs[k]->blocked_on_memory());
-    jobs[*i].config.admissions_held = held;
+    jobs[*i].config.admissions_held = admissions_held(jobs, rs, *i);
     if (!r.advance() && !r.done()) {
       waiting[*i] = 1;  // it has work but ran none: it waits until another acts
       continue;

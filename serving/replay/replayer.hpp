@@ -257,6 +257,10 @@ struct ReplayJob {
   /// While a replay of higher priority waits for memory, this one admits nothing new
   /// (ReplayConfig::admissions_held).
   int priority = 0;
+  /// Fair share (0: none): while another replay that holds less than its own fair share waits for
+  /// memory, this one, holding at least this many bytes, admits nothing new; its running requests
+  /// go on and return memory as they end.
+  std::size_t fair_share_bytes = 0;
 };
 
 /// Runs the replays interleaved in time: each iteration goes to the replay whose next action is

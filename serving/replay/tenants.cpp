@@ -13,11 +13,20 @@ namespace kvlab {
 TenantPolicy parse_tenant_policy(std::string_view name) {
   if (name == "static") return TenantPolicy::static_split;
   if (name == "elastic") return TenantPolicy::elastic;
-  KVLAB_THROW(InvalidArgument, fmt::format("unknown tenant policy '{}' (static or elastic)", name));
+  if (name == "fair-share") return TenantPolicy::fair_share;
+  KVLAB_THROW(InvalidArgument, fmt::format("unknown tenant policy '{}' (static, elastic or fair-share)", name));
 }
 
 std::string_view to_string(TenantPolicy policy) noexcept {
-  return policy == TenantPolicy::static_split ? "static" : "elastic";
+  switch (policy) {
+    case TenantPolicy::static_split:
+      return "static";
+    case TenantPolicy::elastic:
+      return "elastic";
+    case TenantPolicy::fair_share:
+      return "fair-share";
+  }
+  return "unknown";
 }
 
 namespace {
@@ -170,9 +179,13 @@ std::vector<TenantRun> replay_tenants(const std::vector<TenantSpec>& tenants, Te
     job.backend = backends.back().get();
     job.workload = &t.requests;
     job.config = config;
-    job.config.shared_memory = policy == TenantPolicy::elastic;
-    job.priority = policy == TenantPolicy::elastic ? t.priority : 0;  // a static split: nobody waits for another
-    if (policy == TenantPolicy::elastic && !t.limit_changes.empty()) {
+    const bool pooled = policy != TenantPolicy::static_split;
+    job.config.shared_memory = pooled;
+    job.priority = pooled ? t.priority : 0;  // a static split: nobody waits for another
+    if (policy == TenantPolicy::fair_share)
+      job.fair_share_bytes =
+          std::max<std::size_t>(1, static_cast<std::size_t>(share[i] * static_cast<double>(capacity_bytes)));
+    if (pooled && !t.limit_changes.empty()) {
       job.before_step = [budget = budgets.back(), changes = t.limit_changes,
                          next = std::size_t{0}](double now) mutable {
         for (; next < changes.size() && changes[next].at_s <= now; ++next) budget->set_limit(changes[next].bytes);

@@ -19,7 +19,11 @@ namespace kvlab {
 ///  * elastic: one pool the tenants share, first come first served, each up to its limit; a tenant's
 ///    limit may drop at a time (kvcached's `kvctl limit`), and its pool then shrinks as its blocks
 ///    free. Backends that map on demand only (elastic-B).
-enum class TenantPolicy { static_split, elastic };
+///  * fair_share: the elastic pool, and each tenant is owed `share` of it (an equal part by
+///    default): while a tenant holding less than its share waits for memory, the tenants holding at
+///    least theirs admit nothing new, so what their requests return as they end goes to it (no
+///    preemption, nothing taken back). An idle tenant's share is anyone's.
+enum class TenantPolicy { static_split, elastic, fair_share };
 
 /// A tenant's memory limit from `at_s` on (its own clock).
 struct LimitChange {
@@ -31,7 +35,7 @@ struct TenantSpec {
   std::string name;
   ModelGeometry model;
   std::vector<Request> requests;  ///< sorted by arrival, the tenant's offset applied
-  double share = 0;               ///< static_split: fraction of the capacity (0: an equal share)
+  double share = 0;               ///< static_split, fair_share: fraction of the capacity (0: an equal share)
   std::size_t limit_bytes = 0;    ///< elastic: the most it may hold (0: the whole capacity)
   std::vector<LimitChange> limit_changes;
   /// elastic: while a tenant of higher priority waits for memory, this one admits no new request

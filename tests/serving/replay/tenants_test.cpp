@@ -150,6 +150,38 @@ TEST(Tenants, AHigherPriorityTenantGoesFirstWhenBurstsOverlap) {
   for (int i = 0; i < 3; ++i) EXPECT_DOUBLE_EQ(fixed[i].result.summary.p99_ttft_s, fixed0[i].result.summary.p99_ttft_s);
 }
 
+TEST(Tenants, FairShareHoldsBackATenantAboveItsShareWhileOneBelowWaits) {
+  // The first tenant's burst fills the pool; the second's comes half a second later.
+  std::vector<TenantSpec> tenants(2);
+  for (int i = 0; i < 2; ++i) {
+    tenants[i].name = "t" + std::to_string(i);
+    tenants[i].model = model_preset("llama-3-8b");
+    tenants[i].requests = burst(0.5 * i, 11 + static_cast<std::uint64_t>(i), {.n = 60, .rate = 40});
+  }
+  const std::size_t capacity = 2 * kGiB;
+  ReplayConfig c;
+  const auto pool = replay_tenants(tenants, TenantPolicy::elastic, "elastic-16", capacity, options(), c);
+  const auto fair = replay_tenants(tenants, TenantPolicy::fair_share, "elastic-16", capacity, options(), c);
+  RecordProperty("pool_p99_ttft_ms_t1", static_cast<int>(pool[1].result.summary.p99_ttft_s * 1e3));
+  RecordProperty("fair_p99_ttft_ms_t1", static_cast<int>(fair[1].result.summary.p99_ttft_s * 1e3));
+  EXPECT_LT(fair[1].result.summary.p99_ttft_s, pool[1].result.summary.p99_ttft_s)
+      << "the late tenant gets memory as the first one's requests end";
+  EXPECT_GT(fair[0].result.summary.p99_ttft_s, pool[0].result.summary.p99_ttft_s) << "and the first one waits";
+  for (const auto* runs : {&pool, &fair})
+    for (const TenantRun& r : *runs) EXPECT_EQ(r.result.summary.completed, 60) << r.name;
+  // Alone, a tenant's share is the whole pool's: fair share changes nothing.
+  const std::vector<TenantSpec> alone = {tenants[0]};
+  const auto a = replay_tenants(alone, TenantPolicy::elastic, "elastic-16", capacity, options(), c);
+  const auto b = replay_tenants(alone, TenantPolicy::fair_share, "elastic-16", capacity, options(), c);
+  EXPECT_EQ(a[0].result.summary.p99_ttft_s, b[0].result.summary.p99_ttft_s);
+  EXPECT_EQ(a[0].result.summary.steps, b[0].result.summary.steps);
+  // A backend that holds its whole capacity cannot take part.
+  EXPECT_THROW((void)replay_tenants(tenants, TenantPolicy::fair_share, "paged-16", capacity, options(), c),
+               InvalidArgument);
+  EXPECT_EQ(parse_tenant_policy("fair-share"), TenantPolicy::fair_share);
+  EXPECT_EQ(to_string(TenantPolicy::fair_share), "fair-share");
+}
+
 // kvcached's idle-memory question (its issue #359, PR #390): a tenant that went idle keeps its
 // prefix cache, capped at 16,000 tokens (KVCACHED_MAX_CACHED_TOKENS). Evicting least recently used
 // blocks meets the cap but leaves the kept blocks scattered over the page groups they were
