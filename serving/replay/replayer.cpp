@@ -424,7 +424,6 @@ std::optional<std::size_t> pick_next(const std::vector<std::unique_ptr<Replay>>&
   }
   return best;
 }
-}  // namespace
 
 /// Whether replay `i` must admit nothing new now: a replay of higher priority waits for memory, or
 /// (fair share) one below its share waits while `i` holds at least its own.
@@ -439,6 +438,7 @@ bool admissions_held(const std::vector<ReplayJob>& jobs, const std::vector<std::
   }
   return false;
 }
+}  // namespace
 
 std::vector<ReplayResult> replay_interleaved(std::vector<ReplayJob>& jobs) {
   static const ProgressCallback no_progress;
