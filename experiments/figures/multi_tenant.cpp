@@ -200,8 +200,9 @@ TtftFindings ttft_findings(const Gathered& g, const std::vector<double>& gaps) {
   f.fair_helps_from = helps_from(g, gaps, "fair-share");
   for (const char* tenant : kTenantNames) {
     const double ratio = p99(0, "fair-share", tenant) / p99(0, "static", tenant);
-    if (ratio >= 1) ++f.fair_worse_at_zero;
-    if (ratio >= 1) f.fair_worst_loss = std::max(f.fair_worst_loss, ratio);
+    if (ratio < 1) continue;
+    ++f.fair_worse_at_zero;
+    f.fair_worst_loss = std::max(f.fair_worst_loss, ratio);
   }
   for (const double gap : gaps) {
     bool same = true;
