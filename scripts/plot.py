@@ -158,15 +158,21 @@ def fig_batch_size(d, rows):
 
 
 def fig_request_rate(d, rows):
-    # One panel per setting (model on its GPUs) and workload; older files have no setting column.
-    panels = list(dict.fromkeys((r.get("setting", "OPT-13B on 1x A100-40GB"), r["workload"]) for r in rows))
+    # One panel per setting (model on its GPUs), workload and scheduler; older files have no setting
+    # or scheduler column.
+    def key(r):
+        return (r.get("setting", "OPT-13B on 1x A100-40GB"), r["workload"], r.get("scheduler", "separate"))
+
+    panels = list(dict.fromkeys(key(r) for r in rows))
     cols = min(3, len(panels))
     nrows = (len(panels) + cols - 1) // cols
     fig, axes = plt.subplots(nrows, cols, figsize=(5.5 * cols, 4.6 * nrows), squeeze=False)
     for ax in axes.flat[len(panels):]:
         ax.set_visible(False)
-    for ax, (setting, wl) in zip(axes.flat, panels):
-        sub = [r for r in rows if r["workload"] == wl and r.get("setting", "OPT-13B on 1x A100-40GB") == setting]
+    for ax, (setting, wl, sched) in zip(axes.flat, panels):
+        sub = [r for r in rows if key(r) == (setting, wl, sched)]
+        if sched == "mixed":
+            wl += ",\nprompts in the decode step (the paper's own code)"
         threshold = float(sub[0]["threshold_normalized_latency_s"])
         for system in dict.fromkeys(r["system"] for r in sub):
             pts = [r for r in sub if r["system"] == system]
@@ -501,7 +507,9 @@ def smoke_scale(directory):
 def figure(name, directory, formats=("png",)):
     rows = read_rows(f"{directory}/data.csv")
     fig = FIGURES[name](directory, rows)
-    fig.tight_layout()
+    # tight_layout leaves no room for a suptitle: keep about a third of an inch above the panels.
+    top = 1 - 0.35 / fig.get_figheight() if getattr(fig, "_suptitle", None) is not None else 1
+    fig.tight_layout(rect=(0, 0, 1, top))
     if smoke_scale(directory):  # visible on the plot itself, not only in its README
         fig.text(0.995, 0.005, "SMOKE SCALE (kvlab figure --full for paper scale)", ha="right", va="bottom",
                  fontsize=9, color="#b71c1c", alpha=0.8)
