@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <exception>
 #include <numeric>
 #include <string>
 
@@ -94,10 +95,28 @@ ElasticPages::ElasticPages(ElasticConfig config) : config_(std::move(config)) {
   } else {
     layout_ = {base, groups * span_ * config_.page_bytes, block_bytes_};  // [plane][block]
   }
+  if (config_.overlap && config_.driver != nullptr) {
+    pending_.reserve(groups);
+    mapped_by_thread_.reserve(groups);  // the thread's appends never allocate
+    failed_by_thread_.reserve(groups);
+    mapper_ = std::make_unique<BackgroundMapper>(mutex_, [this](const PrefetchJob& job) {
+      try {
+        map_pages(job.slot);
+        mapped_by_thread_.push_back(job.slot);
+      } catch (const OutOfMemory&) {  // the reserve waits for the next step, as without a thread
+        failed_by_thread_.push_back(job.slot);
+      } catch (...) {
+        failed_by_thread_.push_back(job.slot);
+        if (!thread_error_) thread_error_ = std::current_exception();
+      }
+      return false;  // a job is one group
+    });
+  }
 }
 
 ElasticPages::~ElasticPages() {
-  try {  // teardown cannot report; the driver's books (the double's leak report) show what stayed
+  mapper_.reset();  // stops the thread (between two groups) before anything it maps goes back
+  try {             // teardown cannot report; the driver's books (the double's leak report) show what stayed
     if (config_.driver != nullptr) {
       if (open_ > 0) config_.driver->synchronize();
       for (std::int32_t g = 0; g < groups_; ++g) {
@@ -124,15 +143,31 @@ std::byte* ElasticPages::page_address(std::int32_t g, std::int32_t i) const noex
 }
 
 void ElasticPages::map_group(std::int32_t g, bool critical) {
-  // Pages an earlier attempt could not roll back (the driver refused an unmap or a release) go
-  // first; if the driver still refuses, this attempt fails too and the group stays closed.
-  const auto first = state_.begin() + static_cast<std::ptrdiff_t>(g) * pages_per_group_;
-  if (std::any_of(first, first + pages_per_group_, [](std::uint8_t st) { return st != kNone; })) unmap_group(g);
   if (!config_.budget->take(group_bytes_))
     KVLAB_THROW(OutOfMemory, "mapping a page group of " + std::to_string(group_bytes_) +
                                  " bytes: the physical budget (" + std::to_string(config_.budget->limit()) +
                                  " bytes) is spent");
   const auto t0 = std::chrono::steady_clock::now();
+  try {
+    map_pages(g);
+  } catch (...) {
+    config_.budget->give(group_bytes_);
+    throw;
+  }
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (critical) {
+    critical_.maps += pages_per_group_;
+    critical_.mapping_s += s;
+  } else {
+    background_maps_ += pages_per_group_;
+  }
+}
+
+void ElasticPages::map_pages(std::int32_t g) {
+  // Pages an earlier attempt could not roll back (the driver refused an unmap or a release) go
+  // first; if the driver still refuses, this attempt fails too and the group stays closed.
+  const auto first = state_.begin() + static_cast<std::ptrdiff_t>(g) * pages_per_group_;
+  if (std::any_of(first, first + pages_per_group_, [](std::uint8_t st) { return st != kNone; })) unmap_group(g);
   VmDriver* d = config_.driver.get();
   PhysHandle* handles = handles_.data() + static_cast<std::size_t>(g) * static_cast<std::size_t>(pages_per_group_);
   std::uint8_t* states = state_.data() + static_cast<std::size_t>(g) * static_cast<std::size_t>(pages_per_group_);
@@ -154,15 +189,7 @@ void ElasticPages::map_group(std::int32_t g, bool critical) {
       unmap_group(g);
     } catch (...) {  // a second failure: the pages stay in state_, retried at the next map and at teardown
     }
-    config_.budget->give(group_bytes_);
     throw;
-  }
-  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  if (critical) {
-    critical_.maps += pages_per_group_;
-    critical_.mapping_s += s;
-  } else {
-    background_maps_ += pages_per_group_;
   }
 }
 
@@ -204,6 +231,7 @@ std::int64_t ElasticPages::usable(const BlockPool& pool) const {
 }
 
 void ElasticPages::open(BlockPool& pool, std::int64_t blocks) {
+  drain(pool);  // no block of a group the mapper still maps is handed out
   while (pool.num_open_free() < blocks) {
     if (!open_one(pool, true))
       KVLAB_THROW(OutOfMemory, "every page group is mapped and " + std::to_string(pool.num_open_free()) +
@@ -250,6 +278,7 @@ void ElasticPages::settle(BlockPool& pool) {
     for (std::int32_t g = 0; g < groups_; ++g)
       if (pool.is_open(g) && pool.region_free(g) == per_group_) empty.push_back(g);
   }
+  std::erase_if(empty, [&](std::int32_t g) { return std::ranges::find(pending_, g) != pending_.end(); });
   if (config_.driver != nullptr) config_.driver->synchronize();  // no kernel may still read them
   // The groups emptied last are closed first; the reserve keeps the ones emptied earlier.
   while (wants_settle(pool) && !empty.empty()) {
@@ -261,14 +290,69 @@ void ElasticPages::settle(BlockPool& pool) {
 }
 
 void ElasticPages::begin_step(BlockPool& pool) {
+  drain(pool);      // the refill prefetch() queued: mapped while the last step computed
   retry_refused();  // PagedBackend settled just before: only the refused unmaps are left to retry
-  while (pool.num_open_empty() < config_.reserve_groups && config_.budget->available() >= group_bytes_) {
-    try {
-      if (!open_one(pool, false)) break;
-    } catch (const OutOfMemory&) {
-      break;  // the driver is out of memory: the reserve waits for the next step
+  if (!config_.overlap) refill(pool, false);
+}
+
+void ElasticPages::prefetch(BlockPool& pool) {
+  if (config_.overlap) refill(pool, true);
+}
+
+void ElasticPages::refill(BlockPool& pool, bool background) {
+  bool queued = false;
+  while (pool.num_open_empty() < config_.reserve_groups && config_.budget->available() >= group_bytes_ &&
+         !closed_.empty()) {
+    if (!background || mapper_ == nullptr) {
+      try {
+        open_one(pool, false);
+      } catch (const OutOfMemory&) {
+        break;  // the driver is out of memory: the reserve waits for the next step
+      }
+      continue;
     }
+    const std::int32_t g = closed_.back();  // the group open_one() would map, in the same order
+    if (!config_.budget->take(group_bytes_)) break;
+    closed_.pop_back();
+    pool.open_region(g);  // pending: drain() comes before any block of it is handed out
+    ++open_;
+    pending_.push_back(g);
+    const std::lock_guard held(mutex_);
+    mapper_->push(held, PrefetchJob{g, 0, 0});
+    queued = true;
   }
+  if (queued) mapper_->notify();
+}
+
+void ElasticPages::drain(BlockPool& pool) {
+  if (pending_.empty()) return;
+  // The whole wait counts, the time taken to get the mutex the thread holds while it maps included
+  // (wait() only says whether jobs were left once it had the mutex). The step function catches
+  // everything, so wait() never throws here.
+  const auto t0 = std::chrono::steady_clock::now();
+  (void)mapper_->wait();
+  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  critical_.mapping_s += waited;
+  overlap_wait_s_ += waited;
+  std::vector<std::int32_t> mapped, failed;
+  std::exception_ptr error;
+  {
+    const std::lock_guard lock(mutex_);
+    mapped = mapped_by_thread_;
+    failed = failed_by_thread_;
+    mapped_by_thread_.clear();  // keeps the capacity the thread appends into
+    failed_by_thread_.clear();
+    error = std::exchange(thread_error_, nullptr);
+  }
+  pending_.clear();
+  background_maps_ += static_cast<std::int64_t>(mapped.size()) * pages_per_group_;
+  for (const std::int32_t g : failed) {  // back to closed, in the order they were queued
+    pool.close_region(g);
+    --open_;
+    closed_.push_back(g);
+    config_.budget->give(group_bytes_);
+  }
+  if (error) std::rethrow_exception(error);
 }
 
 void ElasticPages::add_counters(BackendCounters& out) const {
@@ -277,6 +361,7 @@ void ElasticPages::add_counters(BackendCounters& out) const {
   out.emplace_back("reserve_maps", static_cast<double>(background_maps_));
   out.emplace_back("unmaps", static_cast<double>(critical_.unmaps));
   out.emplace_back("refused_unmaps", static_cast<double>(refused_unmaps_));
+  if (config_.overlap) out.emplace_back("overlap_wait_s", overlap_wait_s_);
 }
 
 std::string ElasticPages::backend_name(std::int32_t block_size, PrefixCacheMode cache) const {
@@ -285,6 +370,7 @@ std::string ElasticPages::backend_name(std::int32_t block_size, PrefixCacheMode 
   if (config_.allocation == ElasticAllocation::first_free) n += "-firstfree";
   if (config_.reserve_groups != 1) n += "-reserve" + std::to_string(config_.reserve_groups);
   if (retain() != config_.reserve_groups) n += "-retain" + std::to_string(retain());
+  if (config_.overlap) n += "-overlap";
   if (cache != PrefixCacheMode::none) n += "-" + std::string(to_string(cache));
   return n;
 }

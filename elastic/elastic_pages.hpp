@@ -5,12 +5,14 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
 #include "alloc/core/model_geometry.hpp"
 #include "alloc/memory/physical_budget.hpp"
 #include "paged/block_storage.hpp"
+#include "vmm/background_mapper.hpp"
 #include "vmm/vm_driver.hpp"
 
 namespace kvlab {
@@ -42,6 +44,11 @@ struct ElasticConfig {
   /// MAX_RESERVED_PAGES: freed pages go back to the reserve up to it, and only beyond it are
   /// unmapped). -1: reserve_groups. At least reserve_groups.
   std::int32_t retain_groups = -1;
+  /// Refill the reserve from prefetch() (once a step's kernels are queued) on a thread of its own
+  /// that maps while the step computes, as kvcached's page-preallocation thread does; the next
+  /// begin_step() or open() waits for it (that wait is critical-path mapping). With no driver the
+  /// same refill happens at once (nothing to map). False: begin_step() refills on the caller.
+  bool overlap = false;
   /// Maps the pages; nullptr: accounting only (no memory, the same decisions and counts).
   std::shared_ptr<VmDriver> driver;
   /// The physical memory this backend shares with others; nullptr: a budget of its own capacity.
@@ -70,9 +77,17 @@ struct ElasticConfig {
 // MIN_RESERVED_PAGES: maps up to it, which the retained count may exceed). The budget is taken
 // before a group is mapped and given back after it is unmapped.
 //
-// Limitations. Not thread-safe; the reserve is refilled at step starts, not by a thread running
-// alongside the step (the clock counts those maps as off the critical path, as kvcached's
-// background thread would make them). A block size that does not divide the page makes groups of
+// With `overlap`, prefetch() chooses the reserve's groups, takes their budget and opens them in the
+// pool as pending, and a BackgroundMapper maps them; no block of a pending group is handed out
+// before begin_step() or open() waited for the mapper (and closed again what it failed to map), and
+// settle() never closes a pending group, so the thread only ever touches pages no other call
+// reaches. Every decision is made on the caller's thread, in the same order whatever the thread's
+// timing, so a replay's counts do not depend on it; only the measured wait does.
+//
+// Limitations. Not thread-safe (the caller's calls are serialised; the mapper's thread is the only
+// other). Without `overlap` the reserve is refilled at step starts on the caller's thread (the
+// clock counts those maps as off the critical path, as kvcached's background thread would make
+// them). A block size that does not divide the page makes groups of
 // several consecutive pages per plane (up to 64), so memory is held in larger units. Cached prefix
 // blocks keep their pages mapped.
 class ElasticPages final : public BlockStorage {
@@ -91,6 +106,7 @@ class ElasticPages final : public BlockStorage {
   [[nodiscard]] bool wants_settle(const BlockPool& pool) const noexcept override;
   void settle(BlockPool& pool) override;
   void begin_step(BlockPool& pool) override;
+  void prefetch(BlockPool& pool) override;
   [[nodiscard]] StepCosts total_costs() const override { return critical_; }
   void add_counters(BackendCounters& out) const override;
   [[nodiscard]] std::string backend_name(std::int32_t block_size, PrefixCacheMode cache) const override;
@@ -110,6 +126,15 @@ class ElasticPages final : public BlockStorage {
   /// Maps every page of group `g` (all or nothing). Throws OutOfMemory when the budget or the
   /// driver has no memory left. `critical`: on the critical path (counted in the step costs).
   void map_group(std::int32_t g, bool critical);
+  /// The driver's part of map_group: creates, maps and opens access to every page of `g`, rolling
+  /// back what it did when one fails (then throws). Touches only group g's pages.
+  void map_pages(std::int32_t g);
+  /// Refills the reserve: opens closed groups in `pool` until it has reserve_groups empty ones
+  /// (within the budget). `background`: queue their mapping on the mapper (pending) instead.
+  void refill(BlockPool& pool, bool background);
+  /// Waits for the mapper's queued groups (counting the wait as critical-path mapping), then closes
+  /// in `pool` the groups it failed to map. Rethrows a driver error (not out-of-memory) it met.
+  void drain(BlockPool& pool);
   /// Unmaps and releases what of group `g` is mapped or created (resumable after a failure).
   void unmap_group(std::int32_t g);
   /// Returns group `g` (closed in the pool) to the driver and the budget; when the driver refuses,
@@ -140,6 +165,14 @@ class ElasticPages final : public BlockStorage {
   std::int32_t open_ = 0;
   StepCosts critical_;  // maps and unmaps on the critical path
   std::int64_t background_maps_ = 0;
+  // overlap: groups queued on the mapper and not yet drained (caller's thread only), the ones it
+  // mapped or failed to map and the first driver error it met (guarded by mutex_), the wait for it.
+  std::vector<std::int32_t> pending_;
+  std::vector<std::int32_t> mapped_by_thread_, failed_by_thread_;
+  std::exception_ptr thread_error_;
+  double overlap_wait_s_ = 0;
+  std::mutex mutex_;
+  std::unique_ptr<BackgroundMapper> mapper_;  // last: stopped before anything it touches goes
 };
 
 }  // namespace kvlab

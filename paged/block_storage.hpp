@@ -18,7 +18,8 @@
 // blocks it is about to take (all or nothing: the only call that maps), and `settle` after
 // operations that free blocks (the storage may close wholly free regions).
 //
-// Limitations. Not thread-safe (PagedBackend serialises calls). The hash prefix cache needs the
+// Limitations. Not thread-safe (PagedBackend serialises calls; a storage's own thread works only on
+// regions no call can reach until begin_step() or open() waited for it). The hash prefix cache needs the
 // LRU free order, so it cannot run over a page order.
 #include <cstddef>
 #include <cstdint>
@@ -61,8 +62,11 @@ class BlockStorage {
   /// waited for copies that may read them; the storage synchronises the device before it unmaps).
   virtual void settle(BlockPool& pool) = 0;
   /// At the start of a scheduler step, after PagedBackend settled (refills a reserve of open
-  /// regions off the critical path).
+  /// regions off the critical path, or waits for the refill prefetch() started).
   virtual void begin_step(BlockPool& pool) = 0;
+  /// Once the step's kernels are queued (KvBackend::prefetch): background work for the next step
+  /// may start here, on regions no block of this step lies on.
+  virtual void prefetch(BlockPool& /*pool*/) {}
   /// Mapping work on the critical path so far (maps, unmaps, their measured seconds).
   [[nodiscard]] virtual StepCosts total_costs() const = 0;
   /// Physical memory the storage holds now (mapped pages).

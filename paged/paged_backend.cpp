@@ -439,6 +439,10 @@ void PagedBackend::do_begin_step() {
   }
 }
 
+void PagedBackend::do_prefetch(std::span<const SeqId> /*next_ids*/, std::int64_t /*growth*/) {
+  if (storage_ != nullptr) storage_->prefetch(pool_);  // elastic -overlap: the reserve's refill
+}
+
 void PagedBackend::copy_blocks(const std::vector<std::pair<BlockId, BlockId>>& pairs) {
   if (layout_.base == nullptr || pairs.empty()) return;
   transfers_.fence();  // a destination may be a block a swap-out's copy still reads

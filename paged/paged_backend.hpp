@@ -141,6 +141,7 @@ class PagedBackend final : public TableBackend<PagedSequence> {
   void do_swap_in(SeqId id) override;
   [[nodiscard]] bool do_is_swapped(SeqId id) const override;
   void do_begin_step() override;
+  void do_prefetch(std::span<const SeqId> next_ids, std::int64_t growth) override;
   [[nodiscard]] std::int64_t do_cached_prefix_tokens(const SequenceSpec& spec) const override;
   [[nodiscard]] PrefixCacheStats do_prefix_cache_stats() const override;
   PreparedBatch do_prepare_batch(std::span<const SeqId> seqs) override;

@@ -5,9 +5,11 @@
 // every call leaving nothing mapped.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "alloc/core/error.hpp"
@@ -15,6 +17,7 @@
 #include "elastic/elastic_pages.hpp"
 #include "paged/paged_backend.hpp"
 #include "tests/paged/prefix_cache_access.hpp"
+#include "tests/support/gated_vm_driver.hpp"
 #include "tests/support/tiny_model.hpp"
 #include "vmm/posix_vm_driver.hpp"
 
@@ -276,34 +279,118 @@ TEST(ElasticPages, TwoBackendsShareOneBudget) {
 }
 
 TEST(ElasticPages, ADriverFaultAtAnyCallLeavesNothingBehind) {
-  for (const VmFault kind : {VmFault::error, VmFault::out_of_memory}) {
-    for (int n = 1; n <= 60; ++n) {
-      Elastic e = make(8, 1);
-      int calls = 0;
-      e.driver->set_fault_hook([&calls, n, kind](VmCall) { return ++calls == n ? kind : VmFault::none; });
-      int admitted = 0;
-      for (SeqId id = 0; id < 6; ++id) {
-        try {
-          e.backend->begin_step();
-          e.backend->admit(id, {30, 40}, 30);
-          ++admitted;
-          e.backend->grow(id, 10);
-        } catch (const Error&) {
-        }
-        if (id % 2 == 1 && e.backend->contains(id - 1)) {
+  // With -overlap the reserve's maps run on the mapper's thread: a fault there too (the hook runs
+  // under the driver's mutex, so its count is shared safely).
+  for (const bool overlap : {false, true}) {
+    for (const VmFault kind : {VmFault::error, VmFault::out_of_memory}) {
+      for (int n = 1; n <= 60; ++n) {
+        Elastic e = make_with(8, [overlap](ElasticConfig& c, PagedConfig&) {
+          c.reserve_groups = 1;
+          c.overlap = overlap;
+        });
+        int calls = 0;
+        e.driver->set_fault_hook([&calls, n, kind](VmCall) { return ++calls == n ? kind : VmFault::none; });
+        int admitted = 0;
+        for (SeqId id = 0; id < 6; ++id) {
           try {
-            e.backend->release(id - 1);
+            e.backend->begin_step();
+            e.backend->admit(id, {30, 40}, 30);
+            ++admitted;
+            e.backend->grow(id, 10);
+            e.backend->prefetch(std::vector<SeqId>{id});
           } catch (const Error&) {
           }
+          if (id % 2 == 1 && e.backend->contains(id - 1)) {
+            try {
+              e.backend->release(id - 1);
+            } catch (const Error&) {
+            }
+          }
         }
+        EXPECT_LE(e.backend->num_sequences(), static_cast<std::size_t>(admitted));
+        e.driver->set_fault_hook({});
+        e.backend.reset();
+        e.pages.reset();
+        EXPECT_TRUE(e.driver->usage().empty())
+            << "fault at call " << n << (overlap ? " with -overlap" : "") << " left mappings or handles";
       }
-      EXPECT_LE(e.backend->num_sequences(), static_cast<std::size_t>(admitted));
-      e.driver->set_fault_hook({});
-      e.backend.reset();
-      e.pages.reset();
-      EXPECT_TRUE(e.driver->usage().empty()) << "fault at call " << n << " left mappings or handles";
     }
   }
+}
+
+// kvcached's page-preallocation thread: with -overlap the reserve is chosen after a step's kernels
+// are queued (prefetch) and mapped on the backend's own thread; the next begin_step() waits for it,
+// and that wait is the only mapping on the critical path.
+TEST(ElasticPages, OverlapMapsTheReserveOnItsThreadAndTheNextStepWaitsForIt) {
+  constexpr std::size_t kGroups = 10;
+  auto driver = std::make_shared<testing::GatedDriver>(kGroups * 4 * kPage);
+  ElasticConfig c;
+  c.model = testing::tiny_model();
+  c.page_bytes = kPage;
+  c.capacity_bytes = kGroups * 4 * kPage;
+  c.driver = driver;
+  c.reserve_groups = 2;
+  c.overlap = true;
+  PagedConfig p;
+  p.model = c.model;
+  p.capacity_bytes = c.capacity_bytes;
+  p.max_seq_len = 128;
+  p.memory = &host_memory_resource();
+  p.block_size = c.block_size;
+  auto pages = std::make_shared<ElasticPages>(c);
+  p.storage = pages;
+  auto b = std::make_unique<PagedBackend>(std::move(p));
+  EXPECT_EQ(b->name(), "elastic-16-4k-reserve2-overlap");
+  b->begin_step();
+  EXPECT_EQ(driver->usage().mappings, 0u) << "without -overlap begin_step() would have filled the reserve";
+  driver->shut_ = true;
+  b->prefetch(std::vector<SeqId>{});
+  while (!driver->waiting_) std::this_thread::yield();  // the mapper is inside its first map
+  EXPECT_EQ(b->held_bytes(), 2 * 4 * kPage) << "the reserve's groups are held from the moment they are chosen";
+  std::thread opener([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(60));
+    driver->shut_ = false;
+  });
+  b->begin_step();  // waits for the mapper
+  opener.join();
+  EXPECT_EQ(driver->usage().mappings, 8u);
+  EXPECT_EQ(counter(*b, "reserve_maps"), 8);
+  EXPECT_EQ(counter(*b, "critical_maps"), 0);
+  EXPECT_GE(counter(*b, "overlap_wait_s"), 0.02) << "most of the 60 ms the gate stayed shut";
+  EXPECT_GE(b->step_costs().mapping_s, counter(*b, "overlap_wait_s") - 1e-12) << "the wait is critical mapping";
+  b->admit(1, {60, 60}, 60);  // 4 blocks: the reserve's two groups
+  EXPECT_EQ(counter(*b, "critical_maps"), 0) << "the reserve should have served it";
+  b->admit(2, {20, 20}, 20);  // the reserve is dry: mapped on the critical path
+  EXPECT_EQ(counter(*b, "critical_maps"), 4);
+  b->prefetch(std::vector<SeqId>{1, 2});  // two more; destroyed before any wait: nothing hangs or leaks
+  b.reset();
+  pages.reset();
+  EXPECT_TRUE(driver->usage().empty());
+}
+
+// A map the mapper's thread cannot make returns its group (and budget) when the caller collects it:
+// the allocation that needs it maps on the critical path instead, and nothing leaks.
+TEST(ElasticPages, AGroupTheMapperCouldNotMapIsClosedAgainAndMappedWhenNeeded) {
+  Elastic e = make_with(6, [](ElasticConfig& c, PagedConfig&) {
+    c.reserve_groups = 1;
+    c.overlap = true;
+  });
+  e.driver->set_fault_hook([](VmCall call) { return call == VmCall::create ? VmFault::out_of_memory : VmFault::none; });
+  e.backend->prefetch(std::vector<SeqId>{});
+  e.backend->begin_step();
+  EXPECT_EQ(e.backend->held_bytes(), 0u) << "the group the thread failed to map is given back";
+  EXPECT_EQ(counter(*e.backend, "reserve_maps"), 0);
+  e.driver->set_fault_hook([](VmCall call) { return call == VmCall::map ? VmFault::error : VmFault::none; });
+  e.backend->prefetch(std::vector<SeqId>{});
+  EXPECT_THROW(e.backend->begin_step(), Error) << "a driver error on the thread reaches the caller";
+  EXPECT_EQ(e.backend->held_bytes(), 0u);
+  e.driver->set_fault_hook({});
+  e.backend->admit(1, {20, 20}, 20);
+  EXPECT_EQ(counter(*e.backend, "critical_maps"), 4);
+  e.backend->release(1);
+  e.backend.reset();
+  e.pages.reset();
+  EXPECT_TRUE(e.driver->usage().empty());
 }
 
 // A map that fails (set access refused) whose rollback fails too (the unmap refused): the page

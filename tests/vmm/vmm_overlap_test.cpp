@@ -13,6 +13,7 @@
 
 #include "alloc/core/error.hpp"
 #include "kernels/attention.hpp"
+#include "tests/support/gated_vm_driver.hpp"
 #include "tests/vmm/vmm_test_support.hpp"
 #include "vmm/posix_vm_driver.hpp"
 
@@ -117,36 +118,8 @@ TEST(VmmOverlap, DestroyingWithPendingJobsDoesNotHang) {
   EXPECT_TRUE(driver->usage().empty());
 }
 
-/// A POSIX driver whose map() can be held shut: the test sees when a map is waiting inside it and
-/// lets it go on when it chooses, so the mapper holds the backend's lock for as long as it likes.
-class GatedDriver final : public VmDriver {
- public:
-  explicit GatedDriver(std::size_t budget) : inner_(budget) {}
-  std::string name() const override { return inner_.name(); }
-  Device device() const noexcept override { return inner_.device(); }
-  std::size_t granularity() const noexcept override { return inner_.granularity(); }
-  void* reserve(std::size_t bytes, std::size_t alignment) override { return inner_.reserve(bytes, alignment); }
-  void free_reservation(void* base, std::size_t bytes) override { inner_.free_reservation(base, bytes); }
-  std::optional<PhysHandle> create(std::size_t bytes) override { return inner_.create(bytes); }
-  void release(PhysHandle handle) override { inner_.release(handle); }
-  bool map(void* va, std::size_t bytes, PhysHandle handle) override {
-    waiting_ = true;
-    while (shut_) std::this_thread::yield();
-    waiting_ = false;
-    return inner_.map(va, bytes, handle);
-  }
-  void set_access(void* va, std::size_t bytes) override { inner_.set_access(va, bytes); }
-  void unmap(void* va, std::size_t bytes) override { inner_.unmap(va, bytes); }
-  void synchronize() override { inner_.synchronize(); }
-
-  std::atomic<bool> shut_{false}, waiting_{false};
-
- private:
-  PosixVmDriver inner_;
-};
-
 TEST(VmmOverlap, ACallThatWaitsForTheMappersPageCountsAsCriticalMapping) {
-  auto driver = std::make_shared<GatedDriver>(1024 * kKiB);
+  auto driver = std::make_shared<testing::GatedDriver>(1024 * kKiB);
   VmmBackend b(overlapped(driver, 1024 * kKiB));
   b.admit(1, {1, 400}, 1);                            // mapped on the caller's thread, the gate open
   const double before = b.stats().lock_wait_seconds;  // the idle mapper may hold the lock a moment too

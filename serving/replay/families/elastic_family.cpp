@@ -1,6 +1,6 @@
-// elastic-B[-PAGE][-interleaved][-firstfree][-reserveN][-retainM][-radix[-maxcachedN][-lru][-compact]]: a paged backend
-// whose blocks lie on physical pages mapped on demand and returned when they empty (kvcached's design; elastic/,
-// docs/elastic.md).
+// elastic-B[-PAGE][-interleaved][-firstfree][-reserveN][-retainM][-overlap][-radix[-maxcachedN][-lru][-compact]]: a
+// paged backend whose blocks lie on physical pages mapped on demand and returned when they empty (kvcached's design;
+// elastic/, docs/elastic.md).
 #include <fmt/format.h>
 
 #include "alloc/core/error.hpp"
@@ -14,8 +14,8 @@ namespace {
 using family::suffix_number;
 
 constexpr const char* kOptions =
-    "-PAGE (4k, 64k, 2m ...), -interleaved, -firstfree, -reserveN, -retainM, -radix, -maxcachedN (tokens), -lru, "
-    "-compact";
+    "-PAGE (4k, 64k, 2m ...), -interleaved, -firstfree, -reserveN, -retainM, -overlap, -radix, -maxcachedN (tokens), "
+    "-lru, -compact";
 
 /// The prefix cache's part of an elastic name: the mode, kvcached's cap on cached tokens and how
 /// trimming to it chooses victims.
@@ -56,6 +56,8 @@ void parse_elastic_options(std::string_view name, std::string_view opts, Elastic
     } else if (opt.starts_with("retain") && suffix_number(opt, "retain") >= 0 &&
                suffix_number(opt, "retain") <= 1'000'000) {
       e.retain_groups = static_cast<std::int32_t>(suffix_number(opt, "retain"));
+    } else if (opt == "overlap") {
+      e.overlap = true;
     } else if (opt == "hash") {
       KVLAB_THROW(InvalidArgument, fmt::format("backend '{}': the hash prefix cache needs vLLM's LRU free queue, "
                                                "which decides which blocks (and so pages) empty; use -radix",
@@ -134,14 +136,16 @@ std::unique_ptr<KvBackend> make_elastic_backend(std::string_view name, const Bac
 BackendFamily elastic_backend_family() {
   // Forms whose page groups fit the conformance suite's tiny model (300-2000 token budgets): a
   // group of 4k pages holds 32 of its tokens per layer, an interleaved 4k page 8 tokens.
-  return {"elastic-",
-          "elastic-B[-PAGE][-interleaved][-firstfree][-reserveN][-retainM][-radix[-maxcachedN][-lru][-compact]] (B = "
-          "1..1024 tokens, "
-          "PAGE 2m by default, N cached tokens)",
-          {"elastic-16-4k", "elastic-1-4k-firstfree", "elastic-2-4k-interleaved",
-           "elastic-16-4k-radix-maxcached64-compact", "elastic-16-4k-reserve0-retain2"},
-          make_elastic_backend,
-          /*shares_memory=*/true};
+  return {
+      "elastic-",
+      "elastic-B[-PAGE][-interleaved][-firstfree][-reserveN][-retainM][-overlap][-radix[-maxcachedN][-lru][-compact]] "
+      "(B = "
+      "1..1024 tokens, "
+      "PAGE 2m by default, N cached tokens)",
+      {"elastic-16-4k", "elastic-1-4k-firstfree", "elastic-2-4k-interleaved", "elastic-16-4k-radix-maxcached64-compact",
+       "elastic-16-4k-reserve0-retain2", "elastic-16-4k-reserve2-overlap"},
+      make_elastic_backend,
+      /*shares_memory=*/true};
 }
 
 }  // namespace kvlab
