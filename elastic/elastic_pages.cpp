@@ -101,7 +101,9 @@ ElasticPages::ElasticPages(ElasticConfig config) : config_(std::move(config)) {
     failed_by_thread_.reserve(groups);
     mapper_ = std::make_unique<BackgroundMapper>(mutex_, [this](const PrefetchJob& job) {
       try {
+        const auto t0 = std::chrono::steady_clock::now();
         map_pages(job.slot);
+        thread_map_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         mapped_by_thread_.push_back(job.slot);
       } catch (const OutOfMemory&) {  // the reserve waits for the next step, as without a thread
         failed_by_thread_.push_back(job.slot);
@@ -160,6 +162,7 @@ void ElasticPages::map_group(std::int32_t g, bool critical) {
     critical_.mapping_s += s;
   } else {
     background_maps_ += pages_per_group_;
+    reserve_map_s_ += s;
   }
 }
 
@@ -343,6 +346,7 @@ void ElasticPages::drain(BlockPool& pool) {
     mapped_by_thread_.clear();  // keeps the capacity the thread appends into
     failed_by_thread_.clear();
     error = std::exchange(thread_error_, nullptr);
+    reserve_map_s_ += std::exchange(thread_map_s_, 0.0);
   }
   pending_.clear();
   background_maps_ += static_cast<std::int64_t>(mapped.size()) * pages_per_group_;
@@ -361,6 +365,7 @@ void ElasticPages::add_counters(BackendCounters& out) const {
   out.emplace_back("reserve_maps", static_cast<double>(background_maps_));
   out.emplace_back("unmaps", static_cast<double>(critical_.unmaps));
   out.emplace_back("refused_unmaps", static_cast<double>(refused_unmaps_));
+  out.emplace_back("reserve_map_s", reserve_map_s_);
   if (config_.overlap) out.emplace_back("overlap_wait_s", overlap_wait_s_);
 }
 

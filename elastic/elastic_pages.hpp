@@ -170,6 +170,8 @@ class ElasticPages final : public BlockStorage {
   std::vector<std::int32_t> pending_;
   std::vector<std::int32_t> mapped_by_thread_, failed_by_thread_;
   std::exception_ptr thread_error_;
+  double thread_map_s_ = 0;   // the thread's map time not yet collected (mutex_)
+  double reserve_map_s_ = 0;  // the reserve's maps, measured on whichever thread made them
   double overlap_wait_s_ = 0;
   std::mutex mutex_;
   std::unique_ptr<BackgroundMapper> mapper_;  // last: stopped before anything it touches goes

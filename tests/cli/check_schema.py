@@ -20,7 +20,7 @@ import subprocess
 import sys
 
 BACKENDS = ("contiguous-max,contiguous-oracle-buddy,paged-16,paged-16-hash,paged-16-radix,paged-16-hash-host512,"
-            "vmm-64k,vmm-2m-mega-overlap,elastic-16")
+            "vmm-64k,vmm-2m-mega-overlap,elastic-16,elastic-16-overlap")
 SUFFIX = {"s": "_s", "ms": "_ms", "us": "_us", "bytes": "_bytes", "GiB": "_gib", "frac": "_frac", "pct": "_pct",
           "per s": "_per_s"}
 
