@@ -118,7 +118,8 @@ ElasticPages::ElasticPages(ElasticConfig config) : config_(std::move(config)) {
 
 ElasticPages::~ElasticPages() {
   mapper_.reset();  // stops the thread (between two groups) before anything it maps goes back
-  try {             // teardown cannot report; the driver's books (the double's leak report) show what stayed
+  // Teardown cannot report; the driver's books (the double's leak report) show what stayed.
+  try {
     if (config_.driver != nullptr) {
       if (open_ > 0) config_.driver->synchronize();
       for (std::int32_t g = 0; g < groups_; ++g) {

@@ -4,6 +4,7 @@
 // the memory layer of Prism, arXiv 2505.04021).
 #include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -87,9 +88,8 @@ struct ElasticConfig {
 // Limitations. Not thread-safe (the caller's calls are serialised; the mapper's thread is the only
 // other). Without `overlap` the reserve is refilled at step starts on the caller's thread (the
 // clock counts those maps as off the critical path, as kvcached's background thread would make
-// them). A block size that does not divide the page makes groups of
-// several consecutive pages per plane (up to 64), so memory is held in larger units. Cached prefix
-// blocks keep their pages mapped.
+// them). A block size that does not divide the page makes groups of several consecutive pages per
+// plane (up to 64), so memory is held in larger units. Cached prefix blocks keep their pages mapped.
 class ElasticPages final : public BlockStorage {
  public:
   /// Throws InvalidArgument for a page that holds no whole number of blocks or a capacity below one
