@@ -139,9 +139,7 @@ BackendFamily elastic_backend_family() {
   return {
       "elastic-",
       "elastic-B[-PAGE][-interleaved][-firstfree][-reserveN][-retainM][-overlap][-radix[-maxcachedN][-lru][-compact]] "
-      "(B = "
-      "1..1024 tokens, "
-      "PAGE 2m by default, N cached tokens)",
+      "(B = 1..1024 tokens, PAGE 2m by default, N cached tokens)",
       {"elastic-16-4k", "elastic-1-4k-firstfree", "elastic-2-4k-interleaved", "elastic-16-4k-radix-maxcached64-compact",
        "elastic-16-4k-reserve0-retain2", "elastic-16-4k-reserve2-overlap"},
       make_elastic_backend,
