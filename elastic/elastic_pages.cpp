@@ -136,7 +136,20 @@ ElasticPages::~ElasticPages() {
 }
 
 FreeOrder ElasticPages::free_order() const noexcept {
-  return config_.allocation == ElasticAllocation::fullest ? FreeOrder::pages : FreeOrder::pages_lifo;
+  return config_.allocation == ElasticAllocation::first_free ? FreeOrder::pages_lifo : FreeOrder::pages;
+}
+
+PagePlacement ElasticPages::page_placement() const noexcept {
+  switch (config_.allocation) {
+    case ElasticAllocation::local:
+      return PagePlacement::local;
+    case ElasticAllocation::spread:
+      return PagePlacement::spread;
+    case ElasticAllocation::fullest:
+    case ElasticAllocation::first_free:
+      break;
+  }
+  return PagePlacement::fullest;
 }
 
 std::byte* ElasticPages::page_address(std::int32_t g, std::int32_t i) const noexcept {
@@ -374,6 +387,8 @@ std::string ElasticPages::backend_name(std::int32_t block_size, PrefixCacheMode 
   std::string n = "elastic-" + std::to_string(block_size) + "-" + page_size_name(config_.page_bytes);
   if (config_.layout == ElasticLayout::interleaved) n += "-interleaved";
   if (config_.allocation == ElasticAllocation::first_free) n += "-firstfree";
+  if (config_.allocation == ElasticAllocation::local) n += "-local";
+  if (config_.allocation == ElasticAllocation::spread) n += "-spread";
   if (config_.reserve_groups != 1) n += "-reserve" + std::to_string(config_.reserve_groups);
   if (retain() != config_.reserve_groups) n += "-retain" + std::to_string(retain());
   if (config_.overlap) n += "-overlap";

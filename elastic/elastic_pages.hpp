@@ -28,7 +28,12 @@ enum class ElasticLayout : std::uint8_t { per_layer, interleaved };
 /// Which open page a new block comes from.
 ///  * fullest (page-aware, kvcached's fix): the page with the fewest free blocks, so pages empty.
 ///  * first_free (page-blind, the baseline): the block freed last, wherever it lies.
-enum class ElasticAllocation : std::uint8_t { fullest, first_free };
+///  * local (`-local`): a sequence's blocks kept together: a prompt on the fullest page group that
+///    holds it whole, a sequence's next block beside its last one, else the fullest group.
+///  * spread (`-spread`): as local, but a sequence whose group is full moves to the emptiest open
+///    group (more groups held while sequences run, fewer partly used ones once they end).
+///  (BlockPool's PagePlacement; docs/elastic.md measures all four.)
+enum class ElasticAllocation : std::uint8_t { fullest, first_free, local, spread };
 
 struct ElasticConfig {
   ModelGeometry model;
@@ -100,6 +105,7 @@ class ElasticPages final : public BlockStorage {
   [[nodiscard]] std::int32_t num_blocks() const noexcept override { return groups_ * per_group_; }
   [[nodiscard]] FreeOrder free_order() const noexcept override;
   [[nodiscard]] std::int32_t region_blocks() const noexcept override { return per_group_; }
+  [[nodiscard]] PagePlacement page_placement() const noexcept override;
   [[nodiscard]] BlockLayout layout() const noexcept override { return layout_; }
   [[nodiscard]] std::int64_t usable(const BlockPool& pool) const override;
   void open(BlockPool& pool, std::int64_t blocks) override;

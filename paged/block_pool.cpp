@@ -7,8 +7,10 @@
 
 namespace kvlab {
 
-BlockPool::BlockPool(std::int32_t num_blocks, FreeOrder order, std::int32_t region_blocks)
-    : order_(order), region_blocks_(region_blocks) {
+BlockPool::BlockPool(std::int32_t num_blocks, FreeOrder order, std::int32_t region_blocks, PagePlacement placement)
+    : order_(order), region_blocks_(region_blocks), placement_(placement) {
+  KVLAB_EXPECTS(placement == PagePlacement::fullest || order == FreeOrder::pages,
+                "local and spread placement need the page-aware order");
   KVLAB_EXPECTS(num_blocks >= 1, "a block pool needs at least one block (got " + std::to_string(num_blocks) + ")");
   KVLAB_EXPECTS(region_blocks >= 1,
                 "a block pool's regions need at least one block (got " + std::to_string(region_blocks) + ")");
@@ -192,6 +194,28 @@ std::int32_t BlockPool::fullest_region() const noexcept {
   return bhead_[static_cast<std::size_t>(bmin_)];
 }
 
+std::int32_t BlockPool::fullest_region_with(std::int32_t n) const noexcept {
+  for (std::int32_t k = std::max(n, 1); k <= region_blocks_; ++k)
+    if (bhead_[static_cast<std::size_t>(k)] >= 0) return bhead_[static_cast<std::size_t>(k)];
+  return -1;
+}
+
+std::int32_t BlockPool::emptiest_region() const noexcept {
+  if (num_open_free_ == 0) return -1;
+  for (std::int32_t k = region_blocks_; k >= 1; --k)
+    if (bhead_[static_cast<std::size_t>(k)] >= 0) return bhead_[static_cast<std::size_t>(k)];
+  return -1;
+}
+
+std::int32_t BlockPool::placed_region(BlockId near, std::int32_t run) const noexcept {
+  if (run > 0) return fullest_region_with(run);  // none holds the whole run: the fullest
+  if (near >= 0) {
+    const auto r = static_cast<std::size_t>(region_of(near));
+    if (open_[r] != 0 && region_free_[r] > 0) return static_cast<std::int32_t>(r);
+  }
+  return placement_ == PagePlacement::spread && near >= 0 ? emptiest_region() : -1;
+}
+
 std::optional<BlockId> BlockPool::peek() const noexcept {
   if (order_ == FreeOrder::pages) {
     const std::int32_t r = fullest_region();
@@ -228,8 +252,12 @@ BlockId BlockPool::take_page_block(BlockId b) {
   return b;
 }
 
-std::optional<BlockId> BlockPool::allocate(BlockId near) {
+std::optional<BlockId> BlockPool::allocate(BlockId near, std::int32_t run) {
   KVLAB_EXPECTS(near >= -1 && near < num_blocks(), "block " + std::to_string(near) + " is out of range");
+  KVLAB_EXPECTS(run >= 0, "a run of " + std::to_string(run) + " blocks");
+  if (placement_ != PagePlacement::fullest && num_open_free_ > 0)
+    if (const std::int32_t r = placed_region(near, run); r >= 0)
+      return take_page_block(rhead_[static_cast<std::size_t>(r)]);
   if (page_order()) {
     const std::optional<BlockId> pick = peek();
     if (!pick) return std::nullopt;

@@ -34,7 +34,16 @@
 //    its free blocks, so an operation is O(1) (amortised: the lowest non-empty bucket is found
 //    from a hint). `pages_lifo` (page-blind, the baseline) hands out the block freed last among
 //    open regions, as a block manager that does not know about pages would. Opening or closing a
-//    region is O(region blocks). The pool records regions that became wholly free (take_emptied),
+//    region is O(region blocks).
+//    `pages` places by PagePlacement: `fullest` as above; `local` and `spread` keep a sequence's
+//    blocks together on few regions, so that the regions empty when its blocks go (an idle prefix
+//    cache evicted to its cap then leaves few regions partly used). allocate(near, run):
+//    the first of a run of `run` new blocks (a prompt, a swapped-in sequence) goes to the fullest
+//    open region that holds the whole run; a sequence's next block (run 0) goes to its last block's
+//    region while that has a free block; otherwise `local` takes the fullest open region and
+//    `spread` the emptiest, where the sequence's next blocks find room (spread holds more regions
+//    while sequences run: measured in docs/elastic.md). O(region blocks) per call that looks for a
+//    region, O(1) otherwise. The pool records regions that became wholly free (take_emptied),
 //    for the owner to close when it wants the memory back.
 //
 // A block can be marked cached (hash prefix caching: it has a cache entry); the pool counts the
@@ -52,6 +61,9 @@ using BlockId = std::int32_t;
 
 enum class FreeOrder { lifo, lru, region, pages, pages_lifo };
 
+/// Which open region the `pages` order hands a block from (see above).
+enum class PagePlacement : std::uint8_t { fullest, local, spread };
+
 /// The bytes of one region as PagedBackend sizes it for region order: a 2 MiB huge page (host
 /// THP, the CUDA VMM granularity) of a K or V plane.
 inline constexpr std::size_t kRegionBytes = std::size_t{2} << 20;
@@ -65,13 +77,16 @@ inline constexpr std::size_t kRegionBytes = std::size_t{2} << 20;
 class BlockPool {
  public:
   /// `region_blocks`: block ids per region (region and page orders; at least 1). Page orders need
-  /// a whole number of regions and start with every region closed.
-  explicit BlockPool(std::int32_t num_blocks, FreeOrder order = FreeOrder::lifo, std::int32_t region_blocks = 1);
+  /// a whole number of regions and start with every region closed. `placement`: the pages
+  /// order's (fullest for every other order).
+  explicit BlockPool(std::int32_t num_blocks, FreeOrder order = FreeOrder::lifo, std::int32_t region_blocks = 1,
+                     PagePlacement placement = PagePlacement::fullest);
 
   /// A free block with reference count 1, or nullopt (and nothing changes) when none is free.
   /// `near` (-1: none, else a block id, checked): the block the new one should follow, the
-  /// sequence's last. Only region order uses it.
-  [[nodiscard]] std::optional<BlockId> allocate(BlockId near = -1);
+  /// sequence's last. `run` (0: none): this block starts a run of `run` blocks the caller takes
+  /// now. Region order uses `near`; pages order with local or spread placement both.
+  [[nodiscard]] std::optional<BlockId> allocate(BlockId near = -1, std::int32_t run = 0);
   /// A free block of the open region `r` (pages order), nullopt when it has none. What compacting
   /// a cache uses to move blocks onto a chosen page group.
   [[nodiscard]] std::optional<BlockId> allocate_in(std::int32_t r);
@@ -86,6 +101,7 @@ class BlockPool {
   bool release(BlockId b);
 
   [[nodiscard]] FreeOrder order() const noexcept { return order_; }
+  [[nodiscard]] PagePlacement placement() const noexcept { return placement_; }
   [[nodiscard]] std::int32_t region_blocks() const noexcept { return region_blocks_; }
   [[nodiscard]] std::int32_t ref_count(BlockId b) const;
   [[nodiscard]] std::int32_t num_blocks() const noexcept { return static_cast<std::int32_t>(refs_.size()); }
@@ -139,10 +155,17 @@ class BlockPool {
   void list_remove(BlockId b);
   /// pages: the open region with the fewest free blocks (-1: none has any).
   [[nodiscard]] std::int32_t fullest_region() const noexcept;
+  /// pages: the open region with the fewest free blocks that has `n` free at least (-1: none).
+  [[nodiscard]] std::int32_t fullest_region_with(std::int32_t n) const noexcept;
+  /// pages: the open region with the most free blocks (-1: none has any).
+  [[nodiscard]] std::int32_t emptiest_region() const noexcept;
+  /// pages, local or spread placement: the region allocate(near, run) takes from (-1: the fullest).
+  [[nodiscard]] std::int32_t placed_region(BlockId near, std::int32_t run) const noexcept;
   /// pages: moves region `r` between free-count buckets (`from`/`to` 0: in none).
   void rebucket(std::int32_t r, std::int32_t from, std::int32_t to) noexcept;
   FreeOrder order_;
   std::int32_t region_blocks_ = 1;
+  PagePlacement placement_ = PagePlacement::fullest;
   std::vector<std::int32_t> refs_;
   std::int32_t num_free_ = 0;
   std::vector<std::uint8_t> cached_;  // [block] marked cached

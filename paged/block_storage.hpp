@@ -49,6 +49,8 @@ class BlockStorage {
   [[nodiscard]] virtual std::int32_t num_blocks() const noexcept = 0;
   [[nodiscard]] virtual FreeOrder free_order() const noexcept = 0;
   [[nodiscard]] virtual std::int32_t region_blocks() const noexcept = 0;
+  /// Which open region the pool hands a block from (the pages order's placement).
+  [[nodiscard]] virtual PagePlacement page_placement() const noexcept { return PagePlacement::fullest; }
   [[nodiscard]] virtual BlockLayout layout() const noexcept = 0;
   /// Blocks `pool` can hand out now, opening regions as needed: its open free blocks plus the
   /// closed regions' the storage could open (within its memory budget). No side effects.

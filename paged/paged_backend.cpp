@@ -57,7 +57,8 @@ PagedBackend::PagedBackend(PagedConfig config)
     : TableBackend(config.model, config.max_seq_len),
       config_(std::move(config)),
       block_bytes_(static_cast<std::size_t>(config_.block_size) * config_.model.kv_bytes_per_token_per_layer() / 2),
-      pool_(blocks_in(config_), free_order_for(config_), region_blocks_for(config_)),
+      pool_(blocks_in(config_), free_order_for(config_), region_blocks_for(config_),
+            config_.storage != nullptr ? config_.storage->page_placement() : PagePlacement::fullest),
       storage_(config_.storage.get()),
       holders_(static_cast<std::size_t>(pool_.num_blocks())),
       transfers_(config_.memory != nullptr ? config_.memory->device() : Device::host) {
@@ -197,8 +198,8 @@ void PagedBackend::make_room(std::int64_t n) {
   KVLAB_ASSERT(pool_.num_free() >= n);
 }
 
-BlockId PagedBackend::take_block(BlockId near) {
-  const auto b = pool_.allocate(near);
+BlockId PagedBackend::take_block(BlockId near, std::int64_t run) {
+  const auto b = pool_.allocate(near, static_cast<std::int32_t>(std::min<std::int64_t>(run, INT32_MAX)));
   KVLAB_ASSERT(b.has_value());
   cache_->forget_block(*b);  // hash mode: the LRU head loses its cache entry (an eviction)
   return *b;
@@ -313,7 +314,8 @@ void PagedBackend::do_admit(SeqId id, const SequenceSpec& spec, std::int64_t ini
     cache_->promote(b, into);
     s.blocks.push_back(into);
   }
-  for (std::int64_t i = l.hit.promoted; i < need; ++i) s.blocks.push_back(take_block(last_block(s)));
+  for (std::int64_t i = l.hit.promoted; i < need; ++i)  // the prompt's new blocks: one run
+    s.blocks.push_back(take_block(last_block(s), i == l.hit.promoted ? need - i : 0));
   if (!ids.empty()) {
     // Every id the spec gives (the prompt's, and the generated tokens' where known) is kept: a
     // block is entered as soon as it is full, now or when the sequence grows.
@@ -386,8 +388,8 @@ void PagedBackend::do_grow(SeqId id, std::int64_t n) {
   }
   const std::int64_t old_blocks = static_cast<std::int64_t>(s.blocks.size());
   const std::int64_t need = blocks_for(s.length + n) - old_blocks;
-  for (std::int64_t i = 0; i < need; ++i) {
-    s.blocks.push_back(take_block(last_block(s)));
+  for (std::int64_t i = 0; i < need; ++i) {  // a chunk of several blocks is a run; one block follows the last
+    s.blocks.push_back(take_block(last_block(s), i == 0 && need > 1 ? need : 0));
     hold(s.blocks.back(), id, static_cast<std::int32_t>(s.blocks.size() - 1));
   }
   const std::int64_t old_length = s.length;
@@ -527,7 +529,8 @@ void PagedBackend::do_swap_in(SeqId id) {
   Sequence& s = at(id);
   const std::int64_t nb = s.swapped_blocks;
   make_room(nb);
-  for (std::int64_t i = 0; i < nb; ++i) s.blocks.push_back(take_block(last_block(s)));  // private: not re-cached
+  for (std::int64_t i = 0; i < nb; ++i)  // one run; private: not re-cached
+    s.blocks.push_back(take_block(last_block(s), i == 0 ? nb : 0));
   if (layout_.base != nullptr) {
     const int planes = 2 * config_.model.num_layers;
     const auto* src = static_cast<const std::byte*>(s.swap);

@@ -163,8 +163,9 @@ class PagedBackend final : public TableBackend<PagedSequence> {
   [[nodiscard]] Lookup lookup(const SequenceSpec& spec, std::int64_t initial_tokens) const;
   [[nodiscard]] std::span<const std::int32_t> prompt_ids(const SequenceSpec& spec, std::int64_t initial_tokens) const;
   /// Takes one block from the pool (evicting a cached entry when needed). Requires availability.
-  /// `near`: the block it will follow in its sequence (-1: none), for region placement.
-  BlockId take_block(BlockId near);
+  /// `near`: the block it will follow in its sequence (-1: none), for region placement; `run` > 0:
+  /// it starts a run of that many blocks taken now (the pool's local placement, BlockPool::allocate).
+  BlockId take_block(BlockId near, std::int64_t run = 0);
   /// Makes sure `n` blocks can be taken (evicts cached blocks the cache alone holds). Requires availability.
   void make_room(std::int64_t n);
   /// Enters the sequence's full blocks whose ids are known into the prefix cache (from `entered` on).

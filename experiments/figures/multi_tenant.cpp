@@ -28,6 +28,9 @@ constexpr double kHeadlineGap = 30;  // seconds between the tenants' bursts
 /// moments only, between its own requests).
 constexpr double kMinIdleS = 10;
 constexpr double kIdleGoal = 1.4;  // issue 32: idle memory at most 1.4x the packed floor
+/// Idle memory depends on where each run's blocks happened to land: the idle part replays this many
+/// workloads (seeds) per backend and load and reports their mean and range.
+constexpr int kIdleSeeds = 5;
 
 struct Load {
   const char* name;
@@ -41,7 +44,12 @@ constexpr Load kBursts{"bursts", 200, 20, kKvGib};
 /// once, so their blocks interleave less on the pages).
 constexpr Load kLight{"light", 120, 6, 8};
 
-std::vector<TenantSpec> tenants(const Load& load, double gap_s, bool system_prompts) {
+/// Tenant i's workload seed: 1 + i, plus 10 per `draw` (the idle part's repeated workloads).
+std::uint64_t workload_seed(int draw, int i) {
+  return 1 + static_cast<std::uint64_t>(i) + 10 * static_cast<std::uint64_t>(draw);
+}
+
+std::vector<TenantSpec> tenants(const Load& load, double gap_s, bool system_prompts, int draw) {
   std::vector<TenantSpec> t(3);
   const char* names[] = {"chat", "code", "docs"};
   for (int i = 0; i < 3; ++i) {
@@ -51,7 +59,7 @@ std::vector<TenantSpec> tenants(const Load& load, double gap_s, bool system_prom
     w.burstiness = 3;
     w.prompt = LengthDistribution::parse("uniform:200:1200", "prompt");
     w.output = LengthDistribution::parse("uniform:50:300", "output");
-    w.seed = 1 + static_cast<std::uint64_t>(i);
+    w.seed = workload_seed(draw, i);
     if (system_prompts) {  // each request starts with one of 4 system prompts of 512 tokens
       w.prefix_groups = 4;
       w.shared_prefix_tokens = 512;
@@ -71,29 +79,44 @@ struct Starved {
 };
 
 std::vector<TenantRun> replay(const FigureContext& ctx, const Load& load, double gap_s, bool system_prompts,
-                              const std::string& backend, TenantPolicy policy) {
+                              const std::string& backend, TenantPolicy policy, int draw = 0) {
   if (ctx.progress)
-    std::cerr << fmt::format("multi-tenant: {} {} {} gap {:g} s\n", load.name, backend, to_string(policy), gap_s);
+    std::cerr << fmt::format("multi-tenant: {} {} {} gap {:g} s, seeds from {}\n", load.name, backend,
+                             to_string(policy), gap_s, workload_seed(draw, 0));
   ReplayConfig c;  // the a100-80gb device model
   c.keep_steps = true;
-  return replay_tenants(tenants(load, gap_s, system_prompts), policy, backend,
+  return replay_tenants(tenants(load, gap_s, system_prompts, draw), policy, backend,
                         static_cast<std::size_t>(load.kv_gib * kGiB), BackendOptions{}, c);
 }
 
 const char* const kAware = "elastic-16-radix-maxcached16000";
 const char* const kBlind = "elastic-16-firstfree-radix-maxcached16000-lru";
+const char* const kLocal = "elastic-16-local-radix-maxcached16000";
+const char* const kSpread = "elastic-16-spread-radix-maxcached16000";
 const char* const kCompact = "elastic-16-radix-maxcached16000-compact";
+const char* const kIdleBackends[] = {kBlind, kAware, kLocal, kSpread, kCompact};
 const char* const kTenantNames[] = {"chat", "code", "docs"};
+
+/// Idle held / floor over the seeds' idle tenants, and what the whole GPU held while they ran.
+struct IdleStats {
+  double lo = std::numeric_limits<double>::infinity(), hi = 0, sum = 0;
+  int n = 0;
+  double gpu_peak_gib = 0;  // summed over the seeds (divide by `runs`)
+  int runs = 0;
+  double busy_held_gib = 0;  // tenants' mean held while their requests ran, summed (divide by `busy`)
+  int busy = 0;
+  [[nodiscard]] double mean() const { return n > 0 ? sum / n : 0; }
+};
 
 /// What the figure gathers as it replays: the table, the numbers its notes need, memory.csv.
 struct Gathered {
-  Table t{{"part", "load", "gap_s", "backend", "policy", "tenant", "completed", "rejected", "preemptions",
-           "ttft_p99_ms", "mean_held_gib", "peak_held_gib", "idle_s", "idle_held_gib", "idle_floor_gib",
+  Table t{{"part", "load", "gap_s", "workload_seed", "backend", "policy", "tenant", "completed", "rejected",
+           "preemptions", "ttft_p99_ms", "mean_held_gib", "peak_held_gib", "idle_s", "idle_held_gib", "idle_floor_gib",
            "idle_held_over_floor_ratio"}};
   std::map<std::tuple<double, std::string, std::string>, double> p99;  // (gap, policy, tenant) -> ms
   std::string memory = "policy,tenant,time_s,held_gib,floor_gib\n";
-  std::map<std::pair<std::string, std::string>, std::pair<double, double>> idle;  // (load, backend) -> min, max
-  std::vector<Starved> starved;                                                   // page-blind
+  std::map<std::pair<std::string, std::string>, IdleStats> idle;  // (load, backend)
+  std::vector<Starved> starved;                                   // page-blind
 };
 
 /// The pool's policy for a backend that can share memory, a static split for one that cannot.
@@ -102,14 +125,15 @@ TenantPolicy pool_or_split(const std::string& backend) {
 }
 
 void add_rows(Gathered& g, const std::string& part, const Load& load, double gap, TenantPolicy policy,
-              const std::vector<TenantRun>& runs) {
+              const std::vector<TenantRun>& runs, int draw = 0) {
   const double end = gpu_memory(runs).end_s;
   for (const TenantRun& r : runs) {
     const ReplaySummary& s = r.result.summary;
     const IdleMemory idle = idle_memory(r.result, end);
-    g.t.add({part, load.name, fixed(gap, 0), s.backend, std::string(to_string(policy)), r.name,
-             std::to_string(s.completed), std::to_string(s.rejected + s.failed), std::to_string(s.preemptions),
-             fixed(s.p99_ttft_s * 1e3, 0), fixed(static_cast<double>(s.mean_held_bytes) / kGiB, 2),
+    g.t.add({part, load.name, fixed(gap, 0), std::to_string(workload_seed(draw, 0)), s.backend,
+             std::string(to_string(policy)), r.name, std::to_string(s.completed), std::to_string(s.rejected + s.failed),
+             std::to_string(s.preemptions), fixed(s.p99_ttft_s * 1e3, 0),
+             fixed(static_cast<double>(s.mean_held_bytes) / kGiB, 2),
              fixed(static_cast<double>(s.peak_held_bytes) / kGiB, 2), fixed(idle.idle_s, 1),
              fixed(idle.held_bytes / kGiB, 2), fixed(idle.floor_bytes / kGiB, 2),
              idle.floor_bytes > 0 ? fixed(idle.held_bytes / idle.floor_bytes, 2) : "n/a"});
@@ -141,25 +165,36 @@ void run_bursts(const FigureContext& ctx, const std::vector<double>& gaps, Gathe
 }
 
 /// 2. Idle memory: the tenants' prompts start with system prompts, each caches at most 16,000
-/// tokens (kvcached's KVCACHED_MAX_CACHED_TOKENS), page-aware against page-blind, two loads.
+/// tokens (kvcached's KVCACHED_MAX_CACHED_TOKENS); page-blind, page-aware (kvcached's), local,
+/// spread and compaction; two loads, kIdleSeeds workloads each.
 void run_idle(const FigureContext& ctx, Gathered& g) {
   for (const Load& load : {kLight, kBursts})
-    for (const std::string backend : {kAware, kBlind, kCompact}) {
-      const std::vector<TenantRun> runs = replay(ctx, load, kHeadlineGap, true, backend, pool_or_split(backend));
-      add_rows(g, "idle", load, kHeadlineGap, pool_or_split(backend), runs);
-      for (const TenantRun& r : runs)  // a tenant that could not get memory beside the others
-        if (const auto rejected = r.result.summary.rejected; rejected > 0 && backend == kBlind)
-          g.starved.push_back({r.name, load.name, rejected});
-      const double end = gpu_memory(runs).end_s;
-      auto& [lo, hi] = g.idle[{load.name, backend}];
-      lo = std::numeric_limits<double>::infinity();
-      hi = 0;
-      for (const TenantRun& r : runs)
-        if (const IdleMemory m = idle_memory(r.result, end); m.idle_s >= kMinIdleS && m.floor_bytes > 0) {
-          lo = std::min(lo, m.held_bytes / m.floor_bytes);
-          hi = std::max(hi, m.held_bytes / m.floor_bytes);
-        }
-    }
+    for (const char* backend : kIdleBackends)
+      for (int draw = 0; draw < kIdleSeeds; ++draw) {
+        const std::vector<TenantRun> runs =
+            replay(ctx, load, kHeadlineGap, true, backend, pool_or_split(backend), draw);
+        add_rows(g, "idle", load, kHeadlineGap, pool_or_split(backend), runs, draw);
+        for (const TenantRun& r : runs)  // a tenant that could not get memory beside the others
+          if (const auto rejected = r.result.summary.rejected; rejected > 0 && backend == kBlind && draw == 0)
+            g.starved.push_back({r.name, load.name, rejected});
+        const GpuMemory gpu = gpu_memory(runs);
+        IdleStats& st = g.idle[{load.name, backend}];
+        st.gpu_peak_gib += static_cast<double>(gpu.peak_held_bytes) / kGiB;
+        ++st.runs;
+        for (const TenantRun& r : runs)
+          if (r.result.summary.completed > 0) {
+            st.busy_held_gib += static_cast<double>(r.result.summary.mean_held_bytes) / kGiB;
+            ++st.busy;
+          }
+        for (const TenantRun& r : runs)
+          if (const IdleMemory m = idle_memory(r.result, gpu.end_s); m.idle_s >= kMinIdleS && m.floor_bytes > 0) {
+            const double ratio = m.held_bytes / m.floor_bytes;
+            st.lo = std::min(st.lo, ratio);
+            st.hi = std::max(st.hi, ratio);
+            st.sum += ratio;
+            ++st.n;
+          }
+      }
 }
 
 /// The TTFT numbers the notes quote: the least and most a tenant gains at the headline gap, the
@@ -267,83 +302,111 @@ std::string ttft_notes(const Gathered& g, const std::vector<double>& gaps, Facts
       gap, least, most, low, high, from, worse, fair_share_notes(tf, gaps, f));
 }
 
-/// Whether the idle-memory goal holds under each load, as a clause; `why` follows where it does not.
-std::string goal_text(double light_hi, double bursts_hi, const std::string& why) {
-  const bool light = light_hi <= kIdleGoal, bursts = bursts_hi <= kIdleGoal;
-  return light && bursts ? "met under both loads"
-         : light         ? "met under the light load, not under the bursts" + why
-         : bursts        ? "met under the bursts, not under the light load" + why
-                         : "met under neither load" + why;
+/// Whether the idle-memory goal holds under each load, as a clause.
+std::string goal_text(double light, double bursts) {
+  const bool l = light <= kIdleGoal, b = bursts <= kIdleGoal;
+  return l && b ? "met under both loads"
+         : l    ? "met under the light load, not under the bursts"
+         : b    ? "met under the bursts, not under the light load"
+                : "met under neither load";
 }
 
-/// The notes' paragraph on compaction, every number through `f`.
-std::string compaction_notes(const Gathered& g, Facts& f) {
-  const auto [light_lo, light_hi] = g.idle.at({kLight.name, kCompact});
-  const auto [burst_lo, burst_hi] = g.idle.at({kBursts.name, kCompact});
-  const auto range = [&](double lo, double hi, const std::string& what) {
-    const std::string most = f.quote(what + " idle held/floor, most", hi, 2, "this run");
-    if (fixed(lo, 2) == most) return most + "x";
-    return f.quote(what + " idle held/floor, least", lo, 2, "this run") + "x to " + most + "x";
-  };
-  const std::string light = range(light_lo, light_hi, "light load, compaction");
-  const std::string bursts = range(burst_lo, burst_hi, "bursts, compaction");
-  return fmt::format(
-      "**Compaction** (`-compact`, not in kvcached, which never moves a block): after each trim, cached blocks "
-      "the cache alone holds move off the emptiest page groups onto free blocks of the fullest when that empties "
-      "whole groups, each move one block copy that the clock charges. The idle tenants then held {} their floor "
-      "under the light load and {} under the bursts: the goal {}. A replay counts the copies as the "
-      "backend counter `compaction_moves`.",
-      light, bursts, goal_text(light_hi, burst_hi, ""));
+/// One idle row of the notes' table: what a backend held idle, and the GPU while the tenants ran.
+struct IdleKind {
+  const char* backend;
+  const char* label;  // the table's first column
+  const char* key;    // the facts' name for it
+};
+const IdleKind kIdleKinds[] = {
+    {kBlind, "page-blind (`-firstfree`: the block freed last; `-lru`: least recently used blocks evicted)",
+     "page-blind"},
+    {kAware, "page-aware, kvcached's (the fullest page group first; eviction that empties whole groups)", "page-aware"},
+    {kLocal,
+     "`-local`: page-aware eviction; a prompt on the fullest group that holds it whole, a sequence's next block "
+     "beside its last, else the fullest group",
+     "local"},
+    {kSpread, "`-spread`: as `-local`, but a sequence whose group is full moves to the emptiest open group", "spread"},
+    {kCompact, "page-aware + `-compact` (cached blocks moved; not in kvcached)", "compaction"},
+};
+
+/// "1.29 (1.15-1.43)": the mean over the idle tenants of every seed, and their range.
+std::string idle_cell(const IdleStats& st, const std::string& what, Facts& f, std::string mean = {}) {
+  if (mean.empty()) mean = f.quote(what + " idle held/floor, mean", st.mean(), 2, "this run");
+  return fmt::format("{} ({}-{})", mean, f.quote(what + " idle held/floor, least", st.lo, 2, "this run"),
+                     f.quote(what + " idle held/floor, most", st.hi, 2, "this run"));
 }
 
-/// The notes' paragraph on idle memory, every number through `f`.
+/// The notes' paragraphs on idle memory, every number through `f`.
 std::string idle_notes(const Gathered& g, Facts& f) {
-  const auto [light_aware_lo, light_aware_hi] = g.idle.at({kLight.name, kAware});
-  const auto [light_blind_lo, light_blind_hi] = g.idle.at({kLight.name, kBlind});
-  const auto [burst_aware_lo, burst_aware_hi] = g.idle.at({kBursts.name, kAware});
-  const auto [burst_blind_lo, burst_blind_hi] = g.idle.at({kBursts.name, kBlind});
-  // "1.29x to 1.34x", or one "2.91x" when both print alike; `most`: the largest as printed already
-  // (a claim's value), else quoted here.
-  const auto range = [&](double lo, double hi, const std::string& what, std::string most = {}) {
-    if (most.empty()) most = f.quote(what + " idle held/floor, most", hi, 2, "this run");
-    if (fixed(lo, 2) == most) return most + "x";
-    return f.quote(what + " idle held/floor, least", lo, 2, "this run") + "x to " + most + "x";
+  const auto at = [&](const Load& load, const char* backend) -> const IdleStats& {
+    return g.idle.at({load.name, backend});
   };
-  const std::string blind_light =
-      range(light_blind_lo, light_blind_hi, "light load, page-blind",
-            f.claim("idle held / floor, page-blind, light load (most)", light_blind_hi, 10.3 / 2.25, 2,
-                    "kvcached PR #390: 10.3 GB idle against a 2.25 GB floor"));
-  const std::string aware_light = range(light_aware_lo, light_aware_hi, "light load, page-aware",
-                                        f.claim("idle held / floor, page-aware, light load (most)", light_aware_hi,
-                                                5.2 / 2.25, 2, "kvcached PR #390: 5.2 GB with page-ordered eviction"));
-  const std::string blind_bursts = range(burst_blind_lo, burst_blind_hi, "bursts, page-blind");
-  const std::string aware_bursts = range(burst_aware_lo, burst_aware_hi, "bursts, page-aware");
-  const std::string goal = goal_text(light_aware_hi, burst_aware_hi,
-                                     ". Where it is missed, many requests decode at once and their blocks interleave "
-                                     "on the groups, and what stops page-aware eviction is the radix tree: a cached "
-                                     "block can only go after everything cached after it, so a system prompt or an "
-                                     "early prompt block pins its page group as long as any continuation is kept "
-                                     "(kvcached evicts vLLM's hashed blocks one by one, which can leave blocks whose "
-                                     "prefix is gone)");
+  std::string table =
+      "| allocation and eviction | light load | bursts | bursts, while requests run: a tenant's mean held / the "
+      "GPU's peak (GiB) |\n|---|---|---|---|\n";
+  for (const IdleKind& k : kIdleKinds) {
+    const IdleStats& light = at(kLight, k.backend);
+    const IdleStats& bursts = at(kBursts, k.backend);
+    std::string light_mean;  // the two compared with kvcached are claims
+    if (k.backend == kBlind)
+      light_mean = f.claim("idle held / floor, page-blind, light load (mean)", light.mean(), 10.3 / 2.25, 2,
+                           "kvcached PR #390: 10.3 GB idle against a 2.25 GB floor");
+    if (k.backend == kAware)
+      light_mean = f.claim("idle held / floor, page-aware, light load (mean)", light.mean(), 5.2 / 2.25, 2,
+                           "kvcached PR #390: 5.2 GB with page-ordered eviction");
+    const std::string key = std::string(k.key);
+    table += fmt::format("| {} | {} | {} | {} / {} |\n", k.label, idle_cell(light, "light load, " + key, f, light_mean),
+                         idle_cell(bursts, "bursts, " + key, f),
+                         f.quote("bursts, " + key + ": a tenant's mean held while running (GiB)",
+                                 bursts.busy_held_gib / bursts.busy, 2, "this run"),
+                         f.quote("bursts, " + key + ": GPU held while running, peak (GiB)",
+                                 bursts.gpu_peak_gib / bursts.runs, 2, "this run"));
+  }
   std::string starved;
   for (const Starved& r : g.starved)
     starved += fmt::format(
-        "Page-blind, tenant {} was starved under the {} load: {} of its requests could not fit "
-        "beside the idle caches and were rejected (not left waiting). ",
+        " Page-blind, tenant {} was starved under the {} load (first workload): {} of its requests could not fit "
+        "beside the idle caches and were rejected (not left waiting).",
         r.tenant, r.load,
         f.quote(r.tenant + " rejected, " + r.load + " load, page-blind", static_cast<double>(r.rejected), 0,
                 "this run"));
+  const auto goal = [&](const char* backend) {
+    return goal_text(at(kLight, backend).mean(), at(kBursts, backend).mean());
+  };
+  const IdleStats& aware = at(kBursts, kAware);
+  const IdleStats& spread = at(kBursts, kSpread);
   return fmt::format(
-      "**Idle memory** (tenants idle {} s or more). An idle tenant keeps its prefix cache, capped at {} tokens ({} "
-      "GiB of Llama-3-8B KV: the packed floor, `idle_floor_gib`). Page-blind (`-firstfree`: the block freed last; "
-      "`-lru`: least recently used blocks evicted to the cap) it held {} its floor under the light load and {} "
-      "under the bursts; page-aware (the fullest page group first; eviction that empties whole groups) {} and {}. "
-      "Issue 32's goal is {}x: {}. {}kvcached measured an idle Qwen3-4B at {} GB against a {} GB floor, and {} GB "
-      "with page-ordered eviction.",
+      "**Idle memory** (tenants idle {} s or more). An idle tenant keeps its prefix cache, capped at {} tokens "
+      "({} GiB of Llama-3-8B KV: the packed floor, `idle_floor_gib`). Where blocks land varies from run to run, so "
+      "each load and backend replays {} workloads (`workload_seed`: the first tenant's seed). Held / floor, the "
+      "mean over the idle tenants of every workload (their range):\n\n{}\n"
+      "Issue 32's goal is {}x: kvcached's page-aware allocation and eviction {}; `-local` {}; `-spread` {}; with "
+      "compaction {}. Under the bursts many requests decode at once, so a group fills with pieces of many "
+      "sequences: filling the fullest group first puts the start of a new prompt into the last free blocks of a "
+      "group and the rest of it elsewhere, and in a radix tree a cached block goes only after everything cached "
+      "after it, so such a piece pins its group while any of its continuation is kept. Keeping a sequence's blocks "
+      "together (`-local`, `-spread`) lets whole groups empty when the cap evicts. `-spread` pays while the tenants "
+      "run: under the bursts a tenant held {} GiB on average while its requests ran against {} page-aware, and the "
+      "GPU {} GiB at its peak against {}: a sequence whose group is full takes the emptiest open group, a wholly "
+      "free one whenever the reserve holds one, so running sequences spread over more groups.{} kvcached measured an "
+      "idle Qwen3-4B at {} GB against a {} GB floor, and {} GB with "
+      "page-ordered eviction.\n\n"
+      "**Compaction** (`-compact`, not in kvcached, which never moves a block): after each trim, cached blocks the "
+      "cache alone holds move off the emptiest page groups onto free blocks of the fullest when that empties whole "
+      "groups, each move one block copy that the clock charges. A replay counts the copies as the backend counter "
+      "`compaction_moves`.",
       f.quote("least idle time counted (s)", kMinIdleS, 0, "setup"),
       f.quote("cached tokens per tenant (cap)", 16000, 0, "setup (kvcached's KVCACHED_MAX_CACHED_TOKENS example)"),
-      f.quote("cap's bytes (GiB)", 16000.0 * 131072 / kGiB, 2, "16,000 tokens x 128 KiB"), blind_light, blind_bursts,
-      aware_light, aware_bursts, f.quote("issue 32's goal for idle held/floor", kIdleGoal, 1, "issue 32"), goal,
+      f.quote("cap's bytes (GiB)", 16000.0 * 131072 / kGiB, 2, "16,000 tokens x 128 KiB"),
+      f.quote("workloads per load and backend (idle part)", kIdleSeeds, 0, "setup"), table,
+      f.quote("issue 32's goal for idle held/floor", kIdleGoal, 1, "issue 32"), goal(kAware), goal(kLocal),
+      goal(kSpread), goal(kCompact),
+      f.quote("bursts, spread: a tenant's mean held while running (GiB)", spread.busy_held_gib / spread.busy, 2,
+              "this run"),
+      f.quote("bursts, page-aware: a tenant's mean held while running (GiB)", aware.busy_held_gib / aware.busy, 2,
+              "this run"),
+      f.quote("bursts, spread: GPU held while running, peak (GiB)", spread.gpu_peak_gib / spread.runs, 2, "this run"),
+      f.quote("bursts, page-aware: GPU held while running, peak (GiB)", aware.gpu_peak_gib / aware.runs, 2, "this run"),
       starved, f.quote("kvcached: idle footprint before (GB)", 10.3, 1, "kvcached PR #390 (Qwen3-4B)"),
       f.quote("kvcached: packed floor (GB)", 2.25, 2, "kvcached PR #390"),
       f.quote("kvcached: idle footprint with page-ordered eviction (GB)", 5.2, 1, "kvcached PR #390"));
@@ -357,7 +420,7 @@ void multi_tenant(const FigureContext& ctx) {
   run_idle(ctx, g);
   write_file_atomically(ctx.out / "memory.csv", g.memory);
   Facts f;
-  const std::string text = ttft_notes(g, gaps, f) + "\n\n" + idle_notes(g, f) + "\n\n" + compaction_notes(g, f) +
+  const std::string text = ttft_notes(g, gaps, f) + "\n\n" + idle_notes(g, f) +
                            "\n\nMemory held over time at the headline gap is in `memory.csv` (the plot's middle "
                            "panel). Tenants share memory, not compute: each prices its steps on its own modelled "
                            "clock (kvcached's engines also share the SMs).";
@@ -370,10 +433,11 @@ void multi_tenant(const FigureContext& ctx) {
                        "third of it each; elastic: elastic-16 tenants sharing it, first come first served (`kvlab "
                        "compare --tenants FILE`, docs/elastic.md). Idle rows: every prompt starts with one of 4 "
                        "system prompts of 512 tokens, radix prefix caching capped at 16,000 cached tokens, "
-                       "page-aware ({}) against page-blind ({}) and page-aware with compaction ({}) at gap {} s, "
-                       "under the bursts and a light load ({} requests at {}/s on {} GiB)",
-                       kBursts.requests, kBursts.rate, kBursts.kv_gib, kAware, kBlind, kCompact, kHeadlineGap,
-                       kLight.requests, kLight.rate, kLight.kv_gib),
+                       "page-blind ({}), page-aware ({}), local ({}), spread ({}) and page-aware with compaction "
+                       "({}) at gap {} s, under the bursts and a light load ({} requests at {}/s on {} GiB), {} "
+                       "workloads each",
+                       kBursts.requests, kBursts.rate, kBursts.kv_gib, kBlind, kAware, kLocal, kSpread, kCompact,
+                       kHeadlineGap, kLight.requests, kLight.rate, kLight.kv_gib, kIdleSeeds),
            "modelled: per-operation clock on the `a100-80gb` device model (docs/clock.md), one per tenant; no GPU "
            "was used",
            text, clock_sources(ReplayConfig{}.device), std::move(f)},

@@ -519,6 +519,7 @@ bad(BK-65 2 "backend 'elastic-16-radix-lru': -lru chooses how trimming to -maxca
 bad(BK-66 2 "unknown elastic option 'maxcached' .options" replay --backend elastic-16-radix-maxcached-5 --requests 1)
 bad(BK-67 2 "backend 'elastic-16-reserve3-retain2': -retainM keeps at most M empty page groups mapped: at least the reserve .3." replay --backend elastic-16-reserve3-retain2 --requests 1)
 bad(BK-68 2 "backend 'elastic-16-firstfree-radix-compact': -compact moves the radix cache's blocks between page groups of the page-aware pool" replay --backend elastic-16-firstfree-radix-compact --requests 1)
+bad(BK-69 2 "backend 'elastic-16-local-spread': -firstfree, -local and -spread are allocation policies; give one" replay --backend elastic-16-local-spread --requests 1)
 bad(BK-22 2 "backend 'vmm-3k': the page size .3072 bytes. must be a multiple of 4 KiB" replay --backend vmm-3k --requests 1)
 bad(BK-23 2 "backend 'vmm-6k': the page size .6144 bytes. must be a multiple of 4 KiB" replay --backend vmm-6k --requests 1)
 bad(BK-24 2 "backend 'vmm-18446744073709551616k': expected" replay --backend vmm-18446744073709551616k --requests 1)

@@ -240,10 +240,54 @@ TEST(BlockPoolPages, PageAwareOrderFillsTheFullestRegionFirst) {
   EXPECT_EQ(*lifo.allocate(), in_zero);
 }
 
+// Regions {0-3} {4-7} {8-11} {12-15}: region 0 with 1 free block, region 1 with 3, region 2 empty
+// and open, region 3 closed. `held` gets the blocks taken.
+BlockPool three_open_regions(PagePlacement placement, std::vector<BlockId>& held) {
+  BlockPool pool(16, FreeOrder::pages, 4, placement);
+  pool.open_region(0);
+  for (int i = 0; i < 3; ++i) held.push_back(*pool.allocate());
+  pool.open_region(1);
+  held.push_back(*pool.allocate_in(1));
+  pool.open_region(2);
+  return pool;
+}
+
+TEST(BlockPoolPages, LocalPlacementPutsARunWhereItFitsWholeAndANextBlockBesideTheLast) {
+  for (const PagePlacement placement : {PagePlacement::local, PagePlacement::spread}) {
+    std::vector<BlockId> held;
+    BlockPool pool = three_open_regions(placement, held);
+    ASSERT_EQ(pool.region_free(0), 1);
+    ASSERT_EQ(pool.region_free(1), 3);
+    // A run of 2 skips region 0 (one free) for the fullest region that holds it whole.
+    const BlockId first = *pool.allocate(-1, 2);
+    EXPECT_EQ(pool.region_of(first), 1);
+    // The next block follows its sequence's last block, though region 0 is fuller.
+    EXPECT_EQ(pool.region_of(*pool.allocate(first)), 1);
+    // A run no region holds whole starts on the fullest (region 1: one free).
+    EXPECT_EQ(pool.region_of(*pool.allocate(-1, 5)), 1);
+    // Region 1 is full now: a block after `first` goes to the fullest open region (local: region 0,
+    // one free) or to the emptiest (spread: region 2, four free).
+    EXPECT_EQ(pool.region_of(*pool.allocate(first)), placement == PagePlacement::local ? 0 : 2);
+    // A block with neither a run nor a sequence before it: the fullest, whatever the placement.
+    EXPECT_EQ(pool.region_of(*pool.allocate()), placement == PagePlacement::local ? 2 : 0);
+  }
+  // The page-aware (fullest) placement ignores both hints: the fullest region, region 0.
+  std::vector<BlockId> held;
+  BlockPool fullest = three_open_regions(PagePlacement::fullest, held);
+  EXPECT_EQ(fullest.region_of(*fullest.allocate(-1, 2)), 0);
+  EXPECT_EQ(fullest.region_of(*fullest.allocate(held[3])), 1);  // region 0 full: region 1 (three free)
+  EXPECT_THROW(BlockPool(12, FreeOrder::lifo, 4, PagePlacement::local), InvalidArgument);
+  EXPECT_THROW(BlockPool(12, FreeOrder::pages_lifo, 4, PagePlacement::spread), InvalidArgument);
+}
+
 TEST(BlockPoolPages, CountsStayExactUnderRandomUse) {
-  for (const FreeOrder order : {FreeOrder::pages, FreeOrder::pages_lifo}) {
-    BlockPool pool(60, order, 6);
-    std::mt19937 rng(order == FreeOrder::pages ? 3u : 4u);
+  const std::pair<FreeOrder, PagePlacement> forms[] = {{FreeOrder::pages, PagePlacement::fullest},
+                                                       {FreeOrder::pages_lifo, PagePlacement::fullest},
+                                                       {FreeOrder::pages, PagePlacement::local},
+                                                       {FreeOrder::pages, PagePlacement::spread}};
+  for (const auto& [order, placement] : forms) {
+    BlockPool pool(60, order, 6, placement);
+    std::mt19937 rng(3u + static_cast<unsigned>(order) * 7u + static_cast<unsigned>(placement));
     std::vector<BlockId> held;
     for (int step = 0; step < 5000; ++step) {
       const int r = static_cast<int>(rng() % 10);
@@ -255,7 +299,10 @@ TEST(BlockPoolPages, CountsStayExactUnderRandomUse) {
               break;
             }
         }
-        if (const auto b = pool.allocate()) held.push_back(*b);
+        // A sequence's next block (after a held one) or the start of a run, as PagedBackend asks.
+        const BlockId near = held.empty() || rng() % 2 == 0 ? -1 : held[rng() % held.size()];
+        const auto run = static_cast<std::int32_t>(near < 0 ? rng() % 9 : 0);
+        if (const auto b = pool.allocate(near, run)) held.push_back(*b);
       } else if (r < 9 && !held.empty()) {
         const std::size_t i = rng() % held.size();
         pool.release(held[i]);

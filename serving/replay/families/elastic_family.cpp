@@ -1,5 +1,5 @@
-// elastic-B[-PAGE][-interleaved][-firstfree][-reserveN][-retainM][-overlap][-radix[-maxcachedN][-lru][-compact]]: a
-// paged backend whose blocks lie on physical pages mapped on demand and returned when they empty (kvcached's design;
+// elastic-B[-PAGE][-interleaved][-firstfree|-local|-spread][-reserveN][-retainM][-overlap][-radix[-maxcachedN][-lru][-compact]]:
+// a paged backend whose blocks lie on physical pages mapped on demand and returned when they empty (kvcached's design;
 // elastic/, docs/elastic.md).
 #include <fmt/format.h>
 
@@ -14,7 +14,8 @@ namespace {
 using family::suffix_number;
 
 constexpr const char* kOptions =
-    "-PAGE (4k, 64k, 2m ...), -interleaved, -firstfree, -reserveN, -retainM, -overlap, -radix, -maxcachedN (tokens), "
+    "-PAGE (4k, 64k, 2m ...), -interleaved, -firstfree or -local or -spread, -reserveN, -retainM, -overlap, -radix, "
+    "-maxcachedN (tokens), "
     "-lru, -compact";
 
 /// The prefix cache's part of an elastic name: the mode, kvcached's cap on cached tokens and how
@@ -39,8 +40,14 @@ void parse_elastic_options(std::string_view name, std::string_view opts, Elastic
       e.page_bytes = family::parse_page_size(opt);
     } else if (opt == "interleaved") {
       e.layout = ElasticLayout::interleaved;
-    } else if (opt == "firstfree") {
-      e.allocation = ElasticAllocation::first_free;
+    } else if (opt == "firstfree" || opt == "local" || opt == "spread") {
+      if (e.allocation != ElasticAllocation::fullest)
+        KVLAB_THROW(InvalidArgument, fmt::format("backend '{}': -firstfree, -local and -spread are allocation "
+                                                 "policies; give one",
+                                                 name));
+      e.allocation = opt == "firstfree" ? ElasticAllocation::first_free
+                     : opt == "local"   ? ElasticAllocation::local
+                                        : ElasticAllocation::spread;
     } else if (opt == "radix") {
       cache.mode = PrefixCacheMode::radix;
     } else if (opt.starts_with("maxcached") && suffix_number(opt, "maxcached") >= 0 &&
@@ -89,7 +96,7 @@ std::unique_ptr<KvBackend> make_elastic_backend(std::string_view name, const Bac
   if (cache.max_cached_tokens >= 0 && cache.mode != PrefixCacheMode::radix)
     KVLAB_THROW(InvalidArgument,
                 fmt::format("backend '{}': -maxcachedN caps the radix prefix cache; add -radix", name));
-  if (cache.compact && (cache.mode != PrefixCacheMode::radix || e.allocation != ElasticAllocation::fullest))
+  if (cache.compact && (cache.mode != PrefixCacheMode::radix || e.allocation == ElasticAllocation::first_free))
     KVLAB_THROW(InvalidArgument, fmt::format("backend '{}': -compact moves the radix cache's blocks between page "
                                              "groups of the page-aware pool; add -radix, drop -firstfree",
                                              name));
@@ -136,14 +143,15 @@ std::unique_ptr<KvBackend> make_elastic_backend(std::string_view name, const Bac
 BackendFamily elastic_backend_family() {
   // Forms whose page groups fit the conformance suite's tiny model (300-2000 token budgets): a
   // group of 4k pages holds 32 of its tokens per layer, an interleaved 4k page 8 tokens.
-  return {
-      "elastic-",
-      "elastic-B[-PAGE][-interleaved][-firstfree][-reserveN][-retainM][-overlap][-radix[-maxcachedN][-lru][-compact]] "
-      "(B = 1..1024 tokens, PAGE 2m by default, N cached tokens)",
-      {"elastic-16-4k", "elastic-1-4k-firstfree", "elastic-2-4k-interleaved", "elastic-16-4k-radix-maxcached64-compact",
-       "elastic-16-4k-reserve0-retain2", "elastic-16-4k-reserve2-overlap"},
-      make_elastic_backend,
-      /*shares_memory=*/true};
+  return {"elastic-",
+          "elastic-B[-PAGE][-interleaved][-firstfree|-local|-spread][-reserveN][-retainM][-overlap][-radix[-maxcachedN]"
+          "[-lru][-compact]] "
+          "(B = 1..1024 tokens, PAGE 2m by default, N cached tokens)",
+          {"elastic-16-4k", "elastic-1-4k-firstfree", "elastic-2-4k-interleaved",
+           "elastic-16-4k-radix-maxcached64-compact", "elastic-16-4k-reserve0-retain2",
+           "elastic-16-4k-reserve2-overlap", "elastic-3-4k-local-radix-maxcached64", "elastic-16-4k-spread"},
+          make_elastic_backend,
+          /*shares_memory=*/true};
 }
 
 }  // namespace kvlab
