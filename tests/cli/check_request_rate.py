@@ -18,10 +18,11 @@ def fail(msg):
     sys.exit(1)
 
 
-def sustained(rows):
+def sustained(rows, factor=1.0):
+    """Where the latency first passes the threshold times `factor` (the README's later readings)."""
     rates = [float(r["request_rate_per_s"]) for r in rows]
     lat = [float(r["mean_normalized_latency_s"]) for r in rows]
-    thr = float(rows[0]["threshold_normalized_latency_s"])
+    thr = float(rows[0]["threshold_normalized_latency_s"]) * factor
     if lat[0] > thr:
         return math.nan
     for i in range(1, len(rates)):
@@ -81,6 +82,24 @@ def main(kvlab, out):
                 if not re.search(re.escape(label) + r" \(mean prompt [^\n]*" + re.escape(f"{s} {got}"), readme):
                     fail(f"the README does not state {s}'s sustained rate {got} on {label}")
                 rates[s] = float(got)
+        # The later readings (8x and 16x the unloaded latency, the threshold being 4x): each ratio the
+        # README states is the data's; a reading some system's points do not reach is left out.
+        later = re.search(re.escape(label) + r" \(mean prompt [^\n]*?Read where the latency is a larger multiple[^\n]*?"
+                          r"sustains ([^\n]*?): the ratios depend", readme)
+        for k in (8, 16):
+            at = {s: sustained([r for r in rows if (r["setting"], r["workload"], r["scheduler"], r["system"]) ==
+                                (setting, wl, sched, s)], k / 4) for s in systems}
+            if not all(math.isfinite(x) for x in at.values()):
+                if later and f"at {k}x," in later.group(1):
+                    fail(f"{label}: the README reads at {k}x where the data's points do not reach it")
+                continue
+            o, m = at[systems[-1]] / at[systems[2]], at[systems[-1]] / at[systems[0]]
+            stated = re.search(rf"at {k}x, ([0-9.]+)x Orca \(Oracle\)'s rate and ([0-9.]+)x Orca \(Max\)'s",
+                               later.group(1) if later else "")
+            # from latencies rounded to 4 digits: the last digit may differ
+            if not stated or abs(float(stated.group(1)) - o) > 0.011 or abs(float(stated.group(2)) - m) > 0.011:
+                fail(f"{label}: at {k}x the data give vLLM / Orca (Oracle) {o:.2f}x and / Orca (Max) {m:.2f}x; "
+                     f"the README: {stated.group(0) if stated else 'nothing'}")
         v = rates.get(systems[-1])
         for s, word in ((systems[2], "Orca (Oracle)'s rate"), (systems[0], "Orca (Max)'s")):
             if v and s in rates:

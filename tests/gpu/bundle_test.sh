@@ -43,7 +43,7 @@ summary="$work/out/summary.txt"
 grep -Eq '^hang +timeout ' "$summary" || fail "the hanging step is not reported as timeout"
 grep -Eq '^crash +crashed \(signal 11\) ' "$summary" || fail "the crashing step is not reported as crashed (signal 11)"
 pgrep -f "$marker" >/dev/null && fail "the hanging step's process outlived its limit"
-for step in devices gpu-tests driver-abi verify-kv calibrate page-size compare bench kernel-overhead overlap swap; do
+for step in devices gpu-tests driver-abi verify-kv calibrate page-size compare bench kernel-overhead overlap swap elastic; do
   grep -Eq "^$step +ok " "$summary" || fail "step $step is not ok: $(grep "^$step" "$summary")"
 done
 grep -Eq '^verify-kv .*[1-9][0-9]* token reads verified, 0 KV mismatches' "$summary" || fail "no verify-kv key number"
@@ -53,7 +53,7 @@ n=$(find "$work/out" -type f | wc -l)
 listing="$(tar -tzf "$work/out/results.tar.gz")"
 for f in results/verify-kv/complete.json results/compare/complete.json results/device.txt results/figures/page-size/data.csv \
          results/figures/overlap/data.csv results/figures/kernel-overhead/data.csv results/driver-verify-kv.log \
-         results/verify-kv-swap/complete.json; do
+         results/verify-kv-swap/complete.json results/elastic-verify/complete.json results/elastic-layout/complete.json; do
   grep -qx "$f" <<<"$listing" || fail "results.tar.gz lacks $f"
 done
 grep -q '=== hang: timeout' "$work/out/steps.log" || fail "steps.log does not record the hang"
