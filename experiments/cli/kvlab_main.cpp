@@ -425,7 +425,8 @@ int cmd_figure(const std::vector<std::string>& args, const std::string& invocati
       "skip", po::value(&skip), "figures to leave out (comma-separated), e.g. with all")(
       "full", po::bool_switch(&full), "paper scale (default: smoke scale, seconds)")(
       "device", po::value(&device_text)->default_value("host"),
-      "host, cuda[:N] or emulated: where the measured figures (kernel-overhead, page-size, overlap) run")(
+      "host, cuda[:N] or emulated: where the measured figures (kernel-overhead, page-size, overlap, multi-tenant's "
+      "page layouts) run")(
       "out", po::value(&out)->default_value("results"),
       "figures go to OUT/NAME/ (with --device cuda:N the default is results/gpu/cuda-device-N-<GPU name>, with "
       "emulated results/emulated)")("trace-dir", po::value(&trace_dir),

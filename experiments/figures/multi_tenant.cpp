@@ -11,6 +11,7 @@
 #include <limits>
 #include <map>
 
+#include "alloc/memory/memory_resource.hpp"
 #include "experiments/figures/figure_kit.hpp"
 #include "experiments/figures/figure_list.hpp"
 #include "serving/replay/tenants.hpp"
@@ -412,6 +413,111 @@ std::string idle_notes(const Gathered& g, Facts& f) {
       f.quote("kvcached: idle footprint with page-ordered eviction (GB)", 5.2, 1, "kvcached PR #390"));
 }
 
+/// The layouts the page-layout part times: paged-16's one region, per-layer and interleaved pages.
+const char* const kLayoutBackends[] = {"paged-16", "elastic-16", "elastic-16-interleaved"};
+
+/// Each layout's attention time per round, and its time over paged-16's in the same round.
+struct LayoutTimes {
+  std::vector<std::vector<double>> kernel = std::vector<std::vector<double>>(3);
+  std::vector<std::vector<double>> ratio = std::vector<std::vector<double>>(3);
+  std::vector<ReplaySummary> last = std::vector<ReplaySummary>(3);  // each layout's last run
+};
+
+/// Runs `rounds` rounds side by side, each layout once per round in a rotating order (one host
+/// run moves by tens of percent when anything else runs, so the notes quote medians).
+LayoutTimes time_layouts(const FigureContext& ctx, const BackendOptions& o, const std::vector<Request>& workload,
+                         const ReplayConfig& c, int rounds) {
+  LayoutTimes lt;
+  for (int round = 0; round < rounds; ++round) {
+    double per_round[3] = {};
+    for (int k = 0; k < 3; ++k) {
+      const auto b = static_cast<std::size_t>((k + round) % 3);
+      lt.last[b] = run(ctx, kLayoutBackends[b], o, workload, c).summary;
+      per_round[b] = lt.last[b].kernel_s;
+    }
+    for (std::size_t b = 0; b < 3; ++b) {
+      lt.kernel[b].push_back(per_round[b]);
+      lt.ratio[b].push_back(per_round[b] / per_round[0]);
+    }
+  }
+  return lt;
+}
+
+/// 3. The page layout in execute mode: one tenant's requests decoding together over paged-16's one
+/// region, elastic-16's per-layer pages and elastic-16-interleaved's, the attention kernels run over
+/// the real KV memory (the host's, or --device's); kvcached measured its interleaved layout at +56 %
+/// attention time on a GPU. Writes layout.csv; returns the notes' paragraph.
+std::string run_layout(const FigureContext& ctx, Facts& f) {
+  const bool emulated = ctx.device != nullptr && ctx.device->device() == Device::emulated;
+  SyntheticWorkload w;
+  w.num_requests = emulated ? 3 : ctx.full ? 40 : 8;
+  w.rate = 0;  // all at once: one decode batch
+  w.prompt = LengthDistribution::parse(emulated   ? "uniform:8:24"
+                                       : ctx.full ? "uniform:512:1024"
+                                                  : "uniform:128:256",
+                                       "prompt");
+  w.output = LengthDistribution::parse(emulated ? "fixed:6" : ctx.full ? "uniform:32:64" : "uniform:8:16", "output");
+  w.seed = 1;
+  BackendOptions o;
+  o.model = model_preset("llama-3-8b");
+  o.capacity_bytes = static_cast<std::size_t>((emulated ? 0.25 : ctx.full ? 6.0 : 1.0) * kGiB);
+  o.memory = ctx.device != nullptr ? &ctx.device->memory() : &host_memory_resource();
+  o.device = ctx.device;
+  ReplayConfig c;
+  c.execute = true;
+  c.execute_layers = ctx.full && !emulated ? 4 : 1;
+  if (ctx.device != nullptr) c.device_memory = &ctx.device->memory();
+  const int rounds = emulated ? 1 : ctx.full ? 5 : 3;
+  const LayoutTimes lt = time_layouts(ctx, o, generate(w), c, rounds);
+  const auto& [kernel, ratio, s] = lt;
+  const auto median = [](std::vector<double> v) {
+    std::ranges::sort(v);
+    return v.size() % 2 == 1 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
+  };
+  Table t{{"backend", "requests", "steps", "rounds", "median_kernel_s", "min_kernel_s", "max_kernel_s",
+           "median_kernel_over_paged_ratio"}};
+  std::vector<double> med(3), med_ratio(3);
+  for (std::size_t b = 0; b < 3; ++b) {
+    med[b] = median(kernel[b]);
+    med_ratio[b] = median(ratio[b]);
+    t.add({s[b].backend, std::to_string(s[b].completed), std::to_string(s[b].steps), std::to_string(rounds),
+           fixed(med[b], 4), fixed(*std::ranges::min_element(kernel[b]), 4),
+           fixed(*std::ranges::max_element(kernel[b]), 4), fixed(med_ratio[b], 3)});
+  }
+  t.write_csv(ctx.out / "layout.csv");
+  const auto pct = [&](double r, const std::string& what) {
+    return f.quote(what + " (%)", 100 * (r - 1), 1, "this run (layout.csv, median of the rounds)");
+  };
+  std::vector<double> inter_over_layer;
+  for (int r = 0; r < rounds; ++r) inter_over_layer.push_back(kernel[2][r] / kernel[1][r]);
+  const bool same_steps = s[0].steps == s[1].steps && s[1].steps == s[2].steps;
+  return fmt::format(
+      "**Page layout** ({}, execute mode: {} Llama-3-8B requests decoding together, {} of its {} layers run and "
+      "the time scaled to all, {}, `layout.csv`): attention took a median {} s over paged-16's "
+      "one region, {} s over elastic-16's per-layer pages and {} s over interleaved pages{}; round by round "
+      "(the median of each round's ratio), attention time changed by {} % from paged-16 to per-layer pages, by "
+      "{} % from paged-16 to interleaved pages and by {} % from per-layer to interleaved pages. kvcached measured {} % "
+      "more attention time for its interleaved layout on a GPU; a "
+      "kernel reads each block's K (and V) of a layer in one run either way, and only the stride between a "
+      "layer's blocks changes.{}",
+      ctx.device != nullptr ? "measured on the device the header names" : "measured on the host CPU",
+      f.quote("layout: requests", static_cast<double>(w.num_requests), 0, "setup"),
+      f.quote("layout: layers run", c.execute_layers, 0, "setup"),
+      f.quote("Llama-3-8B layers", o.model.num_layers, 0, "model preset"),
+      rounds == 1 ? std::string("one run of each")
+                  : f.quote("layout: rounds", rounds, 0, "setup") + " rounds side by side",
+      f.quote("layout: paged-16 attention, median (s)", med[0], 3, "this run (layout.csv)"),
+      f.quote("layout: elastic-16 attention, median (s)", med[1], 3, "this run (layout.csv)"),
+      f.quote("layout: elastic-16-interleaved attention, median (s)", med[2], 3, "this run (layout.csv)"),
+      same_steps ? fmt::format(", the same {} steps each", s[0].steps) : std::string(", in different step counts"),
+      pct(med_ratio[1], "layout: per-layer pages against paged-16"),
+      pct(med_ratio[2], "layout: interleaved pages against paged-16"),
+      pct(median(inter_over_layer), "layout: interleaved against per-layer pages"),
+      f.quote("kvcached: interleaved layout's extra attention time (%)", 56, 0,
+              "kvcached (ovg-project/kvcached) layout measurement, issue 32"),
+      emulated ? " The emulated device proves the code path and says nothing about a GPU's speed." : "");
+}
+
 void multi_tenant(const FigureContext& ctx) {
   const std::vector<double> gaps =
       ctx.full ? std::vector<double>{0, 5, 10, 15, 20, 25, 30, 45, 60} : std::vector<double>{0, 10, 20, 30};
@@ -420,7 +526,8 @@ void multi_tenant(const FigureContext& ctx) {
   run_idle(ctx, g);
   write_file_atomically(ctx.out / "memory.csv", g.memory);
   Facts f;
-  const std::string text = ttft_notes(g, gaps, f) + "\n\n" + idle_notes(g, f) +
+  const std::string layout = run_layout(ctx, f);
+  const std::string text = ttft_notes(g, gaps, f) + "\n\n" + idle_notes(g, f) + "\n\n" + layout +
                            "\n\nMemory held over time at the headline gap is in `memory.csv` (the plot's middle "
                            "panel). Tenants share memory, not compute: each prices its steps on its own modelled "
                            "clock (kvcached's engines also share the SMs).";
@@ -438,8 +545,9 @@ void multi_tenant(const FigureContext& ctx) {
                        "workloads each",
                        kBursts.requests, kBursts.rate, kBursts.kv_gib, kBlind, kAware, kLocal, kSpread, kCompact,
                        kHeadlineGap, kLight.requests, kLight.rate, kLight.kv_gib, kIdleSeeds),
-           "modelled: per-operation clock on the `a100-80gb` device model (docs/clock.md), one per tenant; no GPU "
-           "was used",
+           "modelled: per-operation clock on the `a100-80gb` device model (docs/clock.md), one per tenant; the page "
+           "layout part measured on " +
+               (ctx.device != nullptr ? ctx.device->describe() : std::string("the host CPU")) + " (execute mode)",
            text, clock_sources(ReplayConfig{}.device), std::move(f)},
           g.t);
 }
@@ -447,7 +555,7 @@ void multi_tenant(const FigureContext& ctx) {
 
 Figure multi_tenant_figure() {
   return {"multi-tenant", "kvcached / Prism: tenants sharing one GPU's KV memory, static split vs elastic pool",
-          multi_tenant};
+          multi_tenant, /*on_device=*/true};
 }
 
 }  // namespace kvlab::fig

@@ -755,7 +755,7 @@ bad(FI-7 2 "trace not found .looked for /nonexistent-kvlab/" figure memory-break
 bad(FI-8 1 "failed: .*/proc/kvlab-no-such-dir/memory-breakdown" figure memory-breakdown --out /proc/kvlab-no-such-dir --no-progress)
 bad(FI-9 2 "--out names no directory" figure memory-breakdown --out @EMPTY@)
 bad(FI-10 2 "--out .*vidur_ok.csv: is not a directory" figure memory-breakdown --out @D@/vidur_ok.csv)
-bad(FI-11 2 "figure block-size is modelled on the host .its clock is a device model.: --device emulated applies to the measured figures .kernel-overhead, page-size, overlap." figure block-size --device emulated --out @D@/figs)
+bad(FI-11 2 "figure block-size is modelled on the host .its clock is a device model.: --device emulated applies to the measured figures .kernel-overhead, page-size, overlap, multi-tenant." figure block-size --device emulated --out @D@/figs)
 bad(FI-12 2 "unknown device 'tpu'" figure kernel-overhead --device tpu --out @D@/figs)
 bad(FI-14 2 "--format: 'jpg' is not png, pdf or svg" figure sharing --format jpg --out @D@/figs)
 bad(FI-15 2 "--format: name png, pdf and/or svg" figure sharing --format , --out @D@/figs)

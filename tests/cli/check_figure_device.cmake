@@ -1,4 +1,4 @@
-# The measured figures (kernel-overhead, page-size, overlap) on the emulated GPU (`kvlab figure NAME --device emulated`): the CUDA code
+# The measured figures (kernel-overhead, page-size, overlap, multi-tenant's page layouts) on the emulated GPU (`kvlab figure NAME --device emulated`): the CUDA code
 # path (device memory from the driver double, the CUDA kernels under the SIMT emulator) writes a
 # complete figure whose README names the device, with every backend's row, and the default --out
 # for a device is not results/.
@@ -13,14 +13,14 @@ function(require_rows figure lines)
 endfunction()
 
 file(REMOVE_RECURSE ${OUT})
-foreach(name kernel-overhead page-size overlap)
+foreach(name kernel-overhead page-size overlap multi-tenant)
   execute_process(COMMAND ${BINARY} figure ${name} --device emulated --no-progress --out ${OUT}
                   RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
   if(NOT rc EQUAL 0)
     message(FATAL_ERROR "kvlab figure ${name} --device emulated failed (${rc}): ${out} ${err}")
   endif()
 endforeach()
-foreach(name kernel-overhead page-size overlap)
+foreach(name kernel-overhead page-size overlap multi-tenant)
   foreach(f data.csv README.md complete.json)
     if(NOT EXISTS ${OUT}/${name}/${f})
       message(FATAL_ERROR "${name}: ${f} missing")
@@ -56,3 +56,8 @@ file(STRINGS ${OUT}/page-size/data.csv lines)
 if(lines MATCHES "(^|;)(4k|64k|256k),")
   message(FATAL_ERROR "page-size on the emulated device measured a page below the 2 MiB granularity:\n${lines}")
 endif()
+# multi-tenant: the page layouts in execute mode on the device (paged-16, per-layer and interleaved
+# pages), each with a measured attention time.
+file(STRINGS ${OUT}/multi-tenant/layout.csv lines)
+require_rows(multi-tenant "${lines}" "paged-b16,3,[0-9]+,1,[0-9.]+," "elastic-16-2m,3,[0-9]+,1,[0-9.]+,"
+             "elastic-16-2m-interleaved,3,[0-9]+,1,[0-9.]+,")

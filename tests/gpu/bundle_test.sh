@@ -53,7 +53,7 @@ n=$(find "$work/out" -type f | wc -l)
 listing="$(tar -tzf "$work/out/results.tar.gz")"
 for f in results/verify-kv/complete.json results/compare/complete.json results/device.txt results/figures/page-size/data.csv \
          results/figures/overlap/data.csv results/figures/kernel-overhead/data.csv results/driver-verify-kv.log \
-         results/verify-kv-swap/complete.json results/elastic-verify/complete.json results/elastic-layout/complete.json; do
+         results/verify-kv-swap/complete.json results/elastic-verify/complete.json results/figures/multi-tenant/layout.csv; do
   grep -qx "$f" <<<"$listing" || fail "results.tar.gz lacks $f"
 done
 grep -q '=== hang: timeout' "$work/out/steps.log" || fail "steps.log does not record the hang"
