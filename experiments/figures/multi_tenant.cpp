@@ -14,6 +14,7 @@
 #include "alloc/memory/memory_resource.hpp"
 #include "experiments/figures/figure_kit.hpp"
 #include "experiments/figures/figure_list.hpp"
+#include "experiments/runs/calibrate.hpp"
 #include "serving/replay/tenants.hpp"
 #include "serving/support/atomic_file.hpp"
 
@@ -470,10 +471,6 @@ std::string run_layout(const FigureContext& ctx, Facts& f) {
   const int rounds = emulated ? 1 : ctx.full ? 5 : 3;
   const LayoutTimes lt = time_layouts(ctx, o, generate(w), c, rounds);
   const auto& [kernel, ratio, s] = lt;
-  const auto median = [](std::vector<double> v) {
-    std::ranges::sort(v);
-    return v.size() % 2 == 1 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
-  };
   Table t{{"backend", "requests", "steps", "rounds", "median_kernel_s", "min_kernel_s", "max_kernel_s",
            "median_kernel_over_paged_ratio"}};
   std::vector<double> med(3), med_ratio(3);
