@@ -5,7 +5,11 @@
 // start-up with the same number of threads (context: memory_read_bandwidth*); BM_DecodeSideBySide
 // takes those ratios again round by round, each decode between two bandwidth passes, for the
 // paged view in two placements: shuffled (a sequence's blocks anywhere in the pool) and where the
-// region order of paged/block_pool.hpp (`paged-B-region`) puts them.
+// region order of paged/block_pool.hpp (`paged-B-region`) puts them. They also take the decode's
+// arithmetic ceiling each round (the KV rate its fp16 conversions and FMAs allow from L1,
+// measure_decode_arithmetic_samples) and report the decode against the lower of the two ceilings,
+// the roofline: where the arithmetic ceiling is below the read bandwidth, no decode of this
+// kernel's arithmetic reaches the bandwidth, however its reads are ordered.
 //
 //   build/release/bench/kvlab_bench_attention --benchmark_out=attention.json --benchmark_out_format=json
 #include <benchmark/benchmark.h>
@@ -15,6 +19,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <numeric>
 #include <random>
@@ -34,6 +39,9 @@ namespace {
 using namespace kvlab;
 
 constexpr int kBatch = 32, kContext = 4096, kQHeads = 32, kKvHeads = 8, kHeadDim = 128;
+// fp16 elements per thread of one arithmetic-ceiling pass: 64 MiB of KV's worth, a few
+// milliseconds on one core.
+constexpr std::int64_t kArithmeticElements = std::int64_t{32} << 20;
 double g_bandwidth = 0;             // every thread of the default pool
 double g_bandwidth_one_thread = 0;  // one thread
 
@@ -181,14 +189,74 @@ void BM_DecodePaged(benchmark::State& state) {
   report(state, d.kv_bytes());
 }
 
+/// What else bounds a round's decode, taken on the same threads in the same round (the host's
+/// speed drifts as much as its bandwidth): the kernel itself with its KV resident in L2, its own
+/// speed where memory is not in the way, and the arithmetic floor, the KV rate its fp16
+/// conversions and GQA-group FMAs alone allow from L1 (host_throughput.hpp). The kernel in L2 runs
+/// one sequence per thread at contexts of 256 and 64 tokens (1 MiB and 256 KiB of K and V each,
+/// inside a core's 2 MiB L2), kL2Calls calls each, and its rate is the difference of bytes over the
+/// difference of times: what one more byte costs, without the per-call and per-task costs (the
+/// fork-join, the queries' scaling) that a 1 MiB call pays and a 512 MiB decode does not.
+struct Ceilings {
+  double in_l2 = 0, arithmetic = 0;
+};
+
+Ceilings ceilings(ThreadPool& pool) {
+  constexpr int kLong = 256, kShort = 64, kL2Calls = 32;
+  DecodeData& d = data();
+  const int batch = std::min(kBatch, static_cast<int>(pool.size()));
+  const KvView view = erase(ContiguousKv<half_t>{d.kptr.data(), d.vptr.data(), d.row, kHeadDim}, kKvHeads, kHeadDim);
+  const auto seconds = [&](int context) {
+    const std::vector<std::int32_t> lens(static_cast<std::size_t>(batch), context);
+    AttentionParams p = d.params();
+    p.batch = batch;
+    p.seq_lens = lens.data();
+    host_attention(p, view, pool);  // brings the KV into L2
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < kL2Calls; ++i) host_attention(p, view, pool);
+    benchmark::ClobberMemory();
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
+  const double t_long = seconds(kLong), t_short = seconds(kShort);
+  const double bytes = 2.0 * batch * (kLong - kShort) * static_cast<double>(d.row) * sizeof(half_t) * kL2Calls;
+  return {bytes / (t_long - t_short),
+          measure_decode_arithmetic_samples(pool, kQHeads / kKvHeads, kArithmeticElements, 1).front()};
+}
+
+/// Each round's ratios under their counter names; reported as the median round and the spread.
+struct RoundSeries {
+  std::map<std::string, std::vector<double>> series;
+  void add(const std::string& name, double x) { series[name].push_back(x); }
+  /// One decode rate `c` against the round's bandwidth and ceilings, on `suffix`'s threads.
+  void add_decode(const std::string& suffix, double c, double bw, const Ceilings& ce) {
+    add("fraction_of_bandwidth" + suffix, c / bw);
+    add("kv_bytes_per_s" + suffix, c);
+    add("kernel_in_l2_bytes_per_s" + suffix, ce.in_l2);
+    add("fraction_of_kernel_in_l2" + suffix, c / ce.in_l2);
+    add("arithmetic_ceiling_bytes_per_s" + suffix, ce.arithmetic);
+    add("fraction_of_roofline" + suffix, c / std::min(bw, ce.in_l2));
+  }
+  void report(benchmark::State& state) const {
+    for (const auto& [name, values] : series) {
+      std::vector<double> x = values;
+      std::sort(x.begin(), x.end());
+      state.counters[name + "_median"] = x[x.size() / 2];
+      state.counters[name + "_min"] = x.front();
+      state.counters[name + "_max"] = x.back();
+    }
+  }
+};
+
 /// Side by side, against drift: this host's read bandwidth moves by 10-20 % within seconds (other
 /// tenants of the VM's memory), so a ratio of two numbers taken seconds apart moves with it. Each
 /// of kRounds rounds runs one bandwidth pass, then the contiguous decode and the paged decodes at
 /// every block size of kSideBySideBlocks (issue 16's goal covers blocks of 16 and more), each
 /// shuffled and in region placement, in a seeded random order, then another bandwidth pass, all
-/// on the same threads, then the contiguous decode and a bandwidth pass on one thread; a round's
-/// fraction is its decode rate over the mean of the bandwidth passes just before and after it.
-/// Reported: the median round and the spread (min, max) of each ratio.
+/// on the same threads, then the contiguous decode and a bandwidth pass on one thread, then the
+/// ceilings (above) on both; a round's fraction is its decode rate over the mean of the bandwidth
+/// passes just before and after it, and its roofline fraction the decode rate over the lower of
+/// that bandwidth and the kernel's own rate in L2. Reported: the median round and the spread
+/// (min, max) of each ratio.
 constexpr std::array<int, 4> kSideBySideBlocks{16, 32, 64, 128};
 
 void BM_DecodeSideBySide(benchmark::State& state) {
@@ -216,8 +284,7 @@ void BM_DecodeSideBySide(benchmark::State& state) {
   ReadBandwidthProbe probe_all(default_thread_pool(), std::size_t{1} << 30),
       probe_one(one_thread(), std::size_t{1} << 30);
   const auto bandwidth = [&](ThreadPool& pool) { return (&pool == &one_thread() ? probe_one : probe_all).best(1); };
-  std::vector<double> fraction, fraction_one, kv_rate, kv_rate_one;
-  std::array<std::vector<double>, 2 * kBlocks> paged_ratio;
+  RoundSeries rounds;
   std::mt19937_64 rng(11);
   for (auto _ : state) {
     ThreadPool& all = default_thread_pool();
@@ -230,33 +297,21 @@ void BM_DecodeSideBySide(benchmark::State& state) {
       std::shuffle(order.begin(), order.end(), rng);
       std::array<double, kViews> got{};
       for (const std::size_t i : order) got[i] = rate(views[i], all);
-      const double c = got[0];
       const double bw_next = bandwidth(all);
       const double c_one = rate(views[0], one_thread());
       const double bw_one_next = bandwidth(one_thread());
-      fraction.push_back(c / ((bw + bw_next) / 2));
-      fraction_one.push_back(c_one / ((bw_one + bw_one_next) / 2));
-      for (std::size_t i = 0; i < 2 * kBlocks; ++i) paged_ratio[i].push_back(got[i + 1] / c);
-      kv_rate.push_back(c);
-      kv_rate_one.push_back(c_one);
+      rounds.add_decode("", got[0], (bw + bw_next) / 2, ceilings(all));
+      rounds.add_decode("_one_thread", c_one, (bw_one + bw_one_next) / 2, ceilings(one_thread()));
+      for (std::size_t i = 0; i < 2 * kBlocks; ++i)
+        rounds.add("paged" + std::to_string(kSideBySideBlocks[i % kBlocks]) + (i < kBlocks ? "" : "_region") +
+                       "_over_contiguous",
+                   got[i + 1] / got[0]);
       bw = bw_next;
       bw_one = bw_one_next;
     }
   }
-  const auto put = [&](const std::string& name, std::vector<double> x) {
-    std::sort(x.begin(), x.end());
-    state.counters[name + "_median"] = x[x.size() / 2];
-    state.counters[name + "_min"] = x.front();
-    state.counters[name + "_max"] = x.back();
-  };
-  put("fraction_of_bandwidth", fraction);
-  put("fraction_of_bandwidth_one_thread", fraction_one);
-  for (std::size_t i = 0; i < 2 * kBlocks; ++i)
-    put("paged" + std::to_string(kSideBySideBlocks[i % kBlocks]) + (i < kBlocks ? "" : "_region") + "_over_contiguous",
-        paged_ratio[i]);
-  put("kv_bytes_per_s", kv_rate);
-  put("kv_bytes_per_s_one_thread", kv_rate_one);
-  state.counters["rounds"] = static_cast<double>(fraction.size());
+  rounds.report(state);
+  state.counters["rounds"] = static_cast<double>(rounds.series.at("kv_bytes_per_s").size());
 }
 
 /// Prefill: the last 256 tokens of 4 of the sequences arrive at once (causal, the first 3840 tokens
@@ -285,9 +340,11 @@ void BM_PrefillContiguous(benchmark::State& state) {
   state.counters["flops_per_s"] = benchmark::Counter(flops, benchmark::Counter::kIsIterationInvariantRate);
 }
 
-/// The arithmetic ceiling: 512-bit FMAs per second on one core (12 independent accumulators, more
-/// than latency x ports, so only the FMA ports limit it), and the KV rate that ceiling would allow
-/// a GQA-4 decode (64 vector FMAs per token and KV head, 512 bytes of fp16 K and V).
+/// The FMA peak: 512-bit FMAs per second on one core (12 independent accumulators, more than
+/// latency x ports, so only the FMA ports limit it), and the KV rate it would allow a GQA-4 decode
+/// if FMAs were all it did (64 vector FMAs per token and KV head, 512 bytes of fp16 K and V). The
+/// fp16 conversions take the same ports, so BM_DecodeArithmeticCeiling (conversions and FMAs
+/// together) is the lower, truer floor.
 void BM_FmaPeakOneThread(benchmark::State& state) {
 #if defined(__AVX512F__) && defined(__x86_64__)
   constexpr std::int64_t kLoops = 1 << 20, kFmasPerLoop = 12;
@@ -326,7 +383,40 @@ void BM_FmaPeakOneThread(benchmark::State& state) {
 #endif
 }
 
+/// The contiguous decode with its KV resident in L2: one sequence of 256 tokens per thread (1 MiB of
+/// K and V each), every thread (arg 0) or one (arg 1). Per call, so the fork-join and the
+/// queries' scaling are in it (BM_DecodeSideBySide's kernel_in_l2 takes them out); the case to
+/// profile the kernel's own instructions on (`perf record -e cpu-clock`, docs/kernels.md).
+void BM_DecodeContiguousInL2(benchmark::State& state) {
+  ThreadPool& pool = state.range(0) == 0 ? default_thread_pool() : one_thread();
+  DecodeData& d = data();
+  const int batch = std::min(kBatch, static_cast<int>(pool.size()));
+  const std::vector<std::int32_t> lens(static_cast<std::size_t>(batch), 256);
+  AttentionParams p = d.params();
+  p.batch = batch;
+  p.seq_lens = lens.data();
+  const KvView view = erase(ContiguousKv<half_t>{d.kptr.data(), d.vptr.data(), d.row, kHeadDim}, kKvHeads, kHeadDim);
+  for (auto _ : state) {
+    host_attention(p, view, pool);
+    benchmark::ClobberMemory();
+  }
+  const double bytes = 2.0 * batch * 256 * static_cast<double>(d.row) * sizeof(half_t);
+  state.counters["kv_bytes_per_s"] = benchmark::Counter(bytes, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+/// The decode kernel's arithmetic alone (kernels/measure/host_throughput.hpp): the KV bytes/s
+/// that its fp16 conversions and GQA-4 FMAs allow from L1, on every thread (arg 0) or one (arg 1).
+/// Where this is below the read bandwidth, the decode is bound by arithmetic, not memory.
+void BM_DecodeArithmeticCeiling(benchmark::State& state) {
+  ThreadPool& pool = state.range(0) == 0 ? default_thread_pool() : one_thread();
+  for (auto _ : state)
+    state.counters["kv_bytes_per_s"] =
+        measure_decode_arithmetic_samples(pool, kQHeads / kKvHeads, kArithmeticElements, 1).front();
+}
+
 BENCHMARK(BM_MemoryReadBandwidth)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(3);
+BENCHMARK(BM_DecodeContiguousInL2)->Arg(0)->Arg(1)->Unit(benchmark::kMicrosecond)->UseRealTime()->MinTime(1.0);
+BENCHMARK(BM_DecodeArithmeticCeiling)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(5);
 BENCHMARK(BM_FmaPeakOneThread)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(1.0);
 BENCHMARK(BM_DecodeContiguous)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(2.0);
 BENCHMARK(BM_DecodeContiguousOneThread)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(2.0);
@@ -348,6 +438,14 @@ int main(int argc, char** argv) {
   g_bandwidth_one_thread = measure_read_bandwidth(one_thread());
   benchmark::AddCustomContext("memory_read_bandwidth_bytes_per_s", std::to_string(g_bandwidth));
   benchmark::AddCustomContext("memory_read_bandwidth_one_thread_bytes_per_s", std::to_string(g_bandwidth_one_thread));
+  // The best of 3 passes, like the bandwidth: the host's speed moves between them.
+  const auto ceiling = [](ThreadPool& pool) {
+    const std::vector<double> s = measure_decode_arithmetic_samples(pool, kQHeads / kKvHeads, kArithmeticElements, 3);
+    return *std::max_element(s.begin(), s.end());
+  };
+  benchmark::AddCustomContext("decode_arithmetic_ceiling_bytes_per_s", std::to_string(ceiling(default_thread_pool())));
+  benchmark::AddCustomContext("decode_arithmetic_ceiling_one_thread_bytes_per_s",
+                              std::to_string(ceiling(one_thread())));
   benchmark::AddCustomContext("threads", std::to_string(default_thread_pool().size()));
   benchmark::AddCustomContext("geometry",
                               "llama-3-8b: 32 q / 8 kv heads, head_dim 128, fp16 KV, batch 32, context 4096");

@@ -1,5 +1,6 @@
 #pragma once
-// The host's own limits, measured: memory read bandwidth and fp32 FMA throughput. Kernel
+// The host's own limits, measured: memory read bandwidth, fp32 FMA throughput, and the decode
+// kernel's arithmetic alone (the KV rate its conversions and FMAs allow from L1). Kernel
 // throughput is reported as a fraction of numbers taken on the same machine in the same run
 // (benchmarks/attention_bench.cpp), and `kvlab calibrate` writes them into a device
 // model file (experiments/runs/calibrate.hpp).
@@ -47,5 +48,17 @@ class ReadBandwidthProbe {
 /// independent 16-lane FMA chains on every thread of `pool`, `fmas_per_thread` vector FMAs per
 /// thread and run: the host's vector FMA peak as compiled (-march=native).
 [[nodiscard]] std::vector<double> measure_fma_flops_samples(ThreadPool& pool, std::int64_t fmas_per_thread, int reps);
+
+/// KV bytes/s of each of `reps` runs of the host decode kernel's arithmetic alone, on every thread
+/// of `pool`: per 16 fp16 elements of an L1-resident buffer, one conversion to fp32 and `rows` FMAs
+/// (one per query row of the GQA group that shares the KV head), which is what each K and each V
+/// element costs in kernels/host_attention.cpp (the scores' dot products, the V accumulation);
+/// `elements_per_thread` fp16 elements per thread and run. Nothing comes from memory, and the
+/// softmax, reductions and loop overhead are left out, so this is a ceiling: however fast memory
+/// is, the decode cannot read KV faster than its cores convert and multiply it. On AVX-512 the
+/// conversion takes FMA-port slots too (vcvtph2ps), which the FMA peak alone does not show.
+/// `rows` is 1, 2, 4, 8 or 16; anything else throws InvalidArgument.
+[[nodiscard]] std::vector<double> measure_decode_arithmetic_samples(ThreadPool& pool, int rows,
+                                                                    std::int64_t elements_per_thread, int reps);
 
 }  // namespace kvlab

@@ -174,6 +174,17 @@ if(TARGET kvlab_bench_paged)
                    ${CMAKE_CURRENT_BINARY_DIR}/bench-context.json memory_read_bandwidth_bytes_per_s)
   set_tests_properties(cli.bench_host_context PROPERTIES LABELS cli TIMEOUT 120)
 endif()
+# The attention benchmark's JSON also carries the decode's arithmetic ceiling beside the bandwidth
+# (docs/kernels.md, "Roofline"); the ceiling benchmark itself is the quick one to run.
+if(TARGET kvlab_bench_attention)
+  add_test(NAME cli.bench_attention_ceilings
+           COMMAND Python3::Interpreter ${CMAKE_CURRENT_SOURCE_DIR}/cli/check_bench_context.py
+                   $<TARGET_FILE:kvlab_bench_attention> BM_DecodeArithmeticCeiling
+                   ${CMAKE_CURRENT_BINARY_DIR}/bench-attention-context.json memory_read_bandwidth_bytes_per_s
+                   memory_read_bandwidth_one_thread_bytes_per_s decode_arithmetic_ceiling_bytes_per_s
+                   decode_arithmetic_ceiling_one_thread_bytes_per_s)
+  set_tests_properties(cli.bench_attention_ceilings PROPERTIES LABELS cli TIMEOUT 120)
+endif()
 
 # The longest tests start first (COST: their seconds in scripts/test.sh's stages on 2 cores, the
 # larger of release and sanitizer): a clean clone has no CTestCostData.txt, and ctest would start

@@ -53,5 +53,24 @@ TEST(MeasureReadBandwidth, BestIsTheLargestSample) {
   EXPECT_GT(measure_read_bandwidth(pool, std::size_t{1} << 20, 2), 0.0);
 }
 
+TEST(MeasureDecodeArithmetic, EveryRowCountGivesOneRatePerRun) {
+  ThreadPool pool(2);
+  for (const int rows : {1, 2, 4, 8, 16}) {
+    SCOPED_TRACE(rows);
+    // 1000 elements per thread: not a whole group of any row count (each chunk rounds up to whole
+    // groups inside its L1 buffer, never past it: the ASan build checks).
+    expect_rates(measure_decode_arithmetic_samples(pool, rows, 1000, 3), 3);
+  }
+  expect_rates(measure_decode_arithmetic_samples(pool, 4, 1, 1), 1);
+}
+
+TEST(MeasureDecodeArithmetic, RejectsRowCountsTheKernelNeverUsesAndEmptyRuns) {
+  ThreadPool pool(1);
+  for (const int rows : {0, 3, 5, 32, -4})
+    EXPECT_THROW((void)measure_decode_arithmetic_samples(pool, rows, 1000, 1), InvalidArgument) << rows;
+  EXPECT_THROW((void)measure_decode_arithmetic_samples(pool, 4, 0, 1), InvalidArgument);
+  EXPECT_THROW((void)measure_decode_arithmetic_samples(pool, 4, -1, 1), InvalidArgument);
+}
+
 }  // namespace
 }  // namespace kvlab
