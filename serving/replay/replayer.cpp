@@ -388,8 +388,9 @@ void Replay::summarize() {
 KeptMemoryEstimate estimate_kept_memory(const std::vector<Request>& workload, const ReplayConfig& config) {
   // Per request: its RequestRecord (reason included), the scheduler's entry and its share of the
   // summary's per-request vectors: 512 bytes covers them with room. Per generated token: the
-  // float gap, and the double copy latency_stats sorts at the end.
-  constexpr std::size_t kPerRequest = 512, kPerToken = sizeof(float) + sizeof(double);
+  // float gap, the double copy latency_stats sorts at the end, and the two key arrays of that sort
+  // (serving/support/sort_doubles.hpp).
+  constexpr std::size_t kPerRequest = 512, kPerToken = sizeof(float) + sizeof(double) + 2 * sizeof(std::uint64_t);
   KeptMemoryEstimate e;
   const std::int64_t chunk = std::max<std::int64_t>(config.max_batched_tokens, 1);
   const std::int64_t samples = std::max(config.samples_per_request, 1);

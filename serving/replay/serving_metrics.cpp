@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "alloc/core/error.hpp"
+#include "serving/support/sort_doubles.hpp"
 
 namespace kvlab {
 
@@ -50,7 +51,7 @@ LatencyStats latency_stats(std::vector<double> seconds, const std::vector<double
   LatencyStats s;
   for (double p : percentiles) s.percentiles_ms.emplace_back(p, 0.0);
   if (seconds.empty()) return s;
-  std::sort(seconds.begin(), seconds.end());
+  sort_doubles(seconds);  // std::sort's order, faster on a run's million inter-token gaps
   const auto n = static_cast<double>(seconds.size());
   double sum = 0;
   for (double x : seconds) sum += x;
