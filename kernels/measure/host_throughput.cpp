@@ -125,14 +125,18 @@ std::vector<double> measure_fma_flops_samples(ThreadPool& pool, std::int64_t fma
 }
 
 namespace {
+// 16-element chunks per group of decode_arithmetic<R>: R x chunks = 16 independent accumulators
+// (2 x R from R = 8 on), more than the FMA latency times the FMA ports, so for R up to 4 only the
+// ports limit the loop, as in the kernel's 16-wide score and V blocks. From R = 8 on, accumulators
+// and queries outnumber the 32 vector registers and spill: those rates are lower bounds.
+constexpr int chunks_per_group(int rows) { return rows >= 8 ? 2 : 16 / rows; }
+
 // The decode kernel's per-element arithmetic on an L1-resident fp16 buffer: each 16-element chunk
-// converted once and multiplied into R accumulators. C chunks per group keep R x C = 16 (at least
-// 2 x 16 for R = 16) accumulators independent, more than the FMA latency times the FMA ports, so
-// only the ports limit the loop, as in the kernel's 16-wide score and V blocks.
+// converted once and multiplied into R accumulators.
 template <int R>
 float decode_arithmetic(const half_t* buf, std::size_t n, std::int64_t elements, float seed) {
   using simd::vec;
-  constexpr int kChunks = R >= 8 ? 2 : 16 / R;
+  constexpr int kChunks = chunks_per_group(R);
   constexpr std::size_t kGroup = static_cast<std::size_t>(kChunks) * simd::kLanes;
   vec q[R];
   for (int r = 0; r < R; ++r) q[r] = simd::splat(seed * static_cast<float>(r + 1));
@@ -197,7 +201,7 @@ std::vector<double> measure_decode_arithmetic_samples(ThreadPool& pool, int rows
     sums[static_cast<std::size_t>(c)] = s;
   };
   // Elements a chunk really converts: whole groups of its row count (decode_arithmetic rounds up).
-  const std::int64_t group = (rows >= 8 ? 2 : 16 / rows) * simd::kLanes;
+  const std::int64_t group = std::int64_t{chunks_per_group(rows)} * simd::kLanes;
   const std::int64_t done = (per_chunk + group - 1) / group * group;
   std::vector<double> samples;
   for (int r = 0; r < reps; ++r) {
