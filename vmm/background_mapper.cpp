@@ -14,12 +14,16 @@ BackgroundMapper::~BackgroundMapper() {
   thread_.join();
 }
 
-void BackgroundMapper::push(const std::lock_guard<std::mutex>&, PrefetchJob job) { jobs_.push_back(job); }
+void BackgroundMapper::push(const std::lock_guard<std::mutex>&, PrefetchJob job) {
+  jobs_.push_back(job);
+  active_.store(true, std::memory_order_release);
+}
 
 bool BackgroundMapper::wait() {
+  const bool was_active = active_.load(std::memory_order_acquire);
   std::unique_lock lock(mutex_);
   const auto idle = [&] { return jobs_.empty() && !busy_; };
-  const bool blocked = !idle();
+  const bool blocked = was_active || !idle();
   idle_cv_.wait(lock, idle);
   if (error_) {
     const std::exception_ptr e = error_;
@@ -41,7 +45,10 @@ void BackgroundMapper::loop() {
     run(job);  // takes the mutex page by page, so the foreground can get in between
     lock.lock();
     busy_ = false;
-    if (jobs_.empty()) idle_cv_.notify_all();
+    if (jobs_.empty()) {
+      active_.store(false, std::memory_order_release);
+      idle_cv_.notify_all();
+    }
   }
   busy_ = false;
   idle_cv_.notify_all();

@@ -1,6 +1,7 @@
 #pragma once
 // vAttention's overlap: a thread that maps, while the current step computes, the pages the next
 // step will need (docs/vmm.md, "Overlap").
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -52,7 +53,9 @@ class BackgroundMapper {
   /// Wakes the thread for the jobs pushed.
   void notify() { work_cv_.notify_one(); }
   /// Blocks until every queued job is done; rethrows (once) an error a step threw. True when it
-  /// had to block (a job was queued or running), false when everything was done already.
+  /// had to block (a job was queued or running when it was called, even if the mapper finished
+  /// while the caller waited for the mutex it holds page by page), false when everything was done
+  /// already.
   bool wait();
 
  private:
@@ -64,6 +67,11 @@ class BackgroundMapper {
   std::condition_variable work_cv_, idle_cv_;
   std::deque<PrefetchJob> jobs_;
   bool busy_ = false, stop_ = false;
+  // Jobs queued or running, readable without the mutex: wait() reads it before taking the mutex,
+  // which std::mutex does not hand over fairly, so a caller can wait out a whole job for it and
+  // find the mapper idle once it has it (OverlapOrder.ABeginStepWaitForTheMapperIsTheStepsCriticalMapping
+  // caught that under ASan).
+  std::atomic<bool> active_{false};
   std::exception_ptr error_;
   std::thread thread_;  // last: starts once everything above exists
 };
