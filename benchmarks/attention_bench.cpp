@@ -19,7 +19,6 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
-#include <map>
 #include <memory>
 #include <numeric>
 #include <random>
@@ -27,6 +26,7 @@
 #include <vector>
 
 #include "benchmarks/host_context.hpp"
+#include "benchmarks/round_series.hpp"
 #include "kernels/measure/host_throughput.hpp"
 #include "kernels/measure/huge_pages.hpp"
 #include "kernels/attention.hpp"
@@ -223,29 +223,15 @@ Ceilings ceilings(ThreadPool& pool) {
           measure_decode_arithmetic_samples(pool, kQHeads / kKvHeads, kArithmeticElements, 1).front()};
 }
 
-/// Each round's ratios under their counter names; reported as the median round and the spread.
-struct RoundSeries {
-  std::map<std::string, std::vector<double>> series;
-  void add(const std::string& name, double x) { series[name].push_back(x); }
-  /// One decode rate `c` against the round's bandwidth and ceilings, on `suffix`'s threads.
-  void add_decode(const std::string& suffix, double c, double bw, const Ceilings& ce) {
-    add("fraction_of_bandwidth" + suffix, c / bw);
-    add("kv_bytes_per_s" + suffix, c);
-    add("kernel_in_l2_bytes_per_s" + suffix, ce.in_l2);
-    add("fraction_of_kernel_in_l2" + suffix, c / ce.in_l2);
-    add("arithmetic_ceiling_bytes_per_s" + suffix, ce.arithmetic);
-    add("fraction_of_roofline" + suffix, c / std::min(bw, ce.in_l2));
-  }
-  void report(benchmark::State& state) const {
-    for (const auto& [name, values] : series) {
-      std::vector<double> x = values;
-      std::sort(x.begin(), x.end());
-      state.counters[name + "_median"] = x[x.size() / 2];
-      state.counters[name + "_min"] = x.front();
-      state.counters[name + "_max"] = x.back();
-    }
-  }
-};
+/// One decode rate `c` against the round's bandwidth and ceilings, on `suffix`'s threads.
+void add_decode(bench::RoundSeries& rounds, const std::string& suffix, double c, double bw, const Ceilings& ce) {
+  rounds.add("fraction_of_bandwidth" + suffix, c / bw);
+  rounds.add("kv_bytes_per_s" + suffix, c);
+  rounds.add("kernel_in_l2_bytes_per_s" + suffix, ce.in_l2);
+  rounds.add("fraction_of_kernel_in_l2" + suffix, c / ce.in_l2);
+  rounds.add("arithmetic_ceiling_bytes_per_s" + suffix, ce.arithmetic);
+  rounds.add("fraction_of_roofline" + suffix, c / std::min(bw, ce.in_l2));
+}
 
 /// Side by side, against drift: this host's read bandwidth moves by 10-20 % within seconds (other
 /// tenants of the VM's memory), so a ratio of two numbers taken seconds apart moves with it. Each
@@ -284,7 +270,7 @@ void BM_DecodeSideBySide(benchmark::State& state) {
   ReadBandwidthProbe probe_all(default_thread_pool(), std::size_t{1} << 30),
       probe_one(one_thread(), std::size_t{1} << 30);
   const auto bandwidth = [&](ThreadPool& pool) { return (&pool == &one_thread() ? probe_one : probe_all).best(1); };
-  RoundSeries rounds;
+  bench::RoundSeries rounds;
   std::mt19937_64 rng(11);
   for (auto _ : state) {
     ThreadPool& all = default_thread_pool();
@@ -300,8 +286,8 @@ void BM_DecodeSideBySide(benchmark::State& state) {
       const double bw_next = bandwidth(all);
       const double c_one = rate(views[0], one_thread());
       const double bw_one_next = bandwidth(one_thread());
-      rounds.add_decode("", got[0], (bw + bw_next) / 2, ceilings(all));
-      rounds.add_decode("_one_thread", c_one, (bw_one + bw_one_next) / 2, ceilings(one_thread()));
+      add_decode(rounds, "", got[0], (bw + bw_next) / 2, ceilings(all));
+      add_decode(rounds, "_one_thread", c_one, (bw_one + bw_one_next) / 2, ceilings(one_thread()));
       for (std::size_t i = 0; i < 2 * kBlocks; ++i)
         rounds.add("paged" + std::to_string(kSideBySideBlocks[i % kBlocks]) + (i < kBlocks ? "" : "_region") +
                        "_over_contiguous",

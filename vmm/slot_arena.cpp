@@ -46,6 +46,7 @@ SlotArena::SlotArena(VmDriver* driver, const ArenaShape& shape, PageFreeOrder or
   held_.assign(static_cast<std::size_t>(shape.slots), 0);
   bounds_.assign(static_cast<std::size_t>(shape.slots), RowBounds{0, 0, shape.tensors, shape.tensors});
   refs_.assign(static_cast<std::size_t>(shape.num_pages), 0);
+  freed_row_.resize(static_cast<std::size_t>(shape.tensors));
 }
 
 SlotArena::~SlotArena() {
@@ -240,18 +241,25 @@ std::int64_t SlotArena::unmap_row(int slot, MapOrigin origin) {
   }
   std::vector<PageId>& grid = grid_[static_cast<std::size_t>(slot)];
   const auto T = static_cast<std::size_t>(shape_.tensors);
-  const std::size_t first = column(slot, 0);
-  freed_row_.clear();
+  // Local pointers: the loop runs for every page a replay reclaims, and through the members the
+  // compiler reloads each vector's data after every store.
+  const PageId* row = grid.data() + (grid.size() - T);
+  std::int32_t* rows = rows_.data() + column(slot, 0);
+  std::int32_t* refs = refs_.data();
+  PageId* out = freed_row_.data();  // sized T by the constructor
+  std::size_t n = 0;
   for (std::size_t t = T; t-- > 0;) {
-    const PageId page = grid[grid.size() - T + t];
-    --rows_[first + t];
-    if (--refs_[static_cast<std::size_t>(page)] == 0) freed_row_.push_back(page);
+    const PageId page = row[t];
+    --rows[t];
+    out[n] = page;
+    n += --refs[static_cast<std::size_t>(page)] == 0;
   }
   grid.resize(grid.size() - T);
-  pool_->release_pages(freed_row_);
+  const std::span<const PageId> gone(out, n);
+  pool_->release_pages(gone);
   if (on_page_freed_)
-    for (const PageId page : freed_row_) on_page_freed_(page);
-  freed = static_cast<std::int64_t>(freed_row_.size());
+    for (const PageId page : gone) on_page_freed_(page);
+  freed = static_cast<std::int64_t>(n);
   RowBounds& b = bounds_[static_cast<std::size_t>(slot)];
   b = {b.min - 1, b.max - 1, shape_.tensors, shape_.tensors};
   held_[static_cast<std::size_t>(slot)] -= shape_.tensors;

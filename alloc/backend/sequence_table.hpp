@@ -8,6 +8,7 @@
 #include <unordered_map>
 #include <utility>
 
+#include "alloc/backend/id_index.hpp"
 #include "alloc/core/error.hpp"
 
 namespace kvlab {
@@ -21,20 +22,21 @@ struct SequenceState {
   std::int64_t cached_tokens = 0;  ///< prompt tokens that came from the prefix cache at admit
 };
 
-/// A hash map with a one-entry memo: the front door and the scheduler ask about one sequence
-/// several times in a row (contains, is_swapped, can_grow, grow), so the last entry found is
-/// remembered. Entries never move until erased (std::unordered_map keeps node addresses across
-/// rehashing), and erase forgets the memo.
+/// A hash map with a flat index and a one-entry memo. The front door and the scheduler ask about
+/// one sequence several times in a row (contains, is_swapped, can_grow, grow), so the last entry
+/// found is remembered; other lookups go through the flat IdIndex (one cache line, not a node
+/// map's three). Entries live in a std::unordered_map, which keeps node addresses across rehashing
+/// (so the index and the memo may point at them) and gives iteration its order; erase forgets both.
 template <class State>
 class SequenceTable {
  public:
   /// The entry for `id`, or nullptr.
   [[nodiscard]] State* find(SeqId id) const {
     if (memo_ != nullptr && memo_id_ == id) return memo_;
-    const auto it = map_.find(id);
-    if (it == map_.end()) return nullptr;
+    State* s = index_.find(id);
+    if (s == nullptr) return nullptr;
     memo_id_ = id;
-    memo_ = const_cast<State*>(&it->second);  // the table owns it mutably; constness is the caller's view
+    memo_ = s;
     return memo_;
   }
   [[nodiscard]] bool contains(SeqId id) const { return find(id) != nullptr; }
@@ -49,12 +51,20 @@ class SequenceTable {
   [[nodiscard]] State& at(SeqId id) { return const_cast<State&>(std::as_const(*this).at(id)); }
 
   State& insert(SeqId id, State s) {
+    KVLAB_EXPECTS(id != IdIndex<State>::kEmpty, "sequence id " + std::to_string(id) + " is reserved");
     const auto [it, fresh] = map_.emplace(id, std::move(s));
     KVLAB_EXPECTS(fresh, "sequence " + std::to_string(id) + " already exists");
+    try {
+      index_.insert(id, &it->second);
+    } catch (...) {  // out of memory growing the index: the table stays as it was
+      map_.erase(it);
+      throw;
+    }
     return it->second;
   }
   void erase(SeqId id) {
     if (memo_id_ == id) memo_ = nullptr;
+    index_.erase(id);
     map_.erase(id);
   }
 
@@ -65,6 +75,7 @@ class SequenceTable {
 
  private:
   std::unordered_map<SeqId, State> map_;
+  IdIndex<State> index_;           // id -> &map_[id]
   mutable State* memo_ = nullptr;  // the entry found last (nullptr: none)
   mutable SeqId memo_id_ = 0;
 };

@@ -569,7 +569,11 @@ bool Scheduler::try_claim(Group& g, bool& failed, std::string& error) {
 /// one does not fit.
 void Scheduler::claim_running() {
   ReplaySummary& sum = result_.summary;
-  std::sort(running_.begin(), running_.end(), [](const Group& a, const Group& b) { return a.req < b.req; });
+  // Usually still in order from the last step (admissions append the latest arrival): sorting
+  // Groups moves their vectors, so only a swap-in or a re-admission pays for it.
+  const auto by_arrival = [](const Group& a, const Group& b) { return a.req < b.req; };
+  if (!std::is_sorted(running_.begin(), running_.end(), by_arrival))
+    std::sort(running_.begin(), running_.end(), by_arrival);
   for (std::size_t i = 0; i < running_.size();) {
     bool failed = false;
     std::string error;
