@@ -179,7 +179,7 @@ void BM_ReplaySideBySide(benchmark::State& state) {
   const std::vector<std::string> backends = {"contiguous-max", "paged-16", "vmm-64k", "elastic-16",
                                              "elastic-16-interleaved"};
   const auto paged_16 = static_cast<std::size_t>(std::ranges::find(backends, "paged-16") - backends.begin());
-  constexpr int kRounds = 5;
+  constexpr int kRounds = 9;
   std::vector<Request> requests;
   try {
     TraceOptions t;
