@@ -1,6 +1,7 @@
 #include "paged/paged_backend.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -57,6 +58,9 @@ PagedBackend::PagedBackend(PagedConfig config)
     : TableBackend(config.model, config.max_seq_len),
       config_(std::move(config)),
       block_bytes_(static_cast<std::size_t>(config_.block_size) * config_.model.kv_bytes_per_token_per_layer() / 2),
+      block_shift_(std::has_single_bit(static_cast<std::uint64_t>(config_.block_size))
+                       ? std::countr_zero(static_cast<std::uint64_t>(config_.block_size))
+                       : -1),
       pool_(blocks_in(config_), free_order_for(config_), region_blocks_for(config_),
             config_.storage != nullptr ? config_.storage->page_placement() : PagePlacement::fullest),
       storage_(config_.storage.get()),
@@ -335,7 +339,7 @@ void PagedBackend::do_admit(SeqId id, const SequenceSpec& spec, std::int64_t ini
 
 void PagedBackend::enter_full_blocks(Sequence& s) {
   if (!s.caching) return;
-  const std::int64_t to = std::min(s.length, static_cast<std::int64_t>(s.ids.size())) / config_.block_size;
+  const std::int64_t to = full_blocks(std::min(s.length, static_cast<std::int64_t>(s.ids.size())));
   if (to <= s.entered) return;
   const std::int64_t got = cache_->enter_blocks(s.ids, s.extra, s.blocks, s.entered, to, s.prefix_hold);
   stats_.inserted_blocks += got;
@@ -346,7 +350,7 @@ void PagedBackend::enter_full_blocks(Sequence& s) {
 std::int64_t PagedBackend::blocks_needed_to_grow(const Sequence& s, std::int64_t n) const {
   std::int64_t need = blocks_for(s.length + n) - static_cast<std::int64_t>(s.blocks.size());
   // Appending into a partly filled last block that another sequence shares: copy it first.
-  if (n > 0 && s.length % config_.block_size != 0 && pool_.ref_count(s.blocks.back()) > 1) ++need;
+  if (n > 0 && offset_in_block(s.length) != 0 && pool_.ref_count(s.blocks.back()) > 1) ++need;
   return need;
 }
 
@@ -370,7 +374,7 @@ void PagedBackend::do_grow(SeqId id, std::int64_t n) {
   if (n == 0) return;
   make_room(blocks_needed_to_grow(s, n));
   count_sequence(s, -1);
-  if (s.length % config_.block_size != 0 && pool_.ref_count(s.blocks.back()) > 1) {
+  if (offset_in_block(s.length) != 0 && pool_.ref_count(s.blocks.back()) > 1) {
     const BlockId shared = s.blocks.back();
     const BlockId own = take_block(s.blocks.size() >= 2 ? s.blocks[s.blocks.size() - 2] : -1);
     try {
@@ -398,7 +402,7 @@ void PagedBackend::do_grow(SeqId id, std::int64_t n) {
   enter_full_blocks(s);  // blocks this growth filled (a prefill chunk, a decode token)
   // Only blocks from the one the old length ended in can hold more tokens now; new ones are private.
   if (shared_.empty()) return;
-  for (std::int64_t i = old_length / config_.block_size; i < old_blocks; ++i) {
+  for (std::int64_t i = full_blocks(old_length); i < old_blocks; ++i) {
     const auto it = shared_.find(s.blocks[static_cast<std::size_t>(i)]);
     if (it != shared_.end()) recount(it->second);
   }

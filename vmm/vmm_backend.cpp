@@ -1,6 +1,7 @@
 #include "vmm/vmm_backend.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <chrono>
 #include <string>
 
@@ -61,6 +62,7 @@ VmmBackend::VmmBackend(VmmConfig config)
     : TableBackend(config.model, config.max_seq_len),
       config_(checked(std::move(config), max_seq_len())),
       token_bytes_(token_bytes_for(config_)),
+      page_shift_(std::has_single_bit(config_.page_bytes) ? std::countr_zero(config_.page_bytes) : -1),
       // With the prefix cache free pages keep their entries, so the pool hands out the oldest first.
       arena_(config_.driver.get(), shape_for(config_, token_bytes_),
              config_.prefix_cache ? PageFreeOrder::lru : PageFreeOrder::lifo),
@@ -154,8 +156,9 @@ std::int64_t VmmBackend::mapped_pages(SeqId id) const {
 }
 
 std::int64_t VmmBackend::rows_for(std::int64_t tokens) const noexcept {
-  const std::size_t bytes = static_cast<std::size_t>(tokens) * token_bytes_;
-  return static_cast<std::int64_t>((bytes + config_.page_bytes - 1) / config_.page_bytes);
+  // A shift for power-of-two pages: can_grow and grow ask for every sequence every step.
+  const std::size_t bytes = static_cast<std::size_t>(tokens) * token_bytes_ + config_.page_bytes - 1;
+  return static_cast<std::int64_t>(page_shift_ >= 0 ? bytes >> page_shift_ : bytes / config_.page_bytes);
 }
 
 std::int64_t VmmBackend::target_rows(std::int64_t tokens) const noexcept {
