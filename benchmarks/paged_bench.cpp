@@ -142,23 +142,36 @@ const bool registered_prefix_lookup = [] {
   return true;
 }();
 
+/// The whole Azure conversation trace at twice its load, or false with the benchmark skipped
+/// (the trace is not in $KVLAB_TRACE_DIR or ../shared/traces).
+bool conversation_trace(benchmark::State& state, std::vector<Request>& requests) {
+  try {
+    TraceOptions t;
+    t.time_scale = 0.5;
+    requests = read_trace(resolve_trace("AzureLLMInferenceTrace_conv.csv"), t).requests;
+    return true;
+  } catch (const std::exception& e) {
+    state.SkipWithError(e.what());
+    return false;
+  }
+}
+
+/// Llama-3-8B with 8 GiB of KV, as scripts/run.sh replays it.
+BackendOptions replay_backend_options() {
+  BackendOptions o;
+  o.model = model_preset("llama-3-8b");
+  o.capacity_bytes = std::size_t{8} << 30;
+  return o;
+}
+
 /// The modelled clock's own cost (issue 13's bound: at least 10 M simulated tokens per wall second):
 /// the whole Azure conversation trace (19,366 requests) replayed in memory mode through one
 /// backend, Llama-3-8B with 8 GiB of KV on the a100-80gb device model, as scripts/run.sh does.
 /// Skips when the trace is not in $KVLAB_TRACE_DIR (or ../shared/traces).
 void BM_ReplayAzureConversation(benchmark::State& state, const std::string& backend) {
   std::vector<Request> requests;
-  try {
-    TraceOptions t;
-    t.time_scale = 0.5;
-    requests = read_trace(resolve_trace("AzureLLMInferenceTrace_conv.csv"), t).requests;
-  } catch (const std::exception& e) {
-    state.SkipWithError(e.what());
-    return;
-  }
-  BackendOptions o;
-  o.model = model_preset("llama-3-8b");
-  o.capacity_bytes = std::size_t{8} << 30;
+  if (!conversation_trace(state, requests)) return;
+  const BackendOptions o = replay_backend_options();
   std::int64_t tokens = 0;
   for (auto _ : state) {
     auto b = make_backend(backend, o);
@@ -181,17 +194,8 @@ void BM_ReplaySideBySide(benchmark::State& state) {
   const auto paged_16 = static_cast<std::size_t>(std::ranges::find(backends, "paged-16") - backends.begin());
   constexpr int kRounds = 9;
   std::vector<Request> requests;
-  try {
-    TraceOptions t;
-    t.time_scale = 0.5;
-    requests = read_trace(resolve_trace("AzureLLMInferenceTrace_conv.csv"), t).requests;
-  } catch (const std::exception& e) {
-    state.SkipWithError(e.what());
-    return;
-  }
-  BackendOptions o;
-  o.model = model_preset("llama-3-8b");
-  o.capacity_bytes = std::size_t{8} << 30;
+  if (!conversation_trace(state, requests)) return;
+  const BackendOptions o = replay_backend_options();
   bench::RoundSeries rounds;
   const auto counter = [](std::string name) {
     std::replace(name.begin(), name.end(), '-', '_');
