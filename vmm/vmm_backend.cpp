@@ -598,7 +598,11 @@ PreparedBatch VmmBackend::do_prepare_batch(std::span<const SeqId> seqs) {
 }
 
 StepCosts VmmBackend::do_total_costs() const {
-  const auto lock = guard();
+  // Without the lock: everything read here is written only by the owner's thread (critical driver
+  // activity, the waits guard() and begin_step() time), never by the mapper. Taking it would make
+  // begin_step() wait for a mapping page (std::mutex is not fair: for several) before the step's
+  // costs start counting, a wait then counted in no step (OverlapOrder.ABeginStepWait... failed
+  // on it twice, once in a release build, with 6.3 of 16 ms counted).
   const DriverActivity& critical = arena_.activity(MapOrigin::critical);
   StepCosts c;
   c.mapping_s = critical.map_seconds + critical.unmap_seconds + counters_.prefetch_wait_seconds + lock_wait_seconds_;

@@ -295,7 +295,7 @@ class VmmBackend final : public TableBackend<VmmSequence> {
   VmmConfig config_;
   std::size_t token_bytes_ = 0;           // one token in one tensor
   int page_shift_ = -1;                   // log2(page_bytes) when it is a power of two (rows_for's shift)
-  mutable double lock_wait_seconds_ = 0;  // guard()'s blocked time; written and read under mutex_
+  mutable double lock_wait_seconds_ = 0;  // guard()'s blocked time; written under mutex_ by the owner's thread only
   mutable std::mutex mutex_;              // guards everything below (the mapper's queue too), with overlap
   SlotArena arena_;
   PageSharing sharing_;

@@ -111,12 +111,12 @@ TEST(OverlapOrder, NoPageIsMappedWhileAStepsKernelsRun) {
 }
 
 TEST(OverlapOrder, ABeginStepWaitForTheMapperIsTheStepsCriticalMapping) {
-  auto driver = std::make_shared<SlowMapDriver>(std::size_t{4} << 20, std::chrono::microseconds(2000));
+  auto driver = std::make_shared<SlowMapDriver>(std::size_t{4} << 20, std::chrono::microseconds(5000));
   VmmBackend b(overlapped(driver));
   const SeqId id = 1;
   b.admit(id, {8, 200}, 8);
   b.begin_step();
-  b.prefetch({&id, 1}, 64);  // 8 pages a tensor ahead: 2 ms each
+  b.prefetch({&id, 1}, 64);  // 8 pages a tensor ahead: 5 ms each, so 30 ms of slack for a descheduled test
   b.begin_step();            // waits for them
   const StepCosts waited = b.step_costs();
   EXPECT_GE(waited.mapping_s, 0.010) << "the wait for 8+ slow maps lies on the step's critical path";
