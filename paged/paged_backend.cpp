@@ -371,6 +371,17 @@ void PagedBackend::do_grow(SeqId id, std::int64_t n) {
                                  std::to_string(blocks_needed_to_grow(s, n)) + " blocks, " +
                                  std::to_string(available_blocks()) + " available (or passes max_seq_len)");
   }
+  grow_checked(s, id, n);
+}
+
+bool PagedBackend::do_try_grow(SeqId id, std::int64_t n) {
+  Sequence& s = seq(id);
+  if (!can_grow_by(s, n)) return false;
+  grow_checked(s, id, n);
+  return true;
+}
+
+void PagedBackend::grow_checked(Sequence& s, SeqId id, std::int64_t n) {
   if (n == 0) return;
   make_room(blocks_needed_to_grow(s, n));
   count_sequence(s, -1);

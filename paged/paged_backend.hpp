@@ -133,6 +133,9 @@ class PagedBackend final : public TableBackend<PagedSequence> {
   void do_admit(SeqId id, const SequenceSpec& spec, std::int64_t initial_tokens) override;
   [[nodiscard]] bool do_can_grow(SeqId id, std::int64_t n) const override;
   void do_grow(SeqId id, std::int64_t n) override;
+  [[nodiscard]] bool do_try_grow(SeqId id, std::int64_t n) override;
+  /// do_grow's work once can_grow_by(s, n) has said yes.
+  void grow_checked(Sequence& s, SeqId id, std::int64_t n);
   void do_fork(SeqId parent, SeqId child) override;
   void do_release(SeqId id) override;
   [[nodiscard]] bool do_supports_swap() const noexcept override { return true; }

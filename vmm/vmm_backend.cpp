@@ -508,6 +508,20 @@ void VmmBackend::do_grow(SeqId id, std::int64_t n) {
                                  std::to_string(arena_.pool().num_free()) + " free and " +
                                  std::to_string(reclaimable_from_others(s.slot)) + " reclaimable");
   }
+  grow_checked(s, n, rows);
+}
+
+bool VmmBackend::do_try_grow(SeqId id, std::int64_t n) {
+  Sequence& s = at(id);
+  if (s.length + n > config_.max_seq_len) return false;
+  const auto lock = guard();
+  const std::int64_t rows = rows_for(s.length + n);
+  if (!feasible(s.slot, rows)) return false;
+  if (n > 0) grow_checked(s, n, rows);
+  return true;
+}
+
+void VmmBackend::grow_checked(Sequence& s, std::int64_t n, std::int64_t rows) {
   // A running slot's rows from needed_rows on are its own (never shared, never indexed): growth
   // writes only there, so it never needs a copy.
   MapTransaction txn(arena_);

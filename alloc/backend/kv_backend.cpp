@@ -71,6 +71,19 @@ void KvBackend::grow(SeqId id, std::int64_t n) {
   do_grow(id, n);
 }
 
+bool KvBackend::try_grow(SeqId id, std::int64_t n) {
+  KVLAB_EXPECTS(n >= 0, "growth must not be negative");
+  require_resident(id);
+  prepared_ = false;
+  return do_try_grow(id, n);
+}
+
+bool KvBackend::do_try_grow(SeqId id, std::int64_t n) {
+  if (!do_can_grow(id, n)) return false;
+  do_grow(id, n);
+  return true;
+}
+
 void KvBackend::fork(SeqId parent, SeqId child) {
   require_resident(parent);
   require_absent(child);

@@ -134,6 +134,10 @@ class KvBackend {
   [[nodiscard]] bool can_grow(SeqId id, std::int64_t n) const;
   /// Appends n token slots to sequence `id`. Throws OutOfMemory with no state change.
   void grow(SeqId id, std::int64_t n);
+  /// can_grow(id, n), then grow(id, n) where it said yes, in one call: true when the sequence
+  /// grew, false (no state change) where can_grow would have said no. The replayer grows every
+  /// running sequence every step; this checks residency and finds the sequence once, not twice.
+  [[nodiscard]] bool try_grow(SeqId id, std::int64_t n);
   /// Starts `child` as a copy of `parent` (its tokens and future), sharing memory where the
   /// backend can. Throws OutOfMemory with no state change.
   void fork(SeqId parent, SeqId child);
@@ -224,6 +228,9 @@ class KvBackend {
   virtual void do_admit(SeqId id, const SequenceSpec& spec, std::int64_t initial_tokens) = 0;
   [[nodiscard]] virtual bool do_can_grow(SeqId id, std::int64_t n) const = 0;
   virtual void do_grow(SeqId id, std::int64_t n) = 0;
+  /// The default asks do_can_grow, then calls do_grow; a backend overrides it to do both with one
+  /// lookup. It must leave exactly what those two calls leave.
+  [[nodiscard]] virtual bool do_try_grow(SeqId id, std::int64_t n);
   virtual void do_fork(SeqId parent, SeqId child) = 0;
   virtual void do_release(SeqId id) = 0;
   [[nodiscard]] virtual bool do_contains(SeqId id) const = 0;

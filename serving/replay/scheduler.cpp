@@ -263,8 +263,7 @@ bool Scheduler::claim_slots(Group& g) {
   if (g.prefilling()) {
     const std::int64_t chunk = c_.chunked_prefill ? std::min(g.prompt - g.prefilled, budget_) : g.prompt - g.prefilled;
     if (chunk <= 0) return true;  // no budget left: wait for the next step
-    if (!b_.can_grow(g.seqs[0].id, chunk)) return false;
-    b_.grow(g.seqs[0].id, chunk);
+    if (!b_.try_grow(g.seqs[0].id, chunk)) return false;
     g.chunk = chunk;
     budget_ -= chunk;
     g.in_step = true;
@@ -288,8 +287,7 @@ bool Scheduler::claim_slots(Group& g) {
   for (Seq& q : g.seqs) {
     if (q.done) continue;
     if (!q.has_slot) {
-      if (!b_.can_grow(q.id, 1)) return false;
-      b_.grow(q.id, 1);
+      if (!b_.try_grow(q.id, 1)) return false;
       q.has_slot = true;
     }
     if (q.slot_step != step_) {  // count each slot once per step, retries included

@@ -6,6 +6,7 @@
 // service-level objective given, per second (DistServe's SLO attainment as a fraction).
 #include <cstdint>
 #include <limits>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -40,6 +41,11 @@ inline const std::vector<double> kDefaultPercentiles = {90, 99};
 /// The distribution of `seconds` (any order; empty: all zero).
 [[nodiscard]] LatencyStats latency_stats(std::vector<double> seconds,
                                          const std::vector<double>& percentiles = kDefaultPercentiles);
+
+/// The same statistics of float `seconds` (the replayer's inter-token gaps, a million and more in a
+/// run), to the bit those of the values converted to double, sorted at half the key width.
+[[nodiscard]] LatencyStats latency_stats_from_floats(std::span<const float> seconds,
+                                                     const std::vector<double>& percentiles = kDefaultPercentiles);
 
 /// Service-level objectives for goodput, in milliseconds; +inf: no objective on that latency.
 struct ServingSlo {

@@ -117,6 +117,75 @@ TEST_P(BackendConformance, RandomLifetimesReturnEveryByte) {
   EXPECT_EQ(b->breakdown().allocated(), 0u);
 }
 
+TEST_P(BackendConformance, TryGrowIsCanGrowThenGrow) {
+  // Twin backends under the same seeded operations near full capacity: one grows through
+  // can_grow + grow, the other through try_grow. Answers, lengths and every byte of the breakdown
+  // agree after every operation, forks (shared blocks, copy-on-write) and zero or oversized growth
+  // included; both answers occur.
+  auto a = make(700), b = make(700);
+  std::mt19937_64 rng(std::hash<std::string>{}(GetParam()) + 1);
+  std::vector<SeqId> live;
+  SeqId next = 0;
+  int yes = 0, no = 0;
+  for (int step = 0; step < 3000; ++step) {
+    const int op = static_cast<int>(rng() % 8);
+    if (op == 0 || live.empty()) {
+      const std::int64_t prompt = 1 + static_cast<std::int64_t>(rng() % 40);
+      const SequenceSpec spec{prompt, 128};
+      ASSERT_EQ(a->can_admit(spec, prompt), b->can_admit(spec, prompt));
+      if (a->can_admit(spec, prompt)) {
+        a->admit(next, spec, prompt);
+        b->admit(next, spec, prompt);
+        live.push_back(next++);
+      }
+    } else if (op == 1) {
+      const std::size_t i = rng() % live.size();
+      a->release(live[i]);
+      b->release(live[i]);
+      live.erase(live.begin() + static_cast<std::ptrdiff_t>(i));
+    } else if (op == 2) {
+      const SeqId parent = live[rng() % live.size()];
+      bool forked_a = true, forked_b = true;
+      try {
+        a->fork(parent, next);
+      } catch (const OutOfMemory&) {
+        forked_a = false;
+      }
+      try {
+        b->fork(parent, next);
+      } catch (const OutOfMemory&) {
+        forked_b = false;
+      }
+      ASSERT_EQ(forked_a, forked_b) << step;
+      if (forked_a) live.push_back(next);
+      ++next;
+    } else {
+      const SeqId id = live[rng() % live.size()];
+      const std::int64_t n = op == 3 ? 0 : op == 4 ? 1 + static_cast<std::int64_t>(rng() % 130) : 1;
+      const bool want = a->can_grow(id, n);
+      if (want) a->grow(id, n);
+      ASSERT_EQ(b->try_grow(id, n), want) << "step " << step << ": sequence " << id << " by " << n;
+      (want ? yes : no) += 1;
+      ASSERT_EQ(a->length(id), b->length(id));
+    }
+    const MemoryBreakdown ma = a->breakdown(), mb = b->breakdown();
+    ASSERT_EQ(ma.token_states, mb.token_states) << step;
+    ASSERT_EQ(ma.reserved, mb.reserved) << step;
+    ASSERT_EQ(ma.internal_fragmentation, mb.internal_fragmentation) << step;
+    ASSERT_EQ(ma.free(), mb.free()) << step;
+    ASSERT_EQ(ma.external_fragmentation, mb.external_fragmentation) << step;
+    ASSERT_EQ(ma.shared_savings, mb.shared_savings) << step;
+    ASSERT_EQ(ma.cached, mb.cached) << step;
+  }
+  EXPECT_GT(yes, 100);
+  EXPECT_GT(no, 100);
+  for (const SeqId id : live) {
+    a->release(id);
+    b->release(id);
+  }
+  EXPECT_EQ(b->breakdown().allocated(), 0u);
+}
+
 TEST_P(BackendConformance, StorageIsReturnedAtTeardown) {
   StatisticsAdaptor stats(host_memory_resource());
   {
@@ -225,6 +294,8 @@ std::vector<BadCall> front_door_bad_calls(const KvBackend& b) {
       {"grow unknown", [&](KvBackend& k) { k.grow(unknown, 1); }, "unknown sequence 99"},
       {"can_grow unknown", [&](KvBackend& k) { (void)k.can_grow(unknown, 1); }, "unknown sequence 99"},
       {"negative growth", [](KvBackend& k) { k.grow(1, -1); }, "growth must not be negative"},
+      {"try_grow unknown", [&](KvBackend& k) { (void)k.try_grow(unknown, 1); }, "unknown sequence 99"},
+      {"negative try_grow", [](KvBackend& k) { (void)k.try_grow(1, -1); }, "growth must not be negative"},
       {"fork unknown parent", [&](KvBackend& k) { k.fork(unknown, 5); }, "unknown sequence 99"},
       {"fork onto a live id", [](KvBackend& k) { k.fork(1, 1); }, "sequence 1 already exists"},
       {"release unknown", [&](KvBackend& k) { k.release(unknown); }, "unknown sequence 99"},
@@ -287,14 +358,14 @@ TEST_P(BackendConformance, SwappedSequencesAreNotResident) {
   }
   b->swap_out(1);
   const SeqId one = 1;
-  for (const auto& call :
-       std::vector<std::function<void()>>{[&] { b->swap_out(1); }, [&] { b->grow(1, 1); }, [&] { b->fork(1, 2); },
-                                          [&] {
-                                            (void)b->prepare_batch({&one, 1});
-                                          },
-                                          [&] {
-                                            b->prefetch({&one, 1});
-                                          }}) {
+  for (const auto& call : std::vector<std::function<void()>>{[&] { b->swap_out(1); }, [&] { b->grow(1, 1); },
+                                                             [&] { (void)b->try_grow(1, 1); }, [&] { b->fork(1, 2); },
+                                                             [&] {
+                                                               (void)b->prepare_batch({&one, 1});
+                                                             },
+                                                             [&] {
+                                                               b->prefetch({&one, 1});
+                                                             }}) {
     try {
       call();
       ADD_FAILURE() << "a swapped-out sequence was used";

@@ -2,7 +2,13 @@
 // them, goodput objectives, and the replayer's TTFT/TPOT/ITL/E2EL on runs worked out by hand.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <bit>
+#include <cstdlib>
 #include <cmath>
+#include <cstdint>
+#include <random>
+#include <vector>
 
 #include "alloc/contiguous/contiguous_backend.hpp"
 #include "alloc/core/error.hpp"
@@ -47,6 +53,39 @@ TEST(LatencyStats, ReportTheAskedPercentilesInOrder) {
   EXPECT_EQ(parse_percentiles("90,99"), kDefaultPercentiles);
   for (const char* bad : {"", "abc", "0", "101", "99,90", "90,90", "90,", "nan", "1,2,3,4,5,6,7,8,9,10,11", "50x"})
     EXPECT_THROW((void)parse_percentiles(bad), InvalidArgument) << bad;
+}
+
+TEST(LatencyStats, OfFloatsAreThoseOfTheValuesAsDoublesToTheBit) {
+  // Above and below the radix sort's threshold: seeded lognormal gaps with duplicates, in an order
+  // whose sums would differ if the floats' sort were not the doubles' one.
+  std::mt19937 rng(11);
+  std::lognormal_distribution<float> gap(-4.0f, 1.5f);
+  // n < 0: the same in runs of equal gaps (one per sequence of a step), the sort's run-length path.
+  for (const int n : {0, 1, 7, 4095, 4096, 60001, -60001}) {
+    std::vector<float> f;
+    for (int i = 0; i < std::abs(n); ++i) f.push_back(i % 5 == 4 ? f[static_cast<std::size_t>(i / 2)] : gap(rng));
+    if (n < 0) {
+      std::vector<float> runs;
+      for (std::size_t i = 0; runs.size() < f.size(); ++i)
+        runs.insert(runs.end(), std::min<std::size_t>(1 + rng() % 60, f.size() - runs.size()), f[i]);
+      f = runs;
+    }
+    const std::vector<double> percentiles = {10, 50, 90, 99, 99.9};
+    const LatencyStats want = latency_stats(std::vector<double>(f.begin(), f.end()), percentiles);
+    const LatencyStats got = latency_stats_from_floats(f, percentiles);
+    EXPECT_EQ(got.count, std::abs(n));
+    EXPECT_EQ(std::bit_cast<std::uint64_t>(got.mean_ms), std::bit_cast<std::uint64_t>(want.mean_ms)) << n;
+    EXPECT_EQ(std::bit_cast<std::uint64_t>(got.std_ms), std::bit_cast<std::uint64_t>(want.std_ms)) << n;
+    EXPECT_EQ(std::bit_cast<std::uint64_t>(got.median_ms), std::bit_cast<std::uint64_t>(want.median_ms)) << n;
+    ASSERT_EQ(got.percentiles_ms.size(), want.percentiles_ms.size());
+    for (std::size_t i = 0; i < got.percentiles_ms.size(); ++i)
+      EXPECT_EQ(std::bit_cast<std::uint64_t>(got.percentiles_ms[i].second),
+                std::bit_cast<std::uint64_t>(want.percentiles_ms[i].second))
+          << n << " p" << got.percentiles_ms[i].first;
+  }
+  const LatencyStats s = latency_stats_from_floats(std::vector<float>{4.0f, 1.0f, 3.0f, 2.0f});
+  EXPECT_DOUBLE_EQ(s.mean_ms, 2500);
+  EXPECT_NEAR(s.p90_ms, 3700, 1e-9);
 }
 
 TEST(Goodput, ParsesVllmsSyntaxAndRefusesTheRest) {
