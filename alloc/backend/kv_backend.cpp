@@ -74,8 +74,13 @@ void KvBackend::grow(SeqId id, std::int64_t n) {
 bool KvBackend::try_grow(SeqId id, std::int64_t n) {
   KVLAB_EXPECTS(n >= 0, "growth must not be negative");
   require_resident(id);
+  // As grow: a throw leaves the batch unprepared (conservative). A refusal changed nothing, so a
+  // batch prepared before it stays viewable, as after can_grow.
+  const bool was_prepared = prepared_;
   prepared_ = false;
-  return do_try_grow(id, n);
+  if (do_try_grow(id, n)) return true;
+  prepared_ = was_prepared;
+  return false;
 }
 
 bool KvBackend::do_try_grow(SeqId id, std::int64_t n) {

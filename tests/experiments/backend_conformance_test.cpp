@@ -186,6 +186,22 @@ TEST_P(BackendConformance, TryGrowIsCanGrowThenGrow) {
   EXPECT_EQ(b->breakdown().allocated(), 0u);
 }
 
+TEST_P(BackendConformance, ARefusedTryGrowKeepsThePreparedBatch) {
+  // A refusal changes nothing, so the batch prepared before it stays viewable, as after can_grow;
+  // a growth (even by zero tokens, as grow) needs a fresh batch.
+  StatisticsAdaptor stats(host_memory_resource());
+  auto b = make(600, &stats);
+  b->admit(1, {10, 20}, 10);
+  const SeqId one = 1;
+  b->prepare_batch({&one, 1});
+  EXPECT_FALSE(b->try_grow(1, 1000));  // past max_seq_len
+  EXPECT_NO_THROW((void)b->layer_view(0));
+  EXPECT_TRUE(b->try_grow(1, 1));
+  EXPECT_EQ(b->length(1), 11);
+  EXPECT_THROW((void)b->layer_view(0), InvalidArgument);
+  b->release(1);
+}
+
 TEST_P(BackendConformance, StorageIsReturnedAtTeardown) {
   StatisticsAdaptor stats(host_memory_resource());
   {
