@@ -365,17 +365,15 @@ PagedSequence& PagedBackend::seq(SeqId id) const {
 bool PagedBackend::do_can_grow(SeqId id, std::int64_t n) const { return can_grow_by(seq(id), n); }
 
 void PagedBackend::do_grow(SeqId id, std::int64_t n) {
-  Sequence& s = seq(id);  // one lookup: grow runs for every running sequence every step
-  if (!can_grow_by(s, n)) {
-    KVLAB_THROW(OutOfMemory, "growing sequence " + std::to_string(id) + " by " + std::to_string(n) + " tokens needs " +
-                                 std::to_string(blocks_needed_to_grow(s, n)) + " blocks, " +
-                                 std::to_string(available_blocks()) + " available (or passes max_seq_len)");
-  }
-  grow_checked(s, id, n);
+  if (do_try_grow(id, n)) return;
+  const Sequence& s = seq(id);
+  KVLAB_THROW(OutOfMemory, "growing sequence " + std::to_string(id) + " by " + std::to_string(n) + " tokens needs " +
+                               std::to_string(blocks_needed_to_grow(s, n)) + " blocks, " +
+                               std::to_string(available_blocks()) + " available (or passes max_seq_len)");
 }
 
 bool PagedBackend::do_try_grow(SeqId id, std::int64_t n) {
-  Sequence& s = seq(id);
+  Sequence& s = seq(id);  // one lookup: growth runs for every running sequence every step
   if (!can_grow_by(s, n)) return false;
   grow_checked(s, id, n);
   return true;

@@ -134,7 +134,7 @@ class PagedBackend final : public TableBackend<PagedSequence> {
   [[nodiscard]] bool do_can_grow(SeqId id, std::int64_t n) const override;
   void do_grow(SeqId id, std::int64_t n) override;
   [[nodiscard]] bool do_try_grow(SeqId id, std::int64_t n) override;
-  /// do_grow's work once can_grow_by(s, n) has said yes.
+  /// do_try_grow's growth once can_grow_by(s, n) has said yes (do_grow throws where it says no).
   void grow_checked(Sequence& s, SeqId id, std::int64_t n);
   void do_fork(SeqId parent, SeqId child) override;
   void do_release(SeqId id) override;

@@ -494,21 +494,18 @@ bool VmmBackend::do_can_grow(SeqId id, std::int64_t n) const {
 }
 
 void VmmBackend::do_grow(SeqId id, std::int64_t n) {
-  Sequence& s = at(id);
+  if (do_try_grow(id, n)) return;
+  const Sequence& s = at(id);
   if (s.length + n > config_.max_seq_len) {
     KVLAB_THROW(OutOfMemory, "sequence " + std::to_string(id) + " would grow to " + std::to_string(s.length + n) +
                                  " tokens past max_seq_len " + std::to_string(config_.max_seq_len));
   }
-  if (n == 0) return;
   const auto lock = guard();
   const std::int64_t rows = rows_for(s.length + n);
-  if (!feasible(s.slot, rows)) {
-    KVLAB_THROW(OutOfMemory, "growing sequence " + std::to_string(id) + " by " + std::to_string(n) + " tokens needs " +
-                                 std::to_string(arena_.missing_pages(s.slot, rows)) + " pages, " +
-                                 std::to_string(arena_.pool().num_free()) + " free and " +
-                                 std::to_string(reclaimable_from_others(s.slot)) + " reclaimable");
-  }
-  grow_checked(s, n, rows);
+  KVLAB_THROW(OutOfMemory, "growing sequence " + std::to_string(id) + " by " + std::to_string(n) + " tokens needs " +
+                               std::to_string(arena_.missing_pages(s.slot, rows)) + " pages, " +
+                               std::to_string(arena_.pool().num_free()) + " free and " +
+                               std::to_string(reclaimable_from_others(s.slot)) + " reclaimable");
 }
 
 bool VmmBackend::do_try_grow(SeqId id, std::int64_t n) {

@@ -182,7 +182,7 @@ class VmmBackend final : public TableBackend<VmmSequence> {
   [[nodiscard]] bool do_can_grow(SeqId id, std::int64_t n) const override;
   void do_grow(SeqId id, std::int64_t n) override;
   [[nodiscard]] bool do_try_grow(SeqId id, std::int64_t n) override;
-  /// do_grow's work once the length and the pages are known to fit, under the lock.
+  /// do_try_grow's growth once the length and the pages are known to fit, under the lock.
   void grow_checked(Sequence& s, std::int64_t n, std::int64_t rows);
   void do_fork(SeqId parent, SeqId child) override;
   /// Ends the sequence. Its pages are unmapped, or kept in its slot with deferred reclamation. If
