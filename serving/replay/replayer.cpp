@@ -360,7 +360,7 @@ void Replay::summarize() {
   sum.ttft = latency_stats(ttfts, c_.percentiles);
   sum.tpot = latency_stats(std::move(tpots), c_.percentiles);
   sum.e2el = latency_stats(std::move(e2els), c_.percentiles);
-  sum.itl = latency_stats_from_floats(sched_->inter_token_gaps(), c_.percentiles);
+  sum.itl = latency_stats_of_runs(sched_->take_inter_token_gaps(), c_.percentiles);
   if (c_.goodput.any() && !ttfts.empty()) {
     sum.slo_attainment_frac = static_cast<double>(good) / static_cast<double>(ttfts.size());
     sum.goodput_requests_per_s = sum.makespan_s > 0 ? static_cast<double>(good) / sum.makespan_s : 0;
@@ -386,10 +386,10 @@ void Replay::summarize() {
 
 KeptMemoryEstimate estimate_kept_memory(const std::vector<Request>& workload, const ReplayConfig& config) {
   // Per request: its RequestRecord (reason included), the scheduler's entry and its share of the
-  // summary's per-request vectors: 512 bytes covers them with room. Per generated token: the
-  // float gap, and at the end the two key arrays of its sort and the sorted doubles
-  // (latency_stats_from_floats, serving/support/sort_doubles.hpp).
-  constexpr std::size_t kPerRequest = 512, kPerToken = sizeof(float) + 2 * sizeof(std::uint32_t) + sizeof(double);
+  // summary's per-request vectors: 512 bytes covers them with room. Per generated token, at most
+  // (no two consecutive gaps equal): a run of its gap, and the sort's copy at the end
+  // (serving/support/float_runs.hpp).
+  constexpr std::size_t kPerRequest = 512, kPerToken = FloatRuns::kBytesPerValue + FloatRuns::kSortBytesPerValue;
   KeptMemoryEstimate e;
   const std::int64_t chunk = std::max<std::int64_t>(config.max_batched_tokens, 1);
   const std::int64_t samples = std::max(config.samples_per_request, 1);

@@ -18,6 +18,7 @@
 #include <optional>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "alloc/backend/kv_backend.hpp"
@@ -25,6 +26,7 @@
 #include "serving/replay/kv_integrity.hpp"
 #include "serving/replay/replayer.hpp"
 #include "serving/replay/step_plan.hpp"
+#include "serving/support/float_runs.hpp"
 #include "serving/traces/token_ids.hpp"
 
 namespace kvlab {
@@ -50,7 +52,8 @@ class Scheduler {
   /// The admission the backend last refused this step (the breakdown's "blocked" request).
   [[nodiscard]] const std::optional<SequenceSpec>& blocked() const noexcept { return blocked_; }
   /// Every inter-token gap of every request, seconds.
-  [[nodiscard]] const std::vector<float>& inter_token_gaps() const noexcept { return itl_; }
+  /// Every inter-token gap of every request, seconds, as runs; the scheduler keeps none after.
+  [[nodiscard]] FloatRuns take_inter_token_gaps() noexcept { return std::move(itl_); }
 
   /// Plans the next step and claims its KV. A plan that does not run (runs() false) still carries
   /// the events that led there; the step is then over.
@@ -102,8 +105,8 @@ class Scheduler {
   const ProgressCallback& progress_;
   std::deque<Group> waiting_, swapped_;
   std::vector<Group> running_;
-  std::vector<float> itl_;  // every inter-token gap of every request, seconds (4 bytes a token)
-  StepPlan plan_;           // the plan being made (events since the last one included)
+  FloatRuns itl_;  // every inter-token gap of every request, seconds (runs of equal gaps: a few bytes a step)
+  StepPlan plan_;  // the plan being made (events since the last one included)
   std::size_t next_arrival_ = 0;
   std::int64_t done_ = 0;
   SeqId next_seq_ = 0;

@@ -9,11 +9,20 @@
 
 namespace kvlab {
 
-double quantile(const std::vector<double>& sorted, double q) {
-  const double pos = q * static_cast<double>(sorted.size() - 1);
+namespace {
+/// The q-quantile of `n` ascending values, `at(i)` the i-th (numpy.percentile's linear method).
+template <class At>
+double quantile_of(std::size_t n, double q, const At& at) {
+  const double pos = q * static_cast<double>(n - 1);
   const auto lo = static_cast<std::size_t>(std::floor(pos));
-  const std::size_t hi = std::min(lo + 1, sorted.size() - 1);
-  return sorted[lo] + (sorted[hi] - sorted[lo]) * (pos - static_cast<double>(lo));
+  const std::size_t hi = std::min(lo + 1, n - 1);
+  const double a = at(lo), b = at(hi);
+  return a + (b - a) * (pos - static_cast<double>(lo));
+}
+}  // namespace
+
+double quantile(const std::vector<double>& sorted, double q) {
+  return quantile_of(sorted.size(), q, [&](std::size_t i) { return sorted[i]; });
 }
 
 std::vector<double> parse_percentiles(const std::string& spec) {
@@ -48,36 +57,61 @@ std::string percentile_name(double p) {
 }
 
 namespace {
-/// The statistics of `seconds`, sorted ascending: its sums are taken in that order, so the same
-/// values give the same bits however they arrived.
-LatencyStats stats_of_sorted(const std::vector<double>& seconds, const std::vector<double>& percentiles) {
+/// The statistics of `n` values in ascending order: `each(fn)` calls fn(value, count) for runs of
+/// equal values (count 1 each for a plain vector), `at(i)` returns the i-th value. Sums are taken
+/// value by value in that order, so the same values give the same bits however they arrived or
+/// were grouped.
+template <class Each, class At>
+LatencyStats stats_of_ascending(std::int64_t n, const Each& each, const At& at,
+                                const std::vector<double>& percentiles) {
   LatencyStats s;
   for (double p : percentiles) s.percentiles_ms.emplace_back(p, 0.0);
-  if (seconds.empty()) return s;
-  const auto n = static_cast<double>(seconds.size());
+  if (n == 0) return s;
   double sum = 0;
-  for (double x : seconds) sum += x;
-  const double mean = sum / n;
+  each([&](double x, std::int64_t count) {
+    for (std::int64_t k = 0; k < count; ++k) sum += x;
+  });
+  const double mean = sum / static_cast<double>(n);
   double var = 0;
-  for (double x : seconds) var += (x - mean) * (x - mean);
-  s.count = static_cast<std::int64_t>(seconds.size());
+  each([&](double x, std::int64_t count) {
+    for (std::int64_t k = 0; k < count; ++k) var += (x - mean) * (x - mean);
+  });
+  const auto q = [&](double p) { return quantile_of(static_cast<std::size_t>(n), p, at); };
+  s.count = n;
   s.mean_ms = 1e3 * mean;
-  s.std_ms = 1e3 * std::sqrt(var / n);
-  s.median_ms = 1e3 * quantile(seconds, 0.5);
-  s.p90_ms = 1e3 * quantile(seconds, 0.9);
-  s.p99_ms = 1e3 * quantile(seconds, 0.99);
-  for (auto& [p, ms] : s.percentiles_ms) ms = 1e3 * quantile(seconds, p / 100);
+  s.std_ms = 1e3 * std::sqrt(var / static_cast<double>(n));
+  s.median_ms = 1e3 * q(0.5);
+  s.p90_ms = 1e3 * q(0.9);
+  s.p99_ms = 1e3 * q(0.99);
+  for (auto& [p, ms] : s.percentiles_ms) ms = 1e3 * q(p / 100);
   return s;
 }
 }  // namespace
 
 LatencyStats latency_stats(std::vector<double> seconds, const std::vector<double>& percentiles) {
   sort_doubles(seconds);  // std::sort's order, faster on large vectors
-  return stats_of_sorted(seconds, percentiles);
+  return stats_of_ascending(
+      static_cast<std::int64_t>(seconds.size()),
+      [&](const auto& fn) {
+        for (const double x : seconds) fn(x, 1);
+      },
+      [&](std::size_t i) { return seconds[i]; }, percentiles);
 }
 
-LatencyStats latency_stats_from_floats(std::span<const float> seconds, const std::vector<double>& percentiles) {
-  return stats_of_sorted(sorted_as_doubles(seconds), percentiles);
+LatencyStats latency_stats_of_runs(FloatRuns seconds, const std::vector<double>& percentiles) {
+  seconds.sort();
+  // The i-th value: the run that holds it, found by walking the runs from the last one found (the
+  // quantiles are asked mostly in ascending order: a few walks over the runs in all, no memory).
+  std::size_t run = 0;
+  std::int64_t run_start = 0;
+  const auto at = [&](std::size_t index) {
+    const auto i = static_cast<std::int64_t>(index);
+    if (i < run_start) run = 0, run_start = 0;
+    while (run_start + seconds.run(run).count <= i) run_start += seconds.run(run++).count;
+    return seconds.run(run).value;
+  };
+  return stats_of_ascending(
+      seconds.size(), [&](const auto& fn) { seconds.for_each(fn); }, at, percentiles);
 }
 
 bool ServingSlo::any() const noexcept {

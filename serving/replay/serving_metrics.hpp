@@ -6,10 +6,11 @@
 // service-level objective given, per second (DistServe's SLO attainment as a fraction).
 #include <cstdint>
 #include <limits>
-#include <span>
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "serving/support/float_runs.hpp"
 
 namespace kvlab {
 
@@ -42,10 +43,10 @@ inline const std::vector<double> kDefaultPercentiles = {90, 99};
 [[nodiscard]] LatencyStats latency_stats(std::vector<double> seconds,
                                          const std::vector<double>& percentiles = kDefaultPercentiles);
 
-/// The same statistics of float `seconds` (the replayer's inter-token gaps, a million and more in a
-/// run), to the bit those of the values converted to double, sorted at half the key width.
-[[nodiscard]] LatencyStats latency_stats_from_floats(std::span<const float> seconds,
-                                                     const std::vector<double>& percentiles = kDefaultPercentiles);
+/// The same statistics of `seconds` kept as runs (the replayer's inter-token gaps, millions in a
+/// run of a trace): to the bit those of the values converted to double, one by one.
+[[nodiscard]] LatencyStats latency_stats_of_runs(FloatRuns seconds,
+                                                 const std::vector<double>& percentiles = kDefaultPercentiles);
 
 /// Service-level objectives for goodput, in milliseconds; +inf: no objective on that latency.
 struct ServingSlo {

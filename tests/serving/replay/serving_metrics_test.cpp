@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -55,37 +56,54 @@ TEST(LatencyStats, ReportTheAskedPercentilesInOrder) {
     EXPECT_THROW((void)parse_percentiles(bad), InvalidArgument) << bad;
 }
 
-TEST(LatencyStats, OfFloatsAreThoseOfTheValuesAsDoublesToTheBit) {
-  // Above and below the radix sort's threshold: seeded lognormal gaps with duplicates, in an order
-  // whose sums would differ if the floats' sort were not the doubles' one.
+FloatRuns runs_of(const std::vector<float>& f) {
+  FloatRuns r;
+  for (const float x : f) r.push_back(x);
+  return r;
+}
+
+TEST(LatencyStats, OfRunsAreThoseOfTheValuesAsDoublesToTheBit) {
+  // Above and below the radix sort's threshold (in runs): seeded lognormal gaps with duplicates, in
+  // an order whose sums would differ if the runs' order were not the doubles' one, with zeros of
+  // both signs and the largest float.
   std::mt19937 rng(11);
   std::lognormal_distribution<float> gap(-4.0f, 1.5f);
-  // n < 0: the same in runs of equal gaps (one per sequence of a step), the sort's run-length path.
-  for (const int n : {0, 1, 7, 4095, 4096, 60001, -60001}) {
+  // n < 0: the same in runs of equal gaps (one per sequence of a step, as the replayer records them).
+  for (const int n : {0, 1, 7, 4095, 4096, 60001, -60001, -500000}) {
     std::vector<float> f;
     for (int i = 0; i < std::abs(n); ++i) f.push_back(i % 5 == 4 ? f[static_cast<std::size_t>(i / 2)] : gap(rng));
+    if (std::abs(n) > 7)
+      for (const float x : {0.0f, -0.0f, 0.0f, std::numeric_limits<float>::max()}) f[rng() % f.size()] = x;
     if (n < 0) {
       std::vector<float> runs;
       for (std::size_t i = 0; runs.size() < f.size(); ++i)
         runs.insert(runs.end(), std::min<std::size_t>(1 + rng() % 60, f.size() - runs.size()), f[i]);
       f = runs;
     }
+    const FloatRuns r = runs_of(f);
+    EXPECT_EQ(r.size(), std::abs(n));
+    if (n < -60000) {
+      EXPECT_LT(r.runs() * 10, f.size()) << "the runs were not kept as runs";
+    }
     const std::vector<double> percentiles = {10, 50, 90, 99, 99.9};
     const LatencyStats want = latency_stats(std::vector<double>(f.begin(), f.end()), percentiles);
-    const LatencyStats got = latency_stats_from_floats(f, percentiles);
+    const LatencyStats got = latency_stats_of_runs(r, percentiles);
     EXPECT_EQ(got.count, std::abs(n));
     EXPECT_EQ(std::bit_cast<std::uint64_t>(got.mean_ms), std::bit_cast<std::uint64_t>(want.mean_ms)) << n;
     EXPECT_EQ(std::bit_cast<std::uint64_t>(got.std_ms), std::bit_cast<std::uint64_t>(want.std_ms)) << n;
     EXPECT_EQ(std::bit_cast<std::uint64_t>(got.median_ms), std::bit_cast<std::uint64_t>(want.median_ms)) << n;
+    EXPECT_EQ(std::bit_cast<std::uint64_t>(got.p90_ms), std::bit_cast<std::uint64_t>(want.p90_ms)) << n;
+    EXPECT_EQ(std::bit_cast<std::uint64_t>(got.p99_ms), std::bit_cast<std::uint64_t>(want.p99_ms)) << n;
     ASSERT_EQ(got.percentiles_ms.size(), want.percentiles_ms.size());
     for (std::size_t i = 0; i < got.percentiles_ms.size(); ++i)
       EXPECT_EQ(std::bit_cast<std::uint64_t>(got.percentiles_ms[i].second),
                 std::bit_cast<std::uint64_t>(want.percentiles_ms[i].second))
           << n << " p" << got.percentiles_ms[i].first;
   }
-  const LatencyStats s = latency_stats_from_floats(std::vector<float>{4.0f, 1.0f, 3.0f, 2.0f});
-  EXPECT_DOUBLE_EQ(s.mean_ms, 2500);
-  EXPECT_NEAR(s.p90_ms, 3700, 1e-9);
+  const LatencyStats s = latency_stats_of_runs(runs_of({4.0f, 1.0f, 1.0f, 3.0f, 2.0f}));
+  EXPECT_DOUBLE_EQ(s.mean_ms, 2200);
+  EXPECT_DOUBLE_EQ(s.median_ms, 2000);
+  EXPECT_NEAR(s.p90_ms, 3600, 1e-9);
 }
 
 TEST(Goodput, ParsesVllmsSyntaxAndRefusesTheRest) {

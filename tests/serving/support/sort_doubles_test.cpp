@@ -59,45 +59,5 @@ TEST(SortDoubles, SmallSortedReversedAndConstantVectors) {
   expect_as_std_sort(same);  // every pass skipped: nothing to move
 }
 
-TEST(SortDoubles, FloatsComeOutAsTheirDoublesSorted) {
-  // Every float converts exactly, in order: the sorted doubles of the floats are std::sort's doubles
-  // of the converted values, above and below the radix threshold, with the same special values.
-  std::mt19937_64 rng(9);
-  std::lognormal_distribution<float> gap(-4.0f, 2.0f);
-  // Runs: values repeated 1-80 times in a row (the replayer's gaps), which take the run-length path
-  // above the threshold; the other sizes have almost no runs and take the plain one.
-  for (const int n : {0, 3, 4095, 4096, 50000, -4096, -50000}) {
-    std::vector<float> f;
-    for (int i = 0; i < std::abs(n); ++i) f.push_back(i % 9 == 8 ? -gap(rng) : gap(rng));
-    if (n < 0) {
-      std::vector<float> runs;
-      for (std::size_t i = 0; runs.size() < f.size(); ++i)
-        runs.insert(runs.end(), std::min<std::size_t>(1 + rng() % 80, f.size() - runs.size()), f[i]);
-      f = runs;
-      for (const float z : {0.0f, -0.0f, 0.0f, std::numeric_limits<float>::infinity()})
-        f.insert(f.end(), 1 + rng() % 40, z);
-    }
-    if (n > 3) {
-      for (const float x :
-           {0.0f, -0.0f, std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
-            std::numeric_limits<float>::denorm_min(), -std::numeric_limits<float>::denorm_min(),
-            std::numeric_limits<float>::max(), std::numeric_limits<float>::lowest(), f[1], f[2]})
-        f.push_back(x);
-      std::shuffle(f.begin(), f.end(), rng);
-    }
-    std::vector<double> want(f.begin(), f.end());
-    std::sort(want.begin(), want.end());
-    const std::vector<double> got = sorted_as_doubles(f);
-    ASSERT_EQ(got.size(), want.size());
-    for (std::size_t i = 0; i < got.size(); ++i) {
-      if (want[i] == 0.0) {
-        EXPECT_EQ(got[i], 0.0) << n << ": " << i;
-      } else {
-        EXPECT_EQ(std::bit_cast<std::uint64_t>(got[i]), std::bit_cast<std::uint64_t>(want[i])) << n << ": " << i;
-      }
-    }
-  }
-}
-
 }  // namespace
 }  // namespace kvlab
