@@ -278,6 +278,13 @@ void Replay::begin() {
   sum.requests = static_cast<std::int64_t>(w_.size());
   sum.capacity_bytes = b_.breakdown().capacity;
   result_.requests.resize(w_.size());
+  if (c_.keep_steps) {
+    // Room for the steps up front, up to a bound: pages are only zeroed (and counted) once a step
+    // is written, while a vector that doubles touches twice the memory and copies it. A replay's
+    // fresh pages were a large part of its wall time (results/README.md, 2026-11-29c).
+    constexpr std::int64_t kReservedSteps = std::int64_t{1} << 20;  // about 190 MB of address space
+    result_.steps.reserve(static_cast<std::size_t>(std::min(estimate_kept_memory(w_, c_).steps, kReservedSteps)));
+  }
   sched_.emplace(b_, w_, c_, result_, now_, integrity_.get(), progress_);
 }
 
