@@ -394,8 +394,8 @@ void Replay::summarize() {
 KeptMemoryEstimate estimate_kept_memory(const std::vector<Request>& workload, const ReplayConfig& config) {
   // Per request: its RequestRecord (reason included), the scheduler's entry and its share of the
   // summary's per-request vectors: 512 bytes covers them with room. Per generated token, at most
-  // (no two consecutive gaps equal): a run of its gap, and the sort's copy at the end
-  // (serving/support/float_runs.hpp).
+  // (no two consecutive gaps equal): a run of its gap, in a vector that grows, and the sort's copy
+  // at the end, whose counts come once (serving/support/float_runs.hpp).
   constexpr std::size_t kPerRequest = 512, kPerToken = FloatRuns::kBytesPerValue + FloatRuns::kSortBytesPerValue;
   KeptMemoryEstimate e;
   const std::int64_t chunk = std::max<std::int64_t>(config.max_batched_tokens, 1);
@@ -405,7 +405,7 @@ KeptMemoryEstimate estimate_kept_memory(const std::vector<Request>& workload, co
     e.generated_tokens += r.output_tokens * samples;
     if (config.keep_steps) e.steps += r.output_tokens + (r.prompt_tokens + chunk - 1) / chunk;
   }
-  e.bytes = static_cast<std::size_t>(e.requests) * kPerRequest +
+  e.bytes = FloatRuns::kSortFixedBytes + static_cast<std::size_t>(e.requests) * kPerRequest +
             static_cast<std::size_t>(e.generated_tokens) * kPerToken +
             static_cast<std::size_t>(e.steps) * sizeof(StepRecord);
   return e;

@@ -51,9 +51,8 @@ class Scheduler {
   [[nodiscard]] std::size_t swapped() const noexcept { return swapped_.size(); }
   /// The admission the backend last refused this step (the breakdown's "blocked" request).
   [[nodiscard]] const std::optional<SequenceSpec>& blocked() const noexcept { return blocked_; }
-  /// Every inter-token gap of every request, seconds.
   /// Every inter-token gap of every request, seconds, as runs; the scheduler keeps none after.
-  [[nodiscard]] FloatRuns take_inter_token_gaps() noexcept { return std::move(itl_); }
+  [[nodiscard]] FloatRuns take_inter_token_gaps() noexcept { return std::exchange(itl_, {}); }
 
   /// Plans the next step and claims its KV. A plan that does not run (runs() false) still carries
   /// the events that led there; the step is then over.

@@ -1,7 +1,5 @@
 #include "serving/support/float_runs.hpp"
 
-#include "serving/support/radix_sort.hpp"
-
 namespace kvlab {
 
 void FloatRuns::push_back(float x) {

@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "serving/support/radix_sort.hpp"
+
 namespace kvlab {
 
 // Design note
@@ -13,16 +15,17 @@ namespace kvlab {
 // for every sequence that was also in the step before, so the gaps arrive in runs about a batch
 // long. Kept one float each they were a vector that grew by doubling to tens of MB, paid for in
 // fresh pages (page faults and zeroing: a third of a memory-mode replay's wall time on a VM host),
-// then a sorted copy of doubles as large again. Kept as runs they take a few MB.
+// then a sorted copy of doubles as large again. Kept as runs about a batch long they take a few MB.
 //
 // Approach. Each run is one 64-bit word: the value's order key (radix::key_of) above, its length
 // below (up to 2^32 - 1; a longer run continues in the next word), so that sorting the words by
 // their upper half sorts the values. push_back extends the last run when the value has the same
-// bits. sort() orders the runs in place (equal values end adjacent, -0.0 before +0.0); for_each
-// then visits them ascending.
+// bits. sort() orders the runs by value (a radix sort through one scratch copy of the words; equal
+// values end adjacent, -0.0 before +0.0); for_each and run() then visit them ascending.
 //
-// Limitations. A series whose consecutive values all differ takes 8 bytes a value, twice a
-// vector of floats. NaN has no place in the order (the replayer's gaps never are).
+// Limitations. A series whose consecutive values all differ (one sequence running: every step's
+// gap is another) takes a word a value, up to two while the vector grows: four times a vector of
+// floats. NaN has no place in the order (the replayer's gaps never are).
 class FloatRuns {
  public:
   /// Appends `x` (not NaN).
@@ -51,8 +54,10 @@ class FloatRuns {
   /// Bytes kept.
   [[nodiscard]] std::size_t bytes() const noexcept { return words_.capacity() * sizeof(std::uint64_t); }
 
-  /// Bytes kept per value at most, and what sort() needs on top of them per value at most.
-  static constexpr std::size_t kBytesPerValue = sizeof(std::uint64_t), kSortBytesPerValue = sizeof(std::uint64_t);
+  /// Bytes kept per value at most (a word per value, the vector's capacity up to twice its size),
+  /// and what sort() needs on top of them: a scratch word per value and the radix counts.
+  static constexpr std::size_t kBytesPerValue = 2 * sizeof(std::uint64_t), kSortBytesPerValue = sizeof(std::uint64_t);
+  static constexpr std::size_t kSortFixedBytes = 32 / radix::kPassBits * radix::kCountBytesPerPass;
 
  private:
   static constexpr std::uint64_t kMaxCount = 0xffff'ffffULL;

@@ -31,6 +31,9 @@ template <class Float, class Key>
 
 /// Below this many keys std::sort is as fast.
 inline constexpr std::size_t kRadixFrom = 4096;
+/// Bits a pass sorts, and the memory its counts take.
+inline constexpr int kPassBits = 16;
+inline constexpr std::size_t kCountBytesPerPass = (std::size_t{1} << kPassBits) * sizeof(std::size_t);
 
 /// Sorts unsigned `keys` ascending by their bits from `low_bit` up (a multiple of 16; the bits
 /// below it are carried along, in no particular order among equal high bits): stable passes of 16
@@ -39,7 +42,7 @@ inline constexpr std::size_t kRadixFrom = 4096;
 /// (latencies share their top bits).
 template <class Key>
 void radix_sort(std::vector<Key>& keys, int low_bit = 0) {
-  constexpr int kBits = 16;
+  constexpr int kBits = kPassBits;
   if (keys.size() < kRadixFrom) {
     const Key high = low_bit == 0 ? ~Key{0} : static_cast<Key>(~((Key{1} << low_bit) - 1));
     std::sort(keys.begin(), keys.end(), [high](Key a, Key b) { return (a & high) < (b & high); });
