@@ -14,7 +14,7 @@ namespace kvlab {
 // one: percentiles are exact), millions in a run of a public trace. But one step's gap is the same
 // for every sequence that was also in the step before, so the gaps arrive in runs about a batch
 // long. Kept one float each they were a vector that grew by doubling to tens of MB, paid for in
-// fresh pages (page faults and zeroing: a third of a memory-mode replay's wall time on a VM host),
+// fresh pages (page faults and zeroing: about a quarter of a memory-mode replay's samples on a VM host),
 // then a sorted copy of doubles as large again. Kept as runs about a batch long they take a few MB.
 //
 // Approach. Each run is one 64-bit word: the value's order key (radix::key_of) above, its length
