@@ -51,9 +51,6 @@ class FloatRuns {
       fn(r.value, r.count);
     }
   }
-  /// Bytes kept.
-  [[nodiscard]] std::size_t bytes() const noexcept { return words_.capacity() * sizeof(std::uint64_t); }
-
   /// Bytes kept per value at most (a word per value, the vector's capacity up to twice its size),
   /// and what sort() needs on top of them: a scratch word per value and the radix counts.
   static constexpr std::size_t kBytesPerValue = 2 * sizeof(std::uint64_t), kSortBytesPerValue = sizeof(std::uint64_t);
