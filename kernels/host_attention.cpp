@@ -43,17 +43,19 @@ constexpr int kMaxBlockRows = kLanes;
 
 /// The lines to request while a block computes: rows [0, nt) of head `head_off` (an element
 /// offset) of a tile, whole cache lines. A tile reads 16 rows a token stride apart per head, which
-/// the hardware prefetchers follow poorly, so attend() asks one head ahead of the computation (and
-/// for the next tile's first head during this tile's last), and score_block() and v_block() spread
-/// the requests over the computation: the next head's K rows a few per group of scores, its V rows
-/// one per token of the V pass. The requests bring lines into L2, not L1: the loads then hit L2,
-/// and a request held in one of L1's few line-fill buffers until memory answers no longer limits
-/// how many lines are in flight. Measured on the benchmark geometry (docs/kernels.md): spreading
-/// them beat issuing the head's 128 requests at once by 10 % (a burst fills the line-fill buffers
-/// and stalls the loop behind it); one head ahead beat a whole tile at once (+20 %), two heads
-/// ahead (-3 %; into L2 -1.7 %), whole tiles ahead into L1 or L2 (-3 to -25 %) and no prefetch at all; into
-/// L2 beat into L1 by 4-6 % from memory (contiguous; paged-16 1 %) and cost 2-5 % with the KV
-/// already in L2.
+/// the hardware prefetchers follow poorly, so attend() asks kLeadHeads heads ahead of the
+/// computation (wrapping into the next tile's first heads during this tile's last ones), and
+/// score_block() and v_block() spread the requests over the computation: that head's K rows a few
+/// per group of scores, its V rows one per token of the V pass. The requests bring lines into L2,
+/// not L1: the loads then hit L2, and a request held in one of L1's few line-fill buffers until
+/// memory answers no longer limits how many lines are in flight. Measured on the benchmark geometry
+/// (docs/kernels.md): spreading them beat issuing the head's 128 requests at once by 10 % (a burst
+/// fills the line-fill buffers and stalls the loop behind it); into L2 beat into L1 by 4-6 % from
+/// memory (contiguous; paged-16 1 %) and cost 2-5 % with the KV already in L2; whole tiles ahead
+/// into L1 or L2 cost 3-25 %. How far ahead: on an Intel Xeon (2026-11-27) one head beat two by
+/// 3 %; on a Zen 4 EPYC (2026-11-29, after the spreading above) three heads beat one by 19 %
+/// (contiguous decode; one thread +15 %, paged-16 +20 %), two and four heads by 16-17 %.
+constexpr std::size_t kLeadHeads = 3;
 template <class T>
 struct PrefetchPlan {
   const T* const* k = nullptr;  // nullptr: nothing to request
@@ -128,6 +130,8 @@ struct ChunkState {
   std::vector<float> m;       // running max of each slot's softmax
   std::vector<float> l;       // [slot][16]: each slot's running sum, as per-lane partial sums
   std::vector<std::int64_t> visible;
+  std::vector<int> heads;               // the chunk's KV heads in order
+  std::vector<std::size_t> head_index;  // [block]: its head's place in `heads`
 };
 
 /// Weighted V of one tile into a block's accumulators, CP chunks of every row at a time in
@@ -379,22 +383,37 @@ void attend(const AttentionParams& p, const View& kv, int s, int kh0, int nh, Ch
     const auto token_bytes = static_cast<std::uintptr_t>(kv.token_stride) * sizeof(T);
     const int touch_step =
         static_cast<int>(std::max<std::uintptr_t>(1, 4096 / std::max<std::uintptr_t>(1, token_bytes)));
-    // The L2 hardware streamer follows a run of lines within one 4 KiB page and starts afresh on
-    // each page. One line of each of the next tile's pages is requested into L2 while this tile's
-    // second-to-last block computes, which starts it on those pages a block before the next
-    // tile's first-head lines are requested (during the last block). Measured in one process
+    // The chunk's heads in order, and each block's place among them: a head's lines are requested
+    // while the last block of the head `lead` places earlier computes.
+    std::vector<int>& heads = st.heads;
+    std::vector<std::size_t>& head_index = st.head_index;
+    heads.clear();
+    head_index.resize(chunk.size());
+    for (std::size_t i = 0; i < chunk.size(); ++i) {
+      if (i == 0 || chunk[i].head != chunk[i - 1].head) heads.push_back(chunk[i].head);
+      head_index[i] = heads.size() - 1;
+    }
+    const std::size_t lead = std::min(kLeadHeads, heads.size());
+    // With a chunk of one head (the lead is one), the next tile's lines are requested only during
+    // this tile's last block. The L2 hardware streamer follows a run of lines within one 4 KiB page
+    // and starts afresh on each page, so one line of each of the next tile's pages is requested
+    // into L2 while the second-to-last block computes, a block earlier. Measured in one process
     // (docs/kernels.md): contiguous +2-3 % (one thread +2.6-4.3 %) against no such requests,
     // paged-16 +2-3 % against the same requests at the tile's start. A chunk of one block (one KV
     // head per task) has no second-to-last block: there the requests go out at the tile's start
-    // and only where the next tile lies elsewhere, as they did before; for contiguous tiles that
-    // timing cost 4 %.
+    // and only where the next tile lies elsewhere; for contiguous tiles that timing cost 4 %.
+    // A longer lead requests the next tile's first heads early enough (these requests measured no
+    // gain with lead 3: 0.99-1.01x), so none are made.
+    const bool touch_tiles = lead == 1;
     const std::size_t touch_at = chunk.size() >= 2 ? chunk.size() - 2 : 0;
     const bool touch_every_tile = chunk.size() >= 2;
     int cur = 0;
     int nt = static_cast<int>(std::min<std::int64_t>(kTile, max_visible));
     tile_tokens(kv, s, 0, nt, ks[cur], vs[cur]);
-    prefetch_rows<T, D>(ks[cur], 0, nt, chunk.front().head * kv.head_stride);
-    prefetch_rows<T, D>(vs[cur], 0, nt, chunk.front().head * kv.head_stride);
+    for (std::size_t h = 0; h < lead; ++h) {
+      prefetch_rows<T, D>(ks[cur], 0, nt, heads[h] * kv.head_stride);
+      prefetch_rows<T, D>(vs[cur], 0, nt, heads[h] * kv.head_stride);
+    }
     // Each block's score pass and softmax are issued before the previous block's V pass, so that
     // the V pass's FMAs never wait on the softmax's chain of dependent operations and the next
     // block's score pass never waits behind them (software pipelining, docs/kernels.md).
@@ -411,8 +430,8 @@ void attend(const AttentionParams& p, const View& kv, int s, int kh0, int nh, Ch
       if (next_nt > 0) tile_tokens(kv, s, next, next_nt, nkt, nvt);
       // Where the next tile lies somewhere else (the paged view at a block boundary), the early
       // requests also translate each of its pages' addresses.
-      const bool touch =
-          next_nt > 0 && (touch_every_tile || reinterpret_cast<std::uintptr_t>(nkt[0]) !=
+      const bool touch = touch_tiles && next_nt > 0 &&
+                         (touch_every_tile || reinterpret_cast<std::uintptr_t>(nkt[0]) !=
                                                   reinterpret_cast<std::uintptr_t>(kt[nt - 1]) + token_bytes);
       for (std::size_t i = 0; i < chunk.size(); ++i) {
         const RowBlock& b = chunk[i];
@@ -421,11 +440,14 @@ void attend(const AttentionParams& p, const View& kv, int s, int kh0, int nh, Ch
             __builtin_prefetch(nkt[j], 0, 1);
             __builtin_prefetch(nvt[j], 0, 1);
           }
-        PrefetchPlan<T> pf;  // the next head's lines, requested while this head's last block computes
-        if (i + 1 < chunk.size()) {
-          if (chunk[i + 1].head != b.head) pf = {kt, vt, nt, chunk[i + 1].head * kv.head_stride};
-        } else if (next_nt > 0) {
-          pf = {nkt, nvt, next_nt, chunk.front().head * kv.head_stride};
+        PrefetchPlan<T> pf;  // the lines of the head `lead` places on, while this head's last block computes
+        if (i + 1 == chunk.size() || chunk[i + 1].head != b.head) {
+          const std::size_t target = head_index[i] + lead;
+          if (target < heads.size()) {
+            pf = {kt, vt, nt, heads[target] * kv.head_stride};
+          } else if (next_nt > 0) {  // lead <= heads.size(): one of the next tile's first heads
+            pf = {nkt, nvt, next_nt, heads[target - heads.size()] * kv.head_stride};
+          }
         }
         if (b.max_visible > t) {
           TileWeights& tw = weights[next_weights];
