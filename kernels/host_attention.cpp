@@ -53,8 +53,9 @@ constexpr int kMaxBlockRows = kLanes;
 /// fills the line-fill buffers and stalls the loop behind it); into L2 beat into L1 by 4-6 % from
 /// memory (contiguous; paged-16 1 %) and cost 2-5 % with the KV already in L2; whole tiles ahead
 /// into L1 or L2 cost 3-25 %. How far ahead: on an Intel Xeon (2026-11-27) one head beat two by
-/// 3 %; on a Zen 4 EPYC (2026-11-29, after the spreading above) three heads beat one by 19 %
-/// (contiguous decode; one thread +15 %, paged-16 +20 %), two and four heads by 16-17 %.
+/// 3 %; on a Zen 4 EPYC (2026-11-29, after the spreading above) three heads beat one by 13-20 %
+/// in contiguous decode over four runs (one thread 13-16 %, paged-16 4-20 %), and two or four
+/// heads about as much (16-17 %).
 constexpr std::size_t kLeadHeads = 3;
 template <class T>
 struct PrefetchPlan {
