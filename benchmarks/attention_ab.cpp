@@ -29,7 +29,7 @@
 #include <vector>
 
 #include "kernels/attention.hpp"
-#include "kernels/measure/huge_pages.hpp"
+#include "alloc/memory/huge_pages.hpp"
 #include "kernels/kv_view.hpp"
 #include "kernels/measure/block_pool_copy.hpp"
 

@@ -28,7 +28,7 @@
 #include "benchmarks/host_context.hpp"
 #include "benchmarks/round_series.hpp"
 #include "kernels/measure/host_throughput.hpp"
-#include "kernels/measure/huge_pages.hpp"
+#include "alloc/memory/huge_pages.hpp"
 #include "kernels/attention.hpp"
 #include "kernels/kv_view.hpp"
 #include "kernels/measure/block_pool_copy.hpp"

@@ -12,6 +12,7 @@
 #include <string>
 #include <thread>
 
+#include "alloc/memory/huge_pages.hpp"
 #include "kernels/measure/host_throughput.hpp"
 #include "kernels/thread_pool.hpp"
 
@@ -25,16 +26,6 @@ inline std::string cpu_model() {
       if (const auto colon = line.find(':'); colon != std::string::npos)
         return line.substr(line.find_first_not_of(' ', colon + 1));
   return "unknown";
-}
-
-/// The bracketed choice of /sys/kernel/mm/transparent_hugepage/enabled (always, madvise or never),
-/// or "unknown" where the kernel has no THP.
-inline std::string transparent_huge_pages() {
-  std::ifstream in("/sys/kernel/mm/transparent_hugepage/enabled");
-  std::string modes;
-  std::getline(in, modes);
-  const auto open = modes.find('['), close = modes.find(']');
-  return open != std::string::npos && close > open ? modes.substr(open + 1, close - open - 1) : "unknown";
 }
 
 /// The L3 size of CPU 0 in bytes as sysfs gives it (what the kernel was told, e.g. "32768K"), or
@@ -57,7 +48,7 @@ inline std::string l3_cache_bytes() {
 inline void add_host_context() {
   benchmark::AddCustomContext("cpu_model", cpu_model());
   benchmark::AddCustomContext("l3_cache_bytes", l3_cache_bytes());
-  benchmark::AddCustomContext("transparent_hugepage", transparent_huge_pages());
+  benchmark::AddCustomContext("transparent_hugepage", transparent_huge_page_mode());
 }
 
 /// Measures the host's read bandwidth (every hardware thread, 256 MiB, far past any L3; best of 3:

@@ -14,6 +14,7 @@
 #include <string>
 
 #include "alloc/core/error.hpp"
+#include "alloc/memory/huge_pages.hpp"
 
 namespace kvlab {
 
@@ -106,7 +107,8 @@ std::int64_t PosixVmDriver::kernel_max_map_count() {
 
 PosixVmDriver::PosixVmDriver(std::size_t physical_bytes, std::int64_t max_map_count)
     : granularity_(static_cast<std::size_t>(::sysconf(_SC_PAGESIZE))),
-      max_map_count_(max_map_count > 0 ? max_map_count : kernel_max_map_count()) {
+      max_map_count_(max_map_count > 0 ? max_map_count : kernel_max_map_count()),
+      advise_huge_pages_(transparent_huge_page_mode("shmem_enabled") == "advise") {
   KVLAB_EXPECTS(physical_bytes > 0, "the physical capacity must be positive");
   capacity_ = (physical_bytes + granularity_ - 1) / granularity_ * granularity_;
   fd_ = ::memfd_create("kvlab-vmm", MFD_CLOEXEC);
@@ -297,6 +299,9 @@ bool PosixVmDriver::map(void* va, std::size_t bytes, PhysHandle handle) {
     if (err == ENOMEM) return false;
     KVLAB_THROW(Error, "PosixVmDriver::map: mmap failed: " + errno_text(err));
   }
+  // Shared memory gets huge pages only where its THP setting asks for the advice (best effort).
+  if (advise_huge_pages_ && bytes % kHugePageBytes == 0 && addr(va) % kHugePageBytes == 0)
+    (void)advise_huge_pages(va, bytes);
   mappings_[addr(va)] = bytes;
   mapped_bytes_ += bytes;
   return true;

@@ -50,8 +50,10 @@ struct PosixVmUsage {
 //  * A fault hook (tests) runs first in every call and can make it fail as out of memory or as an
 //    error with nothing changed.
 //
-// Limitations. The page size is any multiple of the host page size (4 KiB); transparent huge pages
-// are not requested (a memfd is shmem; THP for shmem is a system setting). Each mapping is a kernel
+// Limitations. The page size is any multiple of the host page size (4 KiB). A memfd is shared
+// memory, whose transparent huge pages follow /sys/kernel/mm/transparent_hugepage/shmem_enabled
+// (often "never"); where it is "advise", mappings of whole, aligned 2 MiB pages are advised
+// (alloc/memory/huge_pages.hpp), and the run header says which mode the host has. Each mapping is a kernel
 // VMA until neighbours merge: vm.max_map_count (65530 by default) bounds the number of separate
 // mappings, so 4 KiB pages over gigabytes can fail with ENOMEM (reported as out of memory). One
 // mutex serialises the bookkeeping and the syscalls; mmap/munmap take the process's mmap lock
@@ -108,6 +110,7 @@ class PosixVmDriver final : public VmDriver {
   std::int64_t max_map_count_;
   std::size_t capacity_;
   int fd_ = -1;
+  bool advise_huge_pages_;  // shmem THP is "advise": mappings of whole 2 MiB pages are advised
 
   mutable std::mutex mutex_;
   FaultHook hook_;

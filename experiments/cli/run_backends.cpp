@@ -13,6 +13,7 @@
 
 #include "alloc/core/error.hpp"
 #include "alloc/faults/fault_injection.hpp"
+#include "alloc/memory/huge_pages.hpp"
 #include "experiments/cli/messages.hpp"
 #include "experiments/runs/run_control.hpp"
 #include "serving/report/summary_json.hpp"
@@ -241,6 +242,7 @@ int run_backends(const RunOptions& c, const std::vector<std::string>& names, con
       << "model: " << model.name << " (" << model.kv_bytes_per_token() << " KV bytes/token), capacity "
       << c.capacity_gib << " GiB, clock " << c.clock_description(rc.device) << "\n";
   if (c.device.kind != Device::host) out << "device: " << device->describe() << "\n";
+  if (c.device.kind == Device::host && storage) out << "host memory: " << describe_host_huge_pages() << "\n";
   out << "\n";
   std::vector<ReplaySummary> rows;
   bool corrupted = false;

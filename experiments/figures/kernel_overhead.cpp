@@ -10,6 +10,7 @@
 #include <span>
 
 #include "alloc/transfer/staged_arrays.hpp"
+#include "alloc/memory/huge_pages.hpp"
 #include "alloc/memory/memory_resource.hpp"
 #include "experiments/figures/figure_kit.hpp"
 #include "experiments/figures/figure_list.hpp"
@@ -104,7 +105,7 @@ Measured measure(const FigureContext& ctx, const ModelGeometry& m, const std::st
   if (backend == "vmm-2m")  // at least one 2 MiB page per sequence for each layer's K and V
     o.capacity_bytes =
         std::max(o.capacity_bytes, static_cast<std::size_t>(pt.batch + 1) * 2 * m.num_layers * (2 << 20));
-  o.memory = ctx.device != nullptr ? &ctx.device->memory() : &host_memory_resource();
+  o.memory = ctx.device != nullptr ? &ctx.device->memory() : &huge_page_host_memory_resource();
   o.device = ctx.device;
   auto b = make_backend(backend, o);
   std::vector<SeqId> ids;

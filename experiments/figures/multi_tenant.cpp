@@ -11,6 +11,7 @@
 #include <limits>
 #include <map>
 
+#include "alloc/memory/huge_pages.hpp"
 #include "alloc/memory/memory_resource.hpp"
 #include "experiments/figures/figure_kit.hpp"
 #include "experiments/figures/figure_list.hpp"
@@ -462,7 +463,7 @@ std::string run_layout(const FigureContext& ctx, Facts& f) {
   BackendOptions o;
   o.model = model_preset("llama-3-8b");
   o.capacity_bytes = static_cast<std::size_t>((emulated ? 0.25 : ctx.full ? 6.0 : 1.0) * kGiB);
-  o.memory = ctx.device != nullptr ? &ctx.device->memory() : &host_memory_resource();
+  o.memory = ctx.device != nullptr ? &ctx.device->memory() : &huge_page_host_memory_resource();
   o.device = ctx.device;
   ReplayConfig c;
   c.execute = true;

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <set>
 
+#include "alloc/memory/huge_pages.hpp"
 #include "alloc/memory/memory_resource.hpp"
 #include "experiments/figures/figure_kit.hpp"
 #include "experiments/figures/figure_list.hpp"
@@ -234,7 +235,7 @@ void overlap(const FigureContext& ctx) {
   o.max_seq_len = 1024;
   o.capacity_bytes = std::size_t{ctx.full ? 8ull : 3ull} << 30;
   if (emulated) o.capacity_bytes = std::size_t{256} << 20;
-  o.memory = ctx.device != nullptr ? &ctx.device->memory() : &host_memory_resource();
+  o.memory = ctx.device != nullptr ? &ctx.device->memory() : &huge_page_host_memory_resource();
   o.device = ctx.device;
   ReplayConfig c;
   c.execute = true;

@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "alloc/core/error.hpp"
+#include "alloc/memory/huge_pages.hpp"
 #include "alloc/memory/memory_resource.hpp"
 #include "experiments/figures/figure_kit.hpp"
 #include "experiments/figures/figure_list.hpp"
@@ -66,7 +67,7 @@ MapTiming time_mapping(const FigureContext& ctx, const std::string& label, std::
       static_cast<std::int64_t>(page * static_cast<std::size_t>(pages / 2) / o.model.kv_bytes_per_token() * 2);
   o.max_seq_len = tokens;
   o.capacity_bytes = page * static_cast<std::size_t>(pages);
-  o.memory = ctx.device != nullptr ? &ctx.device->memory() : &host_memory_resource();
+  o.memory = ctx.device != nullptr ? &ctx.device->memory() : &huge_page_host_memory_resource();
   o.device = ctx.device;
   auto b = make_backend(fmt::format("vmm-{}-nodefer", label), o);
   // The CPU can write only memory it can address: on a GPU the touched rounds are left out.

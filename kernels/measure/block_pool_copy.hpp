@@ -17,7 +17,7 @@
 #include <utility>
 #include <vector>
 
-#include "kernels/measure/huge_pages.hpp"
+#include "alloc/memory/huge_pages.hpp"
 #include "kernels/kv_view.hpp"
 
 namespace kvlab {

@@ -17,7 +17,7 @@
 
 #include "alloc/core/error.hpp"
 #include "kernels/host_simd.hpp"
-#include "kernels/measure/huge_pages.hpp"
+#include "alloc/memory/huge_pages.hpp"
 #include "kernels/numeric.hpp"
 
 namespace kvlab {

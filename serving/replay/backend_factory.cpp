@@ -3,6 +3,7 @@
 #include "alloc/cuda/cuda_runtime.hpp"
 #include "alloc/core/error.hpp"
 #include "alloc/faults/fault_injection.hpp"
+#include "alloc/memory/huge_pages.hpp"
 #include "serving/replay/families/families.hpp"
 #include "vmm/posix_vm_driver.hpp"
 #if KVLAB_HAS_CUDA_HEADERS
@@ -113,7 +114,7 @@ MemoryResource& DeviceContext::memory() noexcept {
 #if KVLAB_HAS_CUDA_HEADERS
   if (impl_->device_memory) return *impl_->device_memory;
 #endif
-  return host_memory_resource();
+  return huge_page_host_memory_resource();  // the host kernels stream these pools
 }
 
 MemoryResource* DeviceContext::swap_memory() noexcept { return impl_->swap.get(); }

@@ -9,6 +9,7 @@
 #include "alloc/core/error.hpp"
 #include "alloc/transfer/device_staging.hpp"
 #include "serving/replay/detail/sequence_group.hpp"
+#include "serving/replay/kv_fill.hpp"
 #include "serving/replay/kv_integrity.hpp"
 #include "serving/replay/scheduler.hpp"
 #include "kernels/attention.hpp"
@@ -73,6 +74,7 @@ class Replay {
   ReplayResult result_;
   double now_ = 0;
   std::unique_ptr<KvIntegrity> integrity_;
+  std::optional<KvFill> fill_;  // execute mode on the host without verify_kv
   std::optional<Scheduler> sched_;
   std::vector<SeqId> next_decoders_;  // this step's, for prefetch
   bool prefetched_ = false;           // execute mode: the prefetch for next_decoders_ was started
@@ -246,6 +248,7 @@ void Replay::run_step() {
   const StepPlan plan = sched_->plan_step();
   if (c_.on_plan && (plan.runs() || !plan.events.empty())) c_.on_plan(plan);
   if (!plan.runs()) return;
+  if (fill_) fill_->write(sched_->computed_tokens());  // before the kernels read them
   account(plan);
   if (integrity_) sched_->write_and_verify_kv();
   sched_->complete_step();
@@ -271,6 +274,10 @@ void Replay::begin() {
   KVLAB_EXPECTS(c_.beam_reselect_probability >= 0 && c_.beam_reselect_probability <= 1,
                 "beam reselection probability must be in [0, 1]");
   if (c_.verify_kv) integrity_ = std::make_unique<KvIntegrity>(b_);
+  // Host kernels must not read never-written pool memory (Linux's zero page, never fetched from
+  // DRAM): the KV each step computes is written first (kv_fill.hpp). The integrity checker writes it otherwise.
+  if (c_.execute && !c_.verify_kv && b_.device() == Device::host)
+    fill_.emplace(b_, c_.execute_layers > 0 ? c_.execute_layers : b_.model().num_layers);
   wall0_ = Clock::now();
   ReplaySummary& sum = result_.summary;
   sum.backend = b_.name();

@@ -501,31 +501,46 @@ const std::vector<std::uint64_t>& Scheduler::prompt_tags(Group& g) const {
 }
 
 /// Writes the pattern of every token computed this step, then reads back every resident sequence.
-void Scheduler::write_and_verify_kv() {
-  std::vector<SeqId> resident;
+template <class F>
+void Scheduler::for_each_computed(F&& f) {
   for (Group& g : running_) {
     if (g.in_step && g.chunk > 0) {
-      const auto& tags = prompt_tags(g);
-      integrity_->write(
-          g.seqs[0].id, g.prefilled,
-          std::span(tags).subspan(static_cast<std::size_t>(g.prefilled), static_cast<std::size_t>(g.chunk)));
+      f(g, g.seqs[0], g.prefilled, g.chunk);  // a prompt chunk
     } else if (g.in_step) {
-      for (const Seq& q : g.seqs) {
-        if (!q.has_slot) continue;
-        const std::int64_t pos = b_.length(q.id) - 1;  // the slot claimed for this step's token
-        // A group's only sequence generates the answer whose ids are known: its chained tag.
-        const auto& tags = prompt_tags(g);
-        const std::uint64_t tag = g.seqs.size() == 1 && c_.samples_per_request == 1 &&
-                                          pos < static_cast<std::int64_t>(tags.size()) &&
-                                          static_cast<std::int64_t>(g.ids.size()) >= g.prompt
-                                      ? tags[static_cast<std::size_t>(pos)]
-                                      : KvIntegrity::positional(static_cast<std::uint64_t>(q.id), pos);
-        integrity_->write(q.id, pos, {&tag, 1});
-      }
+      for (const Seq& q : g.seqs)
+        if (q.has_slot) f(g, q, b_.length(q.id) - 1, std::int64_t{1});  // the slot claimed for this step's token
     }
+  }
+}
+
+std::vector<ComputedTokens> Scheduler::computed_tokens() {
+  std::vector<ComputedTokens> out;
+  for_each_computed([&](Group&, const Seq& q, std::int64_t from, std::int64_t count) {
+    out.push_back({q.id, from, count});
+  });
+  return out;
+}
+
+void Scheduler::write_and_verify_kv() {
+  for_each_computed([&](Group& g, const Seq& q, std::int64_t from, std::int64_t count) {
+    const auto& tags = prompt_tags(g);
+    if (g.chunk > 0) {
+      integrity_->write(q.id, from,
+                        std::span(tags).subspan(static_cast<std::size_t>(from), static_cast<std::size_t>(count)));
+      return;
+    }
+    // A group's only sequence generates the answer whose ids are known: its chained tag.
+    const std::uint64_t tag = g.seqs.size() == 1 && c_.samples_per_request == 1 &&
+                                      from < static_cast<std::int64_t>(tags.size()) &&
+                                      static_cast<std::int64_t>(g.ids.size()) >= g.prompt
+                                  ? tags[static_cast<std::size_t>(from)]
+                                  : KvIntegrity::positional(static_cast<std::uint64_t>(q.id), from);
+    integrity_->write(q.id, from, {&tag, 1});
+  });
+  std::vector<SeqId> resident;
+  for (const Group& g : running_)
     for (const Seq& q : g.seqs)
       if (!q.done && b_.contains(q.id) && !b_.is_swapped(q.id)) resident.push_back(q.id);
-  }
   integrity_->verify(resident);
 }
 

@@ -23,6 +23,7 @@
 
 #include "alloc/backend/kv_backend.hpp"
 #include "serving/replay/detail/sequence_group.hpp"
+#include "serving/replay/kv_fill.hpp"
 #include "serving/replay/kv_integrity.hpp"
 #include "serving/replay/replayer.hpp"
 #include "serving/replay/step_plan.hpp"
@@ -64,10 +65,16 @@ class Scheduler {
   /// verify_kv: writes the pattern of every token the plan computes, then reads back every
   /// resident sequence.
   void write_and_verify_kv();
+  /// The tokens the plan computes, one entry per sequence (between plan_step and complete_step).
+  [[nodiscard]] std::vector<ComputedTokens> computed_tokens();
 
  private:
   using Group = detail::Group;
   using Seq = detail::Seq;
+
+  /// Calls f(group, sequence, from, count) for each sequence's tokens the plan computes.
+  template <class F>
+  void for_each_computed(F&& f);
 
   void finish(Group& g, RequestRecord::Status status, const std::string& reason = {});
   void event(PlanEvent::Kind kind, const Group& g, std::int64_t tokens = 0, std::string reason = {});

@@ -194,3 +194,9 @@ set_tests_properties(cli.device_emulated PROPERTIES COST 135)
 set_tests_properties(cli.run_control PROPERTIES COST 68)
 set_tests_properties(cli.examples PROPERTIES COST 64)
 set_tests_properties(figures.device_emulated PROPERTIES COST 30)
+# A replay that executes on the host says what pages its KV pools are on (issue 34).
+add_test(NAME cli.execute_reports_host_pages
+         COMMAND $<TARGET_FILE:kvlab> replay --backend paged-16 --execute --execute-layers 1 --model yi-6b
+                 --capacity-gib 0.05 --requests 2 --prompt-len fixed:16 --output-len fixed:4 --no-progress)
+set_tests_properties(cli.execute_reports_host_pages PROPERTIES LABELS cli
+  PASS_REGULAR_EXPRESSION "host memory: host KV pools (of 2 MiB and more on 2 MiB pages|on 4 KiB pages) \\(transparent huge pages: [a-z]+; for shared memory, vmm's host pages: [a-z_+]+\\)")
