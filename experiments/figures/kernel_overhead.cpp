@@ -7,7 +7,12 @@
 #include <cmath>
 #include <cstring>
 #include <map>
+#include <memory>
+#include <optional>
 #include <span>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "alloc/transfer/staged_arrays.hpp"
 #include "alloc/memory/huge_pages.hpp"
@@ -32,32 +37,8 @@ struct Timing {
 /// The device the figure runs on (`kvlab figure --device`): the host when ctx.device is nullptr.
 Device device_of(const FigureContext& ctx) { return ctx.device != nullptr ? ctx.device->device() : Device::host; }
 
-/// `reps` timed runs (after one warm-up) of attention over layer 0 of the prepared batch, on the
-/// backend's device: q, out and the query offsets staged in its memory, the time from DeviceTimer
-/// (CUDA events on a GPU, so the kernels' time and not their launch).
-Timing time_attention(const FigureContext& ctx, KvBackend& b, const std::vector<SeqId>& ids,
-                      const std::vector<std::int32_t>& q_indptr, int reps, GpuKernel kernel) {
-  const ModelGeometry& m = b.model();
-  const Device device = device_of(ctx);
-  const PreparedBatch pb = b.prepare_batch(ids);
-  std::vector<float> q(static_cast<std::size_t>(q_indptr.back()) * m.num_q_heads * m.head_dim, 0.5f), out(q.size());
-  StagedArrays staged(device == Device::host ? nullptr : &ctx.device->memory());
-  const float* q_at = staged.put(std::span(q));
-  float* out_at = staged.put(std::span(out));
-  const std::int32_t* indptr_at = staged.put(std::span(q_indptr));
-  const bool decode = q_indptr.back() == pb.batch;
-  const AttentionParams p =
-      batch_attention_params(m, pb, q_at, out_at, decode ? nullptr : indptr_at, decode ? nullptr : q_indptr.data());
-  const KvView view = b.layer_view(0);
-  attention(device, p, view, kernel);  // warm up (FlashInfer: and plan)
-  DeviceTimer timer(device);
-  std::vector<double> times;
-  for (int r = 0; r < reps; ++r) {
-    throw_if_interrupted();
-    timer.start();
-    attention(device, p, view, kernel);
-    times.push_back(timer.stop());
-  }
+/// The median and spread of a set of timed runs.
+Timing timing_of(std::vector<double> times) {
   std::sort(times.begin(), times.end());
   return {quantile(times, 0.5), times.front(), quantile(times, 0.25), quantile(times, 0.75), times.back()};
 }
@@ -89,41 +70,100 @@ struct Point {
   int reps = 3;
 };
 
-/// Attention seconds of one backend at one point (median and spread), in its own memory on the
-/// figure's device, and which kernel ran (FlashInfer's ragged or paged one: the calls tell).
-struct Measured {
-  Timing time;
-  std::string kernel;
+/// One backend at one point, set up once (in its own memory on the figure's device, its cache
+/// filled, q, out and the query offsets staged there, one warm-up run) and then timed one run at a
+/// time, so that the figure can take the backends in turn, round by round. Timed backend after
+/// backend, this VM's drifting memory speed had read as the views' cost: at 8192 tokens of decode
+/// paged-256 ran 1.364x contiguous's time in one run of the figure and 0.960x in the next, the same
+/// code minutes apart (2026-11-29).
+class TimedBackend {
+ public:
+  TimedBackend(const FigureContext& ctx, const ModelGeometry& m, const std::string& backend, const Point& pt,
+               GpuKernel kernel)
+      : kernel_(kernel), device_(device_of(ctx)), timer_(device_) {
+    BackendOptions o;
+    o.model = m;
+    o.max_seq_len = std::max<std::int64_t>(8192, pt.context);
+    o.capacity_bytes = static_cast<std::size_t>(pt.batch) * (pt.context + 512) * m.kv_bytes_per_token();
+    if (backend == "vmm-2m")  // at least one 2 MiB page per sequence for each layer's K and V
+      o.capacity_bytes =
+          std::max(o.capacity_bytes, static_cast<std::size_t>(pt.batch + 1) * 2 * m.num_layers * (2 << 20));
+    o.memory = ctx.device != nullptr ? &ctx.device->memory() : &huge_page_host_memory_resource();
+    o.device = ctx.device;
+    b_ = make_backend(backend, o);
+    std::vector<std::int32_t> q_indptr{0};
+    for (int s = 0; s < pt.batch; ++s) {
+      b_->admit(s, {pt.context, pt.context}, pt.context);
+      ids_.push_back(s);
+      q_indptr.push_back(q_indptr.back() + pt.q_len);
+    }
+    fill_cache(*b_, ids_, pt.context);
+    pb_ = b_->prepare_batch(ids_);
+    q_.assign(static_cast<std::size_t>(q_indptr.back()) * m.num_q_heads * m.head_dim, 0.5f);
+    out_.resize(q_.size());
+    q_indptr_ = std::move(q_indptr);
+    staged_.emplace(device_ == Device::host ? nullptr : &ctx.device->memory());
+    const float* q_at = staged_->put(std::span(q_));
+    float* out_at = staged_->put(std::span(out_));
+    const std::int32_t* indptr_at = staged_->put(std::span(q_indptr_));
+    const bool decode = q_indptr_.back() == pb_.batch;
+    params_ =
+        batch_attention_params(m, pb_, q_at, out_at, decode ? nullptr : indptr_at, decode ? nullptr : q_indptr_.data());
+    view_ = b_->layer_view(0);
+    const FlashInferCalls before = flashinfer_calls();
+    attention(device_, params_, view_, kernel_);  // warm up (FlashInfer: and plan); tells which kernel runs
+    const FlashInferCalls after = flashinfer_calls();
+    ran_ = to_string(kernel_);
+    if (after.ragged > before.ragged) ran_ = "flashinfer-ragged";
+    if (after.paged > before.paged) ran_ = after.ragged > before.ragged ? "flashinfer-mixed" : "flashinfer-paged";
+  }
+  TimedBackend(const TimedBackend&) = delete;
+  TimedBackend& operator=(const TimedBackend&) = delete;
+  ~TimedBackend() {
+    for (SeqId id : ids_) b_->release(id);
+  }
+
+  /// Seconds of one run (DeviceTimer: CUDA events on a GPU, so the kernels' time, not their launch).
+  [[nodiscard]] double run() {
+    timer_.start();
+    attention(device_, params_, view_, kernel_);
+    return timer_.stop();
+  }
+  /// The kernel that ran: kvlab's, or FlashInfer's ragged or paged one (its calls tell).
+  [[nodiscard]] const std::string& kernel_name() const noexcept { return ran_; }
+
+ private:
+  GpuKernel kernel_;
+  Device device_;
+  DeviceTimer timer_;
+  std::unique_ptr<KvBackend> b_;
+  std::vector<SeqId> ids_;
+  std::vector<std::int32_t> q_indptr_;
+  std::vector<float> q_, out_;
+  PreparedBatch pb_;
+  std::optional<StagedArrays> staged_;
+  AttentionParams params_;
+  KvView view_;
+  std::string ran_;
 };
 
-Measured measure(const FigureContext& ctx, const ModelGeometry& m, const std::string& backend, const Point& pt,
-                 GpuKernel kernel) {
-  BackendOptions o;
-  o.model = m;
-  o.max_seq_len = std::max<std::int64_t>(8192, pt.context);
-  o.capacity_bytes = static_cast<std::size_t>(pt.batch) * (pt.context + 512) * m.kv_bytes_per_token();
-  if (backend == "vmm-2m")  // at least one 2 MiB page per sequence for each layer's K and V
-    o.capacity_bytes =
-        std::max(o.capacity_bytes, static_cast<std::size_t>(pt.batch + 1) * 2 * m.num_layers * (2 << 20));
-  o.memory = ctx.device != nullptr ? &ctx.device->memory() : &huge_page_host_memory_resource();
-  o.device = ctx.device;
-  auto b = make_backend(backend, o);
-  std::vector<SeqId> ids;
-  std::vector<std::int32_t> q_indptr{0};
-  for (int s = 0; s < pt.batch; ++s) {
-    b->admit(s, {pt.context, pt.context}, pt.context);
-    ids.push_back(s);
-    q_indptr.push_back(q_indptr.back() + pt.q_len);
-  }
-  fill_cache(*b, ids, pt.context);
-  const FlashInferCalls before = flashinfer_calls();
-  const Timing sec = time_attention(ctx, *b, ids, q_indptr, pt.reps, kernel);
-  const FlashInferCalls after = flashinfer_calls();
-  for (SeqId id : ids) b->release(id);
-  std::string name = to_string(kernel);
-  if (after.ragged > before.ragged) name = "flashinfer-ragged";
-  if (after.paged > before.paged) name = after.ragged > before.ragged ? "flashinfer-mixed" : "flashinfer-paged";
-  return {sec, name};
+/// Every backend of `names` at one point, timed `reps` runs each in rounds (one run of each, the
+/// order rotating each round), after one warm-up each: the medians and spreads, in `names` order.
+std::vector<std::pair<Timing, std::string>> measure_side_by_side(const FigureContext& ctx, const ModelGeometry& m,
+                                                                 const std::vector<std::string>& names, const Point& pt,
+                                                                 GpuKernel kernel) {
+  std::vector<std::unique_ptr<TimedBackend>> timed;
+  for (const std::string& name : names) timed.push_back(std::make_unique<TimedBackend>(ctx, m, name, pt, kernel));
+  std::vector<std::vector<double>> times(timed.size());
+  for (int r = 0; r < pt.reps; ++r)
+    for (std::size_t i = 0; i < timed.size(); ++i) {
+      throw_if_interrupted();
+      const std::size_t j = (i + static_cast<std::size_t>(r)) % timed.size();
+      times[j].push_back(timed[j]->run());
+    }
+  std::vector<std::pair<Timing, std::string>> out;
+  for (std::size_t i = 0; i < timed.size(); ++i) out.emplace_back(timing_of(times[i]), timed[i]->kernel_name());
+  return out;
 }
 
 /// The backends compared: contiguous, paged at three block sizes, and vmm (which hands the kernel
@@ -201,9 +241,12 @@ void kernel_overhead(const FigureContext& ctx) {
     for (const std::string phase : {"decode", "prefill"})
       for (std::int64_t ctx_len : sc.contexts) {
         double base = 0;
-        for (const auto& name : compared_backends(device_of(ctx))) {
-          const Point pt{sc.batch, ctx_len, phase == "decode" ? 1 : sc.prefill_q, sc.reps};
-          const auto [sec, ran] = measure(ctx, m, name, pt, kernel);
+        const std::vector<std::string> names = compared_backends(device_of(ctx));
+        const Point pt{sc.batch, ctx_len, phase == "decode" ? 1 : sc.prefill_q, sc.reps};
+        const auto measured = measure_side_by_side(ctx, m, names, pt, kernel);
+        for (std::size_t i = 0; i < names.size(); ++i) {
+          const std::string& name = names[i];
+          const auto& [sec, ran] = measured[i];
           if (name == "contiguous-oracle") base = sec.median;
           if (name == "paged-16" && kernel == kernels.front() && ctx_len == sc.contexts.back())
             paged16_vs_contiguous[phase] = std::stod(fixed(sec.median / base, 3));  // as data.csv holds it
