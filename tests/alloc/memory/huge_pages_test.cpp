@@ -64,18 +64,6 @@ TEST(HugePageHostMemoryResource, LargeBlocksAre2MiBAlignedAdvisedAndWritable) {
   EXPECT_EQ(mr.name(), "host (huge pages)");
 }
 
-TEST(HugePageHostMemoryResource, SmallBlocksKeepTheirAlignmentAndAreNotAdvised) {
-  auto& mr = huge_page_host_memory_resource();
-  for (const std::size_t align : {16u, 256u, 4096u}) {
-    void* p = mr.allocate(1000, align);
-    ASSERT_NE(p, nullptr);
-    EXPECT_EQ(reinterpret_cast<std::uintptr_t>(p) % align, 0u);
-    std::memset(p, 0xab, 1000);
-    mr.deallocate(p, 1000, align);
-  }
-  EXPECT_EQ(mr.allocate(0), nullptr);
-}
-
 TEST(HugePageHostMemoryResource, ImpossibleSizeIsOutOfMemory) {
   EXPECT_THROW((void)huge_page_host_memory_resource().allocate(std::size_t{1} << 62), OutOfMemory);
 }

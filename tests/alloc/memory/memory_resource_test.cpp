@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "alloc/core/error.hpp"
+#include "alloc/memory/huge_pages.hpp"
 #include "alloc/memory/limiting_adaptor.hpp"
 #include "alloc/memory/memory_resource.hpp"
 #include "alloc/memory/statistics_adaptor.hpp"
@@ -13,17 +14,22 @@
 namespace kvlab {
 namespace {
 
+// Both host resources (the plain one and the one whose large blocks go on huge pages,
+// alloc/memory/huge_pages.hpp) keep the alignment asked for.
 TEST(HostMemoryResource, AllocatesAlignedWritableMemory) {
-  auto& mr = host_memory_resource();
-  for (std::size_t align : {16u, 256u, 4096u}) {
-    void* p = mr.allocate(1000, align);
-    ASSERT_NE(p, nullptr);
-    EXPECT_EQ(reinterpret_cast<std::uintptr_t>(p) % align, 0u);
-    std::memset(p, 0xab, 1000);
-    mr.deallocate(p, 1000, align);
+  for (MemoryResource* mr : {static_cast<MemoryResource*>(&host_memory_resource()),
+                             static_cast<MemoryResource*>(&huge_page_host_memory_resource())}) {
+    SCOPED_TRACE(mr->name());
+    for (std::size_t align : {16u, 256u, 4096u}) {
+      void* p = mr->allocate(1000, align);
+      ASSERT_NE(p, nullptr);
+      EXPECT_EQ(reinterpret_cast<std::uintptr_t>(p) % align, 0u);
+      std::memset(p, 0xab, 1000);
+      mr->deallocate(p, 1000, align);
+    }
+    EXPECT_EQ(mr->allocate(0), nullptr);
+    EXPECT_EQ(mr->device(), Device::host);
   }
-  EXPECT_EQ(mr.allocate(0), nullptr);
-  EXPECT_EQ(mr.device(), Device::host);
 }
 
 TEST(HostMemoryResource, RejectsBadAlignment) {
