@@ -500,7 +500,6 @@ const std::vector<std::uint64_t>& Scheduler::prompt_tags(Group& g) const {
   return g.tags;
 }
 
-/// Writes the pattern of every token computed this step, then reads back every resident sequence.
 template <class F>
 void Scheduler::for_each_computed(F&& f) {
   for (Group& g : running_) {
@@ -521,6 +520,7 @@ std::vector<ComputedTokens> Scheduler::computed_tokens() {
   return out;
 }
 
+/// Writes the pattern of every token computed this step, then reads back every resident sequence.
 void Scheduler::write_and_verify_kv() {
   for_each_computed([&](Group& g, const Seq& q, std::int64_t from, std::int64_t count) {
     const auto& tags = prompt_tags(g);
