@@ -38,34 +38,32 @@ std::string describe_host_huge_pages() {
 }
 
 namespace {
-// Both resources and the allocator return memory that std::free releases, whatever its alignment.
-void* allocate_aligned(std::size_t bytes, std::size_t alignment) noexcept {
+/// `bytes` aligned to `alignment`, or nullptr: blocks of a huge page and more are rounded up to
+/// whole huge pages (so the advice covers their last bytes too), 2 MiB aligned and advised. Freed
+/// with std::free whatever the alignment.
+void* allocate_advised(std::size_t bytes, std::size_t alignment) noexcept {
+  alignment = std::max(alignment, alignof(std::max_align_t));
+  const bool huge = bytes >= kHugePageBytes;
+  if (huge) {
+    bytes = (bytes + kHugePageBytes - 1) / kHugePageBytes * kHugePageBytes;
+    alignment = std::max(alignment, kHugePageBytes);
+  }
   void* p = nullptr;
-  return posix_memalign(&p, alignment, bytes) == 0 ? p : nullptr;
+  if (posix_memalign(&p, alignment, bytes) != 0) return nullptr;
+  if (huge) (void)advise_huge_pages(p, bytes);
+  return p;
 }
 }  // namespace
 
 void* allocate_huge_page_backed(std::size_t bytes) {
-  if (bytes < kHugePageBytes) {
-    void* p = std::malloc(bytes == 0 ? 1 : bytes);
-    if (p == nullptr) throw std::bad_alloc();
-    return p;
-  }
-  const std::size_t rounded = (bytes + kHugePageBytes - 1) / kHugePageBytes * kHugePageBytes;
-  void* p = allocate_aligned(rounded, kHugePageBytes);
+  void* p = allocate_advised(bytes == 0 ? 1 : bytes, alignof(std::max_align_t));
   if (p == nullptr) throw std::bad_alloc();
-  (void)advise_huge_pages(p, rounded);
   return p;
 }
 
 void* HugePageHostMemoryResource::do_allocate(std::size_t bytes, std::size_t alignment) {
-  alignment = std::max(alignment, alignof(std::max_align_t));
-  const bool huge = bytes >= kHugePageBytes;
-  // A whole number of huge pages, so the advice covers the block's last bytes too.
-  const std::size_t rounded = huge ? (bytes + kHugePageBytes - 1) / kHugePageBytes * kHugePageBytes : bytes;
-  void* p = allocate_aligned(rounded, huge ? std::max(alignment, kHugePageBytes) : alignment);
+  void* p = allocate_advised(bytes, alignment);
   if (p == nullptr) KVLAB_THROW(OutOfMemory, "host allocation of " + std::to_string(bytes) + " bytes failed");
-  if (huge) (void)advise_huge_pages(p, rounded);
   return p;
 }
 
