@@ -36,7 +36,7 @@ bool advise_huge_pages(void* p, std::size_t bytes) noexcept;
 [[nodiscard]] std::string transparent_huge_page_mode(const std::string& setting = "enabled");
 
 /// One line for a run's header: what the host's KV memory gets, e.g. "host KV pools of 2 MiB and
-/// more advised as 2 MiB pages (transparent huge pages: madvise; for shared memory, vmm's pages: never)".
+/// more on 2 MiB pages (transparent huge pages: madvise; for shared memory, vmm's host pages: never)".
 [[nodiscard]] std::string describe_host_huge_pages();
 
 /// `bytes` of untouched memory, 2 MiB aligned and advised as huge pages when at least one huge page
