@@ -91,17 +91,16 @@ class TimedBackend {
     o.memory = ctx.device != nullptr ? &ctx.device->memory() : &huge_page_host_memory_resource();
     o.device = ctx.device;
     b_ = make_backend(backend, o);
-    std::vector<std::int32_t> q_indptr{0};
+    q_indptr_ = {0};
     for (int s = 0; s < pt.batch; ++s) {
       b_->admit(s, {pt.context, pt.context}, pt.context);
       ids_.push_back(s);
-      q_indptr.push_back(q_indptr.back() + pt.q_len);
+      q_indptr_.push_back(q_indptr_.back() + pt.q_len);
     }
     fill_cache(*b_, ids_, pt.context);
     pb_ = b_->prepare_batch(ids_);
-    q_.assign(static_cast<std::size_t>(q_indptr.back()) * m.num_q_heads * m.head_dim, 0.5f);
+    q_.assign(static_cast<std::size_t>(q_indptr_.back()) * m.num_q_heads * m.head_dim, 0.5f);
     out_.resize(q_.size());
-    q_indptr_ = std::move(q_indptr);
     staged_.emplace(device_ == Device::host ? nullptr : &ctx.device->memory());
     const float* q_at = staged_->put(std::span(q_));
     float* out_at = staged_->put(std::span(out_));
