@@ -1,8 +1,9 @@
 #pragma once
 // What every benchmark JSON says about the host it ran on, so that results from different hosts
 // are never compared as one (a kernel at 0.98 of one host's bandwidth was at 0.86 on a faster one):
-// the CPU model, its L3, the transparent-huge-page mode (the KV pools' page size depends on it) and
-// the read bandwidth measured at start, the roofline the kernels' fractions are taken against.
+// the CPU model, its L3, the transparent-huge-page mode (the KV pools' page size depends on it), how
+// far ahead the host kernel requests its rows on this CPU, and the read bandwidth measured at
+// start, the roofline the kernels' fractions are taken against.
 #include <benchmark/benchmark.h>
 
 #include <cstddef>
@@ -13,6 +14,7 @@
 #include <thread>
 
 #include "alloc/memory/huge_pages.hpp"
+#include "kernels/attention.hpp"
 #include "kernels/measure/host_throughput.hpp"
 #include "kernels/thread_pool.hpp"
 
@@ -49,6 +51,7 @@ inline void add_host_context() {
   benchmark::AddCustomContext("cpu_model", cpu_model());
   benchmark::AddCustomContext("l3_cache_bytes", l3_cache_bytes());
   benchmark::AddCustomContext("transparent_hugepage", transparent_huge_page_mode());
+  benchmark::AddCustomContext("host_prefetch_lead_heads", std::to_string(host_prefetch_lead_heads()));
 }
 
 /// Measures the host's read bandwidth (every hardware thread, 256 MiB, far past any L3; best of 3:

@@ -4,6 +4,7 @@
 // apart. The implementation is chosen by device; dtype, head dim and layout are dispatched in
 // kernels/dispatch.hpp.
 #include <cstdint>
+#include <string_view>
 
 #include "alloc/core/device.hpp"
 #include "kernels/attention_params.hpp"
@@ -23,6 +24,18 @@ void validate_host_lengths(const AttentionParams& p);
 /// Host implementation: parallel over (sequence, KV head) on `pool`, vectorised over head_dim,
 /// online softmax in fp32, K/V converted from their storage dtype tile by tile.
 void host_attention(const AttentionParams& p, const KvView& kv, ThreadPool& pool = default_thread_pool());
+/// The same, requesting rows `prefetch_lead_heads` KV heads ahead (at least 1; the overload above
+/// uses host_prefetch_lead_heads()). The results are the same for every distance.
+void host_attention(const AttentionParams& p, const KvView& kv, ThreadPool& pool, int prefetch_lead_heads);
+
+/// How many KV heads ahead of its computation the host kernel requests K and V rows into L2 on a
+/// CPU of this vendor (cpuid's vendor string, e.g. "GenuineIntel"): a prefetch distance, which
+/// changes the kernel's speed and never its results. Measured in one process (docs/kernels.md,
+/// "How far ahead"): on the Intel Xeons one head beat two and three (by 3 % and 8-10 %); on a Zen 4
+/// EPYC three beat one by 13-20 %. Vendors not measured get three.
+[[nodiscard]] int host_prefetch_lead_heads(std::string_view cpu_vendor);
+/// The same for the CPU this process runs on.
+[[nodiscard]] int host_prefetch_lead_heads();
 
 /// Which attention kernels run on a GPU: kvlab's own CUDA kernel (the one the SIMT emulator also
 /// runs) or FlashInfer's (kernels/flashinfer/, where this binary was built with it: its ragged,

@@ -16,10 +16,18 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <span>
+#include <string>
+#include <string_view>
 #include <vector>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
 
 #if defined(__GNUC__) && !defined(__clang__)
 // GCC 12's AVX-512 headers seed conversions with _mm512_undefined_ps(), which -Wmaybe-uninitialized
@@ -43,8 +51,8 @@ constexpr int kMaxBlockRows = kLanes;
 
 /// The lines to request while a block computes: rows [0, nt) of head `head_off` (an element
 /// offset) of a tile, whole cache lines. A tile reads 16 rows a token stride apart per head, which
-/// the hardware prefetchers follow poorly, so attend() asks kLeadHeads heads ahead of the
-/// computation (wrapping into the next tile's first heads during this tile's last ones), and
+/// the hardware prefetchers follow poorly, so attend() asks host_prefetch_lead_heads() heads ahead
+/// of the computation (wrapping into the next tile's first heads during this tile's last ones), and
 /// score_block() and v_block() spread the requests over the computation: that head's K rows a few
 /// per group of scores, its V rows one per token of the V pass. The requests bring lines into L2,
 /// not L1: the loads then hit L2, and a request held in one of L1's few line-fill buffers until
@@ -52,11 +60,7 @@ constexpr int kMaxBlockRows = kLanes;
 /// (docs/kernels.md): spreading them beat issuing the head's 128 requests at once by 10 % (a burst
 /// fills the line-fill buffers and stalls the loop behind it); into L2 beat into L1 by 4-6 % from
 /// memory (contiguous; paged-16 1 %) and cost 2-5 % with the KV already in L2; whole tiles ahead
-/// into L1 or L2 cost 3-25 %. How far ahead: on an Intel Xeon (2026-11-27) one head beat two by
-/// 3 %; on a Zen 4 EPYC (2026-11-29, after the spreading above) three heads beat one by 13-20 %
-/// in contiguous decode over four runs (one thread 13-16 %, paged-16 4-20 %), and two or four
-/// heads about as much (16-17 %).
-constexpr std::size_t kLeadHeads = 3;
+/// into L1 or L2 cost 3-25 %. How far ahead depends on the CPU (host_prefetch_lead_heads()).
 template <class T>
 struct PrefetchPlan {
   const T* const* k = nullptr;  // nullptr: nothing to request
@@ -360,7 +364,7 @@ void finish_chunk(const AttentionParams& p, int s, std::span<const RowBlock> blo
 }
 
 template <class T, int D, class View>
-void attend(const AttentionParams& p, const View& kv, int s, int kh0, int nh, ChunkState& st) {
+void attend(const AttentionParams& p, const View& kv, int s, int kh0, int nh, std::size_t lead_heads, ChunkState& st) {
   constexpr int kSlots = kChunkSlots<D>;
   const int n = p.q_end(s) - p.q_begin(s);
   std::vector<RowBlock> blocks = row_blocks(kh0, nh, n * p.group(), p.seq_lens[s], n, p.group());
@@ -394,7 +398,7 @@ void attend(const AttentionParams& p, const View& kv, int s, int kh0, int nh, Ch
       if (i == 0 || chunk[i].head != chunk[i - 1].head) heads.push_back(chunk[i].head);
       head_index[i] = heads.size() - 1;
     }
-    const std::size_t lead = std::min(kLeadHeads, heads.size());
+    const std::size_t lead = std::min(lead_heads, heads.size());
     // With a chunk of one head (the lead is one), the next tile's lines are requested only during
     // this tile's last block. The L2 hardware streamer follows a run of lines within one 4 KiB page
     // and starts afresh on each page, so one line of each of the next tile's pages is requested
@@ -476,7 +480,30 @@ void attend(const AttentionParams& p, const View& kv, int s, int kh0, int nh, Ch
 
 }  // namespace
 
+int host_prefetch_lead_heads(std::string_view cpu_vendor) { return cpu_vendor == "GenuineIntel" ? 1 : 3; }
+
+int host_prefetch_lead_heads() {
+  char vendor[13] = {};
+#if defined(__x86_64__) || defined(__i386__)
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (__get_cpuid(0, &eax, &ebx, &ecx, &edx) != 0) {
+    std::memcpy(vendor, &ebx, 4);  // cpuid leaf 0: the vendor string in ebx, edx, ecx
+    std::memcpy(vendor + 4, &edx, 4);
+    std::memcpy(vendor + 8, &ecx, 4);
+  }
+#endif
+  return host_prefetch_lead_heads(vendor);
+}
+
 void host_attention(const AttentionParams& p, const KvView& kv, ThreadPool& pool) {
+  static const int lead = host_prefetch_lead_heads();
+  host_attention(p, kv, pool, lead);
+}
+
+void host_attention(const AttentionParams& p, const KvView& kv, ThreadPool& pool, int prefetch_lead_heads) {
+  if (prefetch_lead_heads < 1)
+    throw InvalidArgument("host_attention: prefetch_lead_heads must be at least 1, got " +
+                          std::to_string(prefetch_lead_heads));
   validate_attention(p, kv);
   if (p.batch == 0) return;
   validate_host_lengths(p);
@@ -492,11 +519,12 @@ void host_attention(const AttentionParams& p, const KvView& kv, ThreadPool& pool
     while (p.num_kv_heads % groups != 0) ++groups;
     const int heads_per_task = p.num_kv_heads / groups;
     const std::int64_t tasks = static_cast<std::int64_t>(p.batch) * groups;
+    const auto lead = static_cast<std::size_t>(prefetch_lead_heads);
     pool.parallel_for(tasks, [&](std::int64_t task) {
       thread_local ChunkState state;
       const int s = static_cast<int>(task / groups);
       const int kh0 = static_cast<int>(task % groups) * heads_per_task;
-      if (p.q_end(s) > p.q_begin(s)) attend<T, D, View>(p, view, s, kh0, heads_per_task, state);
+      if (p.q_end(s) > p.q_begin(s)) attend<T, D, View>(p, view, s, kh0, heads_per_task, lead, state);
     });
   });
 }

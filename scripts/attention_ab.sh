@@ -97,8 +97,8 @@ echo "# built with: ${compile[0]} (flags of $db)"
 echo "# load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "# command: scripts/attention_ab.sh $base --build $build --rounds $rounds $quick"
 # The renaming define makes each copy define its own entry point (the header's declaration is renamed with it).
-"${compile[@]}" -I"$PWD" -Dhost_attention=host_attention_a -c "$work/host_attention_a.cpp" -o "$work/a.o" & pa=$!
-"${compile[@]}" -I"$PWD" -Dhost_attention=host_attention_b -c "$work/host_attention_b.cpp" -o "$work/b.o" & pb=$!
+"${compile[@]}" -I"$PWD" -Dhost_attention=host_attention_a -Dhost_prefetch_lead_heads=host_prefetch_lead_heads_a -c "$work/host_attention_a.cpp" -o "$work/a.o" & pa=$!
+"${compile[@]}" -I"$PWD" -Dhost_attention=host_attention_b -Dhost_prefetch_lead_heads=host_prefetch_lead_heads_b -c "$work/host_attention_b.cpp" -o "$work/b.o" & pb=$!
 "${compile[@]}" -I"$PWD" -c benchmarks/attention_ab.cpp -o "$work/driver.o" & pd=$!
 failed=0
 for p in $pa $pb $pd; do wait "$p" || failed=1; done

@@ -4,11 +4,14 @@
 // every block size 1..33; fresh random data, output poisoned first, every element checked.
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <random>
 #include <string>
 #include <tuple>
+#include <vector>
 
 #include "alloc/core/error.hpp"
 #include "kernels/attention.hpp"
@@ -154,6 +157,53 @@ TEST_P(HostAttentionBlockSizes, PagedMatchesFloat64Reference) {
 INSTANTIATE_TEST_SUITE_P(OneTo33, HostAttentionBlockSizes,
                          ::testing::Values(1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21,
                                            22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 64, 128));
+
+// How far ahead the kernel requests rows (one head, three, past the chunk's last head so that it
+// wraps into the next tile's first heads) changes its speed, never its results: the same bits for
+// every distance, each against the reference, through both views, decode and prefill.
+TEST(HostAttention, PrefetchDistanceNeverChangesResults) {
+  for (Mode mode : {Mode::decode, Mode::prefill})
+    for (int block_size : {0, 7}) {
+      KvShape shape;
+      shape.seq_lens = {40, 3, 67, 18, 29};  // 5 sequences on one thread: a task holds all five heads
+      if (mode == Mode::prefill) shape.q_lens = {9, 3, 2, 18, 1};
+      shape.num_kv_heads = 5;
+      shape.num_q_heads = 20;
+      shape.head_dim = 64;
+      shape.block_size = block_size ? block_size : 16;
+      shape.seed = 4099u + static_cast<unsigned>(block_size) + (mode == Mode::prefill ? 1u : 0u);
+      KvFixture<half_t> fx(shape);
+      const std::vector<double> ref = fx.reference();
+      ThreadPool pool(1);
+      const KvView view = block_size ? erase(fx.paged(), 5, 64) : erase(fx.contiguous(), 5, 64);
+      std::vector<float> first;
+      for (int lead : {1, 2, 3, 5, 9}) {
+        const std::string what = "lead " + std::to_string(lead) + (block_size ? " paged" : " contiguous") +
+                                 (mode == Mode::decode ? " decode" : " prefill");
+        fx.poison_output();
+        host_attention(fx.params(), view, pool, lead);
+        testing::expect_matches_reference(fx.out(), ref, {}, what);
+        if (first.empty()) first = fx.out();
+        for (std::size_t i = 0; i < first.size(); ++i)
+          ASSERT_EQ(std::bit_cast<std::uint32_t>(fx.out()[i]), std::bit_cast<std::uint32_t>(first[i]))
+              << what << " element " << i;
+      }
+    }
+}
+
+TEST(HostAttention, PrefetchDistanceByVendorAndBounds) {
+  EXPECT_EQ(host_prefetch_lead_heads("GenuineIntel"), 1);
+  EXPECT_EQ(host_prefetch_lead_heads("AuthenticAMD"), 3);
+  EXPECT_EQ(host_prefetch_lead_heads(""), 3);  // not x86, or cpuid said nothing
+  const int here = host_prefetch_lead_heads();
+  EXPECT_TRUE(here == 1 || here == 3) << here;
+  KvShape shape;
+  shape.seq_lens = {5};
+  KvFixture<float> fx(shape);
+  ThreadPool pool(1);
+  EXPECT_THROW(host_attention(fx.params(), erase(fx.contiguous(), shape.num_kv_heads, shape.head_dim), pool, 0),
+               InvalidArgument);
+}
 
 // The softmax's vector exp against std::exp over the range softmax arguments take, and its edges.
 TEST(HostSimd, ExpMatchesStdExp) {
