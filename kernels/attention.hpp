@@ -31,8 +31,8 @@ void host_attention(const AttentionParams& p, const KvView& kv, ThreadPool& pool
 /// How many KV heads ahead of its computation the host kernel requests K and V rows into L2 on a
 /// CPU of this vendor (cpuid's vendor string, e.g. "GenuineIntel"): a prefetch distance, which
 /// changes the kernel's speed and never its results. Measured in one process (docs/kernels.md,
-/// "How far ahead"): on the Intel Xeons one head beat two and three (by 3 % and 8-10 %); on a Zen 4
-/// EPYC three beat one by 13-20 %. Vendors not measured get three.
+/// "How far ahead, by CPU"): on two Intel Xeons one head beat two (by 3 %) and three (by 6-10 %);
+/// on a Zen 4 EPYC three beat one by 13-20 %. Vendors not measured get three.
 [[nodiscard]] int host_prefetch_lead_heads(std::string_view cpu_vendor);
 /// The same for the CPU this process runs on.
 [[nodiscard]] int host_prefetch_lead_heads();
