@@ -4,8 +4,9 @@
     check_bench_context.py BENCH_BINARY FILTER OUT_JSON [KEY...]
 
 Runs one quick benchmark of BENCH_BINARY into OUT_JSON and fails unless its context holds the
-git revision, the CPU model, the L3 size, the transparent-huge-page mode and every KEY given, with
-values that mean something (a KEY ending in _bytes_per_s above 10^8, a THP mode the kernel knows).
+git revision, the CPU model, the L3 size, the transparent-huge-page mode, the host kernel's prefetch
+distance and every KEY given, with values that mean something (a KEY ending in _bytes_per_s above
+10^8, a THP mode the kernel knows, a prefetch distance host_prefetch_lead_heads() can return).
 """
 import json
 import subprocess
@@ -20,11 +21,14 @@ def main() -> int:
     with open(out) as f:
         context = json.load(f)["context"]
     problems = []
-    for key in ["kvlab_git_revision", "cpu_model", "l3_cache_bytes", "transparent_hugepage", *extra]:
+    for key in ["kvlab_git_revision", "cpu_model", "l3_cache_bytes", "transparent_hugepage",
+                "host_prefetch_lead_heads", *extra]:
         if not str(context.get(key, "")).strip():
             problems.append(f"no {key}")
     if context.get("transparent_hugepage") not in ("always", "madvise", "never", "unknown"):
         problems.append(f"transparent_hugepage {context.get('transparent_hugepage')!r}")
+    if context.get("host_prefetch_lead_heads") not in ("1", "3"):  # Intel, everything else
+        problems.append(f"host_prefetch_lead_heads {context.get('host_prefetch_lead_heads')!r}")
     for key in extra:  # a measured rate (bandwidth, arithmetic ceiling) is a positive number of bytes/s
         if key.endswith("_bytes_per_s") and str(context.get(key, "")).strip() and not float(context[key]) > 1e8:
             problems.append(f"{key} {context[key]}")

@@ -165,8 +165,8 @@ add_test(NAME figures.formats COMMAND sh -c
   "rm -rf \"$1\" && \"$0\" figure sharing --format png,pdf,svg --no-progress --out \"$1\" >/dev/null && test -s \"$1/sharing/sharing.png\" && test -s \"$1/sharing/sharing.pdf\" && grep -q 'SMOKE SCALE' \"$1/sharing/sharing.svg\""
   $<TARGET_FILE:kvlab> ${CMAKE_CURRENT_BINARY_DIR}/figure-formats)
 set_tests_properties(figures.formats PROPERTIES LABELS figures)
-# Every benchmark JSON names its host (CPU model, L3, THP mode, measured read bandwidth), so results
-# from different hosts are never compared as one.
+# Every benchmark JSON names its host (CPU model, L3, THP mode, the host kernel's prefetch distance,
+# measured read bandwidth), so results from different hosts are never compared as one.
 if(TARGET kvlab_bench_paged)
   add_test(NAME cli.bench_host_context
            COMMAND Python3::Interpreter ${CMAKE_CURRENT_SOURCE_DIR}/cli/check_bench_context.py
