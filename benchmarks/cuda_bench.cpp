@@ -249,7 +249,7 @@ void BM_CudaAttention(benchmark::State& state) {
   p.seq_lens = kv->upload(lens);  // prefill: the last q_len of the context's tokens are the new ones
   p.q_indptr = q_len > 1 ? kv->upload(indptr) : nullptr;
   CudaAttentionOptions o;
-  o.num_partitions = q_len > 1 ? 1 : 4;
+  o.num_partitions = 0;  // sized to the GPU (kernels/split_kv.hpp), as kvlab's runs launch it
   o.max_q_len = q_len;
   o.total_q = batch * q_len;
   p.host_seq_lens = lens.data();
@@ -269,6 +269,7 @@ void BM_CudaAttention(benchmark::State& state) {
   if (q_len > 1)  // QK^T and PV: 2 multiply-adds per (query, key, head, dim)
     state.counters["flops_per_s"] = benchmark::Counter(4.0 * batch * q_len * context * kQHeads * kHeadDim,
                                                        benchmark::Counter::kIsIterationInvariantRate);
+  if (!flashinfer) state.counters["split_kv_partitions"] = cuda_attention_partitions(p, o);
   if (g_bandwidth > 0)
     state.counters["fraction_of_bandwidth"] =
         benchmark::Counter(kv->kv_bytes() / g_bandwidth, benchmark::Counter::kIsIterationInvariantRate);

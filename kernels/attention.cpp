@@ -88,7 +88,7 @@ void attention(Device device, const AttentionParams& p, const KvView& kv, GpuKer
                     "then rebuild with nvcc); run --kernels kvlab");
 #endif
       }
-      return cuda_attention(p, kv, 2);
+      return cuda_attention(p, kv, /*num_partitions=*/0);  // sized to the GPU's SMs
 #else
       KVLAB_THROW(InvalidArgument, "CUDA attention is not built into this binary (configured without nvcc)");
 #endif

@@ -11,6 +11,7 @@
 #include "kernels/cuda/cuda_attention.hpp"
 #include "kernels/dispatch.hpp"
 #include "kernels/simt/attention_kernel.hpp"
+#include "kernels/split_kv.hpp"
 
 namespace kvlab {
 namespace {
@@ -37,9 +38,41 @@ std::size_t cuda_attention_workspace_bytes(std::int64_t total_q, int num_q_heads
   return slots * (static_cast<std::size_t>(head_dim) + 2) * sizeof(float);
 }
 
+namespace {
+int max_query_len(const AttentionParams& p, const CudaAttentionOptions& o) {
+  if (!p.q_indptr) return 1;
+  if (o.max_q_len >= 0) return o.max_q_len;
+  if (p.host_q_indptr) {
+    int m = 0;
+    for (int s = 0; s < p.batch; ++s) m = std::max(m, p.host_q_indptr[s + 1] - p.host_q_indptr[s]);
+    return m;
+  }
+  return -1;  // unknown without reading q_indptr back: treated as prefill
+}
+}  // namespace
+
+int cuda_attention_partitions(const AttentionParams& p, const CudaAttentionOptions& o) {
+  KVLAB_EXPECTS(o.num_partitions >= 0 && o.num_partitions <= 65535, "num_partitions must be in 0..65535");
+  if (o.num_partitions > 0) return o.num_partitions;
+  if (p.batch == 0) return 1;
+  const int max_q = max_query_len(p, o);
+  if (max_q != 1) return 1;  // prefill: the query rows already give the grid its blocks
+  int device = 0, sms = 0;
+  KVLAB_CUDA_TRY(cudaGetDevice(&device));
+  KVLAB_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  std::int64_t max_len = -1;
+  if (p.host_seq_lens) {
+    max_len = 0;
+    for (int s = 0; s < p.batch; ++s) max_len = std::max<std::int64_t>(max_len, p.host_seq_lens[s]);
+  }
+  const int rows_per_block = simt::attention_rows_per_block(p.head_dim);
+  const int row_blocks = (p.group() + rows_per_block - 1) / rows_per_block;
+  return split_kv_partitions(static_cast<std::int64_t>(p.batch) * p.num_kv_heads * row_blocks, sms, max_len);
+}
+
 void cuda_attention(const AttentionParams& p, const KvView& kv, const CudaAttentionOptions& o, cudaStream_t stream) {
   validate_attention(p, kv);
-  const int P = o.num_partitions;
+  const int P = cuda_attention_partitions(p, o);
   KVLAB_EXPECTS(P >= 1 && P <= 65535, "num_partitions must be in 1..65535");
   KVLAB_EXPECTS(o.block_threads >= 32 && o.block_threads <= 256 && o.block_threads % 32 == 0,
                 "block_threads must be a multiple of 32 in 32..256");

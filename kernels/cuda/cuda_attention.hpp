@@ -14,7 +14,10 @@
 namespace kvlab {
 
 struct CudaAttentionOptions {
-  int num_partitions = 1;  ///< split-KV partitions per sequence (flash-decoding); 1 = no merge pass
+  /// Split-KV partitions per sequence (flash-decoding); 1 = no merge pass; 0 = sized to the GPU's
+  /// SM count and the longest sequence (split_kv_partitions, kernels/split_kv.hpp; the longest
+  /// sequence is read from AttentionParams::host_seq_lens when set).
+  int num_partitions = 0;
   /// Prefill only: the largest query count of a sequence and q_indptr[batch]. Left at -1, the
   /// launcher reads q_indptr back (one small synchronous copy on the stream).
   int max_q_len = -1;
@@ -32,7 +35,10 @@ struct CudaAttentionOptions {
 
 void cuda_attention(const AttentionParams& p, const KvView& kv, const CudaAttentionOptions& options,
                     cudaStream_t stream = nullptr);
-inline void cuda_attention(const AttentionParams& p, const KvView& kv, int num_partitions = 1,
+/// The partitions cuda_attention() launches with these options on the current device (resolves 0).
+[[nodiscard]] int cuda_attention_partitions(const AttentionParams& p, const CudaAttentionOptions& options);
+
+inline void cuda_attention(const AttentionParams& p, const KvView& kv, int num_partitions = 0,
                            cudaStream_t stream = nullptr) {
   CudaAttentionOptions o;
   o.num_partitions = num_partitions;

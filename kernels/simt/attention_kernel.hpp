@@ -4,22 +4,30 @@
 // (kernels/simt/emulated_attention.cpp).
 //
 // attention_partial_kernel: grid (batch, num_kv_heads * row_blocks, num_partitions), 1-D blocks
-// whose size is a multiple of kDotLanes. A block owns one sequence s, one KV head and one split-KV
-// partition (flash-decoding): the sequence's tokens [0, len) are cut into num_partitions even
-// pieces of ceil(len / P) tokens (pieces past the end are empty; their rows write m = -inf, l = 0).
-// Its query rows are the GQA group times the sequence's query tokens, taken kRows at a time
+// of any size. A block owns one sequence s, one KV head and one split-KV partition
+// (flash-decoding): the sequence's tokens [0, len) are cut into num_partitions even pieces of
+// ceil(len / P) tokens (pieces past the end are empty; their rows write m = -inf, l = 0). Its
+// query rows are the GQA group times the sequence's query tokens, taken kRows at a time
 // (grid-stride over row_blocks); each row keeps an fp32 online softmax (m, l, acc) in shared
-// memory. KV is walked in tiles of up to kTile tokens gathered run by run (view.run()), so a paged
-// view's block table is read once per KV block, and tiles are full whatever the page size:
-//   1. thread 0 gathers the tile's K/V row pointers, run by run;          sync
-//   2. scores: kDotLanes lanes per (row, token) dot product, fp32, reduced with xor shuffles
-//      (segment_reduce); causal / partition masking gives -inf;         sync
-//   3. one thread per row: new max, rescale factor, exp weights, l;      sync
-//   4. one thread per (row, dim): acc = acc * corr + sum_j w_j V_j;       sync
+// memory. KV is walked in tiles of kTile tokens:
+//   1. the tile's K and V rows are staged in shared memory with 16-byte loads, consecutive threads
+//      on consecutive 16-byte pieces of a row, so that a warp's load covers whole rows: every
+//      32-byte sector it moves is used (judged under the emulator, tests/kernels). Meanwhile the
+//      next tile's row addresses are looked up, one token per thread;                     sync
+//   2. scores: one thread per (row, token), the dot product from shared memory in fp32, causal /
+//      partition masking gives -inf;                                                      sync
+//   3. one thread per row: new max, rescale factor, exp weights, l;                       sync
+//   4. one thread per (row, dim): acc = acc * corr + sum_j w_j V_j from shared memory;     sync
+// K and V are read from global memory once per block, whatever the GQA group. Staged rows are
+// padded by 16 bytes so that the lanes of a quarter warp, reading one 16-byte piece of K each from
+// consecutive tokens, fall on different shared-memory banks. A row whose address is not 16-byte
+// aligned (a view the allocators never produce) is staged element by element instead: slower,
+// never a misaligned vector load.
 // With one partition the block writes out = acc / l; otherwise it writes the normalised partial
 // out and (m, l) to the workspace and attention_merge_kernel combines the partitions.
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 
 #include "kernels/attention_params.hpp"
 #include "kernels/numeric.hpp"
@@ -28,20 +36,26 @@
 
 namespace kvlab::simt {
 
+/// Query rows per block pass; 8 from head dim 256 on, so that the tiles fit 48 KiB of shared memory.
+[[nodiscard]] KVLAB_HD constexpr int attention_rows_per_block(int head_dim) { return head_dim >= 256 ? 8 : 16; }
+
 template <class T, int D>
 struct AttentionTraits {
-  static constexpr int kRows = 16;  ///< query rows per block pass
-  static constexpr int kTile = 32;  ///< KV tokens per tile
-  /// Lanes cooperating on one dot product (power of two, <= 8): 32 head-dim elements per lane.
-  static constexpr int kDotLanes = D / 32 < 1 ? 1 : (D / 32 > 8 ? 8 : D / 32);
-  static constexpr int kPerLane = D / kDotLanes;
-  static_assert(D % kDotLanes == 0);
+  static constexpr int kRows = attention_rows_per_block(D);
+  static constexpr int kRowBytes = D * static_cast<int>(sizeof(T));  ///< one token's K (or V) of one head
+  static_assert(kRowBytes % 16 == 0, "K/V rows are staged in 16-byte pieces");
+  static constexpr int kVecs = kRowBytes / 16;                      ///< 16-byte pieces per row
+  static constexpr int kPerVec = 16 / static_cast<int>(sizeof(T));  ///< elements per piece
+  static constexpr int kStride = D + kPerVec;  ///< staged row stride in elements (16 bytes of padding)
+  /// KV tokens per tile: about 8 KiB of K (and as much of V) per tile, 8..32 tokens.
+  static constexpr int kTile = 8192 / kRowBytes < 8 ? 8 : (8192 / kRowBytes > 32 ? 32 : 8192 / kRowBytes);
 
   [[nodiscard]] static constexpr std::size_t shared_bytes() {
     SharedLayout l;
     l.template add<float>(kRows * D).template add<float>(kRows * D).template add<float>(kRows * kTile);
     l.template add<float>(kRows).template add<float>(kRows).template add<float>(kRows);
-    l.template add<const T*>(kTile).template add<const T*>(kTile);
+    l.template add<Vec16>(kTile * kStride / kPerVec).template add<Vec16>(kTile * kStride / kPerVec);
+    l.template add<const T*>(2 * kTile).template add<const T*>(2 * kTile);
     return l.bytes;
   }
 };
@@ -77,12 +91,23 @@ KVLAB_HD KVLAB_FORCEINLINE I imin(I a, I b) {
 }
 KVLAB_HD KVLAB_FORCEINLINE float fmax2(float a, float b) { return a < b ? b : a; }
 inline constexpr float kNegInf = -INFINITY;
+
+/// Copies one 16-byte piece of a K or V row from global to shared memory: one vector load when
+/// the source is 16-byte aligned, element loads otherwise (shared `dst` is always aligned).
+template <class T, class Exec>
+KVLAB_HD KVLAB_FORCEINLINE void stage_piece(Exec& ex, T* dst, const T* src) {
+  if ((reinterpret_cast<std::uintptr_t>(src) & 15u) == 0) {
+    store_aligned(dst, ex.template load_global<Vec16>(src));
+  } else {
+    for (int e = 0; e < 16 / static_cast<int>(sizeof(T)); ++e) dst[e] = ex.template load_global<T>(src + e);
+  }
+}
 }  // namespace detail
 
 template <class T, int D, class View, class Exec>
 KVLAB_HD void attention_partial_kernel(Exec& ex, const AttentionKernelArgs<View>& a) {
   using Tr = AttentionTraits<T, D>;
-  constexpr int R = Tr::kRows, TILE = Tr::kTile, G = Tr::kDotLanes, PER = Tr::kPerLane;
+  constexpr int R = Tr::kRows, TILE = Tr::kTile, VECS = Tr::kVecs, PER = Tr::kPerVec, KS = Tr::kStride;
   using detail::imin;
   const AttentionParams& p = a.p;
   const Dim3 bi = ex.block_idx();
@@ -92,7 +117,6 @@ KVLAB_HD void attention_partial_kernel(Exec& ex, const AttentionKernelArgs<View>
   const int part = static_cast<int>(bi.z);
   const int tid = static_cast<int>(ex.thread_idx().x);
   const int nthreads = static_cast<int>(ex.block_dim().x);
-  const int lane_in = tid % G, dot_group = tid / G, dot_groups = nthreads / G;
 
   float* q_s = shared_array<float>(ex, R * D);
   float* acc_s = shared_array<float>(ex, R * D);
@@ -100,8 +124,12 @@ KVLAB_HD void attention_partial_kernel(Exec& ex, const AttentionKernelArgs<View>
   float* m_s = shared_array<float>(ex, R);
   float* l_s = shared_array<float>(ex, R);
   float* corr_s = shared_array<float>(ex, R);
-  const T** tok_k = shared_array<const T*>(ex, TILE);
-  const T** tok_v = shared_array<const T*>(ex, TILE);
+  T* k_s = reinterpret_cast<T*>(shared_array<Vec16>(ex, TILE * KS / PER));
+  T* v_s = reinterpret_cast<T*>(shared_array<Vec16>(ex, TILE * KS / PER));
+  // Row addresses of a tile, double-buffered: tile i's in half i % 2, the next tile's looked up
+  // while this one is staged.
+  const T** tok_k = shared_array<const T*>(ex, 2 * TILE);
+  const T** tok_v = shared_array<const T*>(ex, 2 * TILE);
 
   const int group = p.group();
   const int q0 = p.q_begin(s), n = p.q_end(s) - q0;
@@ -114,10 +142,18 @@ KVLAB_HD void attention_partial_kernel(Exec& ex, const AttentionKernelArgs<View>
   const int p_begin = imin(len, part * chunk);
   const int p_end = imin(len, p_begin + chunk);
   const std::int64_t Hq = p.num_q_heads;
-  const std::int64_t stride = a.kv.token_stride;
 
   for (int r0 = rb * R; r0 < rows; r0 += a.row_blocks * R) {
     const int nr = imin(R, rows - r0);
+    // Query i of n sees cache tokens [0, len - n + i]; the chunk's last row sees the most.
+    const int t_end = imin(p_end, len - n + (r0 + nr - 1) / group + 1);
+    // Tile [t0, t0 + TILE) clipped to t_end: its row addresses into half `half` of tok_k / tok_v.
+    const auto look_up = [&](int t0, int half) {
+      for (int j = tid; j < imin(TILE, t_end - t0); j += nthreads) {
+        tok_k[half * TILE + j] = a.kv.k(s, t0 + j, kh);
+        tok_v[half * TILE + j] = a.kv.v(s, t0 + j, kh);
+      }
+    };
     for (int idx = tid; idx < nr * D; idx += nthreads) {
       const int row = r0 + idx / D;
       const std::int64_t qi = q0 + row / group;
@@ -129,47 +165,41 @@ KVLAB_HD void attention_partial_kernel(Exec& ex, const AttentionKernelArgs<View>
       m_s[r] = detail::kNegInf;
       l_s[r] = 0.f;
     }
-    // Query i of n sees cache tokens [0, len - n + i]; the chunk's last row sees the most.
-    const int t_end = imin(p_end, len - n + (r0 + nr - 1) / group + 1);
+    look_up(p_begin, 0);
     ex.sync_threads();
 
-    for (int t0 = p_begin; t0 < t_end; t0 += TILE) {
+    int half = 0;
+    for (int t0 = p_begin; t0 < t_end; t0 += TILE, half ^= 1) {
       const int nt = imin(TILE, t_end - t0);
-      // 1. Row pointers of the tile, one view lookup per run (KV block).
-      if (tid == 0) {
-        for (int t = t0; t < t0 + nt;) {
-          const int run = static_cast<int>(a.kv.run(s, t, t0 + nt));
-          const T* kp = a.kv.k(s, t, kh);
-          const T* vp = a.kv.v(s, t, kh);
-          for (int j = 0; j < run; ++j) {
-            tok_k[t - t0 + j] = kp + j * stride;
-            tok_v[t - t0 + j] = vp + j * stride;
-          }
-          t += run;
-        }
+      // 1. Stage K and V: piece c is piece c % VECS of token c / VECS, so a warp reads whole rows.
+      const T* const* rk = tok_k + half * TILE;
+      const T* const* rv = tok_v + half * TILE;
+      for (int c = tid; c < nt * VECS; c += nthreads) {
+        const int j = c / VECS, x = c % VECS;
+        detail::stage_piece(ex, k_s + j * KS + x * PER, rk[j] + x * PER);
+        detail::stage_piece(ex, v_s + j * KS + x * PER, rv[j] + x * PER);
       }
+      if (t0 + TILE < t_end) look_up(t0 + TILE, half ^ 1);
       ex.sync_threads();
 
-      // 2. Scores. The trip count is uniform across the block so every lane reaches the shuffles.
-      const int pairs = nr * nt;
-      for (int base = 0; base < pairs; base += dot_groups) {
-        const int pair = base + dot_group;
-        const bool valid = pair < pairs;
-        const int r = valid ? pair / nt : 0, j = valid ? pair % nt : 0;
+      // 2. Scores, one thread per (row, token); consecutive threads take consecutive tokens of one
+      // row, so the row's query values are broadcast and the K pieces spread over the banks.
+      for (int pair = tid; pair < nr * nt; pair += nthreads) {
+        const int r = pair / nt, j = pair % nt;
+        const T* k = k_s + j * KS;
+        const float* q = q_s + r * D;
         float dot = 0.f;
-        if (valid) {
-          const T* k = tok_k[j] + lane_in * PER;
-          const float* q = q_s + r * D + lane_in * PER;
 #if defined(__CUDA_ARCH__)
-#pragma unroll 8
+#pragma unroll 4
 #endif
-          for (int e = 0; e < PER; ++e) dot += q[e] * to_float(k[e]);
+        for (int x = 0; x < VECS; ++x) {
+          T e[PER];
+          const Vec16 piece = load_aligned<Vec16>(k + x * PER);
+          memcpy(e, &piece, sizeof piece);
+          for (int i = 0; i < PER; ++i) dot += q[x * PER + i] * to_float(e[i]);
         }
-        dot = warp_sum<G>(ex, dot);
-        if (valid && lane_in == 0) {
-          const int visible = len - n + (r0 + r) / group + 1;
-          sc_s[r * TILE + j] = t0 + j < visible ? dot * p.scale : detail::kNegInf;
-        }
+        const int visible = len - n + (r0 + r) / group + 1;
+        sc_s[r * TILE + j] = t0 + j < visible ? dot * p.scale : detail::kNegInf;
       }
       ex.sync_threads();
 
@@ -196,12 +226,12 @@ KVLAB_HD void attention_partial_kernel(Exec& ex, const AttentionKernelArgs<View>
       }
       ex.sync_threads();
 
-      // 4. acc = acc * corr + P V, one thread per (row, dim): V rows read coalesced along dim.
+      // 4. acc = acc * corr + P V, one thread per (row, dim): consecutive threads, consecutive dims.
       for (int idx = tid; idx < nr * D; idx += nthreads) {
         const int r = idx / D, d = idx % D;
         const float* w = sc_s + r * TILE;
         float acc = acc_s[idx] * corr_s[r];
-        for (int j = 0; j < nt; ++j) acc += w[j] * to_float(tok_v[j][d]);
+        for (int j = 0; j < nt; ++j) acc += w[j] * to_float(v_s[j * KS + d]);
         acc_s[idx] = acc;
       }
       ex.sync_threads();

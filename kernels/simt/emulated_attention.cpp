@@ -23,16 +23,13 @@ void emulated_attention(const AttentionParams& p, const KvView& kv, int num_part
   int max_q = 0;
   for (int s = 0; s < p.batch; ++s) max_q = std::max(max_q, p.q_end(s) - p.q_begin(s));
   const std::int64_t total_q = p.q_end(p.batch - 1);
-  const simt::LaunchOptions launch_options{options.shuffle_seed};
+  const simt::LaunchOptions launch_options{options.shuffle_seed, options.load_stats};
 
   visit_kv_view(kv, [&](auto view, auto dim) {
     using View = decltype(view);
     using T = std::remove_cv_t<std::remove_pointer_t<decltype(view.k(0, 0, 0))>>;
     constexpr int D = decltype(dim)::value;
     using Tr = simt::AttentionTraits<T, D>;
-    KVLAB_EXPECTS(
-        options.block_threads % Tr::kDotLanes == 0,
-        "block_threads must be a multiple of " + std::to_string(Tr::kDotLanes) + " for head dim " + std::to_string(D));
     const int rows = max_q * p.group();
     const int row_blocks = std::max(1, (rows + Tr::kRows - 1) / Tr::kRows);
     KVLAB_EXPECTS(static_cast<std::int64_t>(p.num_kv_heads) * row_blocks <= 65535, "too many query rows for grid.y");
@@ -67,7 +64,7 @@ void emulated_block_copy(const simt::BlockCopyParams& c, const EmulatedLaunchOpt
   KVLAB_EXPECTS(options.block_threads >= 1 && options.block_threads <= 1024, "block_threads must be in 1..1024");
   const simt::Dim3 grid{static_cast<unsigned>(std::min<std::int64_t>(c.num_pairs, 1024)), 1, 1};
   const simt::Dim3 block{options.block_threads, 1, 1};
-  const simt::LaunchOptions launch_options{options.shuffle_seed};
+  const simt::LaunchOptions launch_options{options.shuffle_seed, options.load_stats};
   switch (simt::block_copy_word_bytes(c)) {
     case 16:
       return simt::launch(

@@ -10,13 +10,18 @@
 #include "kernels/simt/block_copy_kernel.hpp"
 
 namespace kvlab {
+namespace simt {
+struct GlobalLoadStats;  // kernels/simt/emulator.hpp
+}
 
 struct EmulatedLaunchOptions {
-  /// Threads per block (1-D); for attention a multiple of the kernel's dot-product lanes
-  /// (head_dim / 32, clamped to 1..8). Need not be a multiple of the warp size.
+  /// Threads per block (1-D), 1..1024; need not be a multiple of the warp size.
   unsigned block_threads = 64;
   /// Non-zero: run the grid's blocks in a shuffled order (see simt::LaunchOptions).
   std::uint64_t shuffle_seed = 0;
+  /// Non-null: the kernels' global K/V loads are traced and judged per warp (see
+  /// simt::LaunchOptions::load_stats); totals of every launch of the call are added here.
+  simt::GlobalLoadStats* load_stats = nullptr;
 };
 
 /// Attention (decode or prefill, see AttentionParams) via the emulated CUDA kernels; with

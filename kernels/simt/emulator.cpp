@@ -3,9 +3,11 @@
 #include <algorithm>
 #include <atomic>
 #include <bit>
+#include <cstdio>
 #include <condition_variable>
 #include <cstring>
 #include <exception>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <new>
@@ -13,6 +15,8 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 namespace kvlab::simt {
@@ -39,7 +43,7 @@ std::string describe(Dim3 d) {
 class Team {
  public:
   Team(Dim3 grid, Dim3 block, std::size_t shared_bytes, const EmulatedKernel& kernel, const LaunchOptions& options)
-      : grid_(grid), block_(block), kernel_(kernel) {
+      : grid_(grid), block_(block), kernel_(kernel), load_stats_(options.load_stats) {
     threads_ = static_cast<unsigned>(volume(block));
     num_warps_ = (threads_ + kWarpSize - 1) / kWarpSize;
     warps_ = std::make_unique<Warp[]>(num_warps_);
@@ -65,6 +69,21 @@ class Team {
     }
     for (auto& t : threads) t.join();
     if (error_) std::rethrow_exception(error_);
+    if (load_stats_) export_loads(*load_stats_);
+  }
+
+  [[nodiscard]] bool tracing_loads() const noexcept { return load_stats_ != nullptr; }
+
+  /// Records one lane's traced load: its request is (warp, site, how often this lane has executed
+  /// the site in this block), so the lanes of a warp meet in one request however they interleave.
+  void record_load(EmulatedExec& me, const void* p, std::size_t bytes, Site site) {
+    std::lock_guard lock(trace_mutex_);
+    std::size_t id = 0;
+    while (id < load_sites_.size() && !same_site(load_sites_[id].where, site)) ++id;
+    if (id == load_sites_.size()) load_sites_.push_back({site, {}});
+    if (me.load_counts_.size() <= id) me.load_counts_.resize(id + 1, 0);
+    const std::uint32_t k = me.load_counts_[id]++;
+    pending_loads_[{me.warp_, id, k}].emplace_back(reinterpret_cast<std::uintptr_t>(p), bytes);
   }
 
   std::uint64_t shuffle(EmulatedExec& me, std::uint64_t bits, int mode, int b, int width, Site site) {
@@ -155,6 +174,7 @@ class Team {
       ex.block_idx_ = {static_cast<unsigned>(b % grid_.x), static_cast<unsigned>(b / grid_.x % grid_.y),
                        static_cast<unsigned>(b / (static_cast<unsigned long long>(grid_.x) * grid_.y))};
       ex.shared_offset_ = 0;
+      ex.load_counts_.clear();
       try {
         kernel_(ex);
       } catch (const Aborted&) {
@@ -195,6 +215,7 @@ class Team {
   }
 
   void reset_block_state() {
+    fold_pending_loads();
     live_ = threads_;
     blocked_ = 0;
     block_arrived_ = 0;
@@ -281,8 +302,65 @@ class Team {
     for (unsigned i = 0; i < num_warps_; ++i) warps_[i].cv.notify_all();
   }
 
+  /// Judges the block's finished requests (called between blocks, when no thread records).
+  void fold_pending_loads() {
+    std::lock_guard lock(trace_mutex_);
+    std::vector<std::pair<std::uintptr_t, std::uintptr_t>> spans;
+    std::vector<std::uintptr_t> sectors;
+    for (auto& [key, lanes] : pending_loads_) {
+      spans.clear();
+      sectors.clear();
+      for (const auto& [at, bytes] : lanes) {
+        spans.emplace_back(at, at + bytes);
+        for (std::uintptr_t sct = at / GlobalLoadStats::kSectorBytes;
+             sct <= (at + bytes - 1) / GlobalLoadStats::kSectorBytes; ++sct)
+          sectors.push_back(sct);
+      }
+      std::sort(spans.begin(), spans.end());
+      std::uint64_t used = 0;
+      std::uintptr_t covered = 0;  // distinct bytes: the union of the lanes' spans
+      for (const auto& [b, e] : spans) {
+        const std::uintptr_t from = std::max(b, covered);
+        if (e > from) used += e - from;
+        covered = std::max(covered, e);
+      }
+      std::sort(sectors.begin(), sectors.end());
+      const auto distinct = std::unique(sectors.begin(), sectors.end()) - sectors.begin();
+      GlobalLoadSite& totals = load_sites_[std::get<1>(key)].totals;
+      ++totals.requests;
+      totals.bytes_used += used;
+      totals.sectors += static_cast<std::uint64_t>(distinct);
+    }
+    pending_loads_.clear();
+  }
+  void export_loads(GlobalLoadStats& out) {
+    std::lock_guard lock(trace_mutex_);
+    for (auto& s : load_sites_) {
+      const std::string name = describe(s.where);
+      auto it =
+          std::find_if(out.sites.begin(), out.sites.end(), [&](const GlobalLoadSite& o) { return o.site == name; });
+      if (it == out.sites.end()) {
+        out.sites.push_back(s.totals);
+        out.sites.back().site = name;
+      } else {
+        it->requests += s.totals.requests;
+        it->bytes_used += s.totals.bytes_used;
+        it->sectors += s.totals.sectors;
+      }
+    }
+  }
+
   const Dim3 grid_, block_;
   const EmulatedKernel& kernel_;
+  GlobalLoadStats* const load_stats_;
+  struct TracedSite {
+    Site where;
+    GlobalLoadSite totals;
+  };
+  std::mutex trace_mutex_;  // guards the three below; taken inside mutex_, never the other way
+  std::vector<TracedSite> load_sites_;
+  std::map<std::tuple<unsigned, std::size_t, std::uint32_t>, std::vector<std::pair<std::uintptr_t, std::size_t>>>
+      pending_loads_;
   unsigned threads_ = 0, num_warps_ = 0;
   std::size_t shared_bytes_ = 0;
   // Over-aligned like CUDA's shared memory; freed with the matching aligned delete.
@@ -322,6 +400,39 @@ void EmulatedExec::check_shared(std::size_t at, std::size_t bytes) const {
                               std::to_string(block_idx_.y) + "," + std::to_string(block_idx_.z) +
                               "): " + std::to_string(at + bytes) + " bytes needed, launch passed " +
                               std::to_string(shared_bytes_));
+}
+
+void EmulatedExec::note_global_load(const void* p, std::size_t bytes, detail::Site site) {
+  if (reinterpret_cast<std::uintptr_t>(p) % bytes != 0) {
+    char where[32];
+    std::snprintf(where, sizeof where, "%p", p);
+    team_->misuse_from_kernel("misaligned global load of " + std::to_string(bytes) + " bytes at " + where + " (" +
+                              detail::describe(site) + ", block " + detail::describe(block_idx_) +
+                              "): a GPU faults with cudaErrorMisalignedAddress");
+  }
+  if (team_->tracing_loads()) team_->record_load(*this, p, bytes, site);
+}
+
+GlobalLoadSite GlobalLoadStats::total() const {
+  GlobalLoadSite t;
+  t.site = "all traced loads";
+  for (const auto& s : sites) {
+    t.requests += s.requests;
+    t.bytes_used += s.bytes_used;
+    t.sectors += s.sectors;
+  }
+  return t;
+}
+
+const GlobalLoadSite& GlobalLoadStats::site(std::string_view part) const {
+  const GlobalLoadSite* found = nullptr;
+  for (const auto& s : sites) {
+    if (s.site.find(part) == std::string::npos) continue;
+    KVLAB_EXPECTS(found == nullptr, "several traced load sites match '" + std::string(part) + "'");
+    found = &s;
+  }
+  KVLAB_EXPECTS(found != nullptr, "no traced load site matches '" + std::string(part) + "'");
+  return *found;
 }
 
 void launch(Dim3 grid, Dim3 block, std::size_t shared_bytes, const EmulatedKernel& kernel,

@@ -29,6 +29,12 @@
 //   blocked (e.g. one lane waits in a shuffle while its warp-mates wait in sync_threads), the
 //   launch fails with SimtMisuse naming the call sites. An exception thrown by kernel code ends the
 //   launch and is rethrown by launch(). Infinite loops in kernel code are not detected.
+// * Global loads through load_global<V>(p): a pointer not aligned to sizeof(V) fails the launch
+//   with SimtMisuse (a GPU faults with cudaErrorMisalignedAddress). With LaunchOptions::load_stats
+//   set, each is also traced: the k-th execution of one load site by the lanes of one warp is one
+//   request, as on a GPU where a warp issues the instruction once. Each request is judged by its
+//   32-byte sectors (what L1/L2 move) against the distinct bytes its lanes asked for; the
+//   per-site totals are added to *load_stats when the launch ends.
 // * All cross-thread state is guarded by one mutex per launch (condition variables per warp and
 //   per block), so kernels whose shared-memory accesses are ordered by sync_threads() are
 //   race-free under ThreadSanitizer, and races in a kernel show up as real TSan reports.
@@ -37,7 +43,10 @@
 #include <cstring>
 #include <functional>
 #include <source_location>
+#include <string>
+#include <string_view>
 #include <type_traits>
+#include <vector>
 
 #include "alloc/core/error.hpp"
 #include "kernels/simt/exec.hpp"
@@ -48,6 +57,28 @@ namespace kvlab::simt {
 class SimtMisuse : public Error {
  public:
   using Error::Error;
+};
+
+/// Traced global loads of one load site (file:line:column), summed over requests.
+struct GlobalLoadSite {
+  std::string site;
+  std::uint64_t requests = 0;    ///< warp-wide executions of the load
+  std::uint64_t bytes_used = 0;  ///< distinct bytes the lanes of each request asked for
+  std::uint64_t sectors = 0;     ///< 32-byte sectors each request touched
+  /// Share of the moved bytes the lanes use: 1 for fully coalesced loads, 1/32 when each lane of
+  /// a full warp reads 1 byte from its own sector.
+  [[nodiscard]] double efficiency() const noexcept {
+    return sectors == 0 ? 1.0 : static_cast<double>(bytes_used) / (32.0 * static_cast<double>(sectors));
+  }
+};
+
+/// What the traced loads of one or more launches moved, per load site (first use first).
+struct GlobalLoadStats {
+  static constexpr std::uint64_t kSectorBytes = 32;
+  std::vector<GlobalLoadSite> sites;
+  [[nodiscard]] GlobalLoadSite total() const;
+  /// The site whose name contains `part` (throws InvalidArgument when none or several do).
+  [[nodiscard]] const GlobalLoadSite& site(std::string_view part) const;
 };
 
 namespace detail {
@@ -89,6 +120,19 @@ class EmulatedExec {
     return exchange(v, 3, lane_mask, width, loc);
   }
 
+  /// One global load of a V (see exec.hpp): checked for alignment, traced when the launch asks.
+  template <class V>
+  V load_global(const void* p, std::source_location loc = std::source_location::current()) {
+    static_assert(std::is_trivially_copyable_v<V> && std::is_default_constructible_v<V>,
+                  "global loads move trivially copyable values");
+    static_assert(sizeof(V) == 1 || sizeof(V) == 2 || sizeof(V) == 4 || sizeof(V) == 8 || sizeof(V) == 16,
+                  "a GPU load moves 1, 2, 4, 8 or 16 bytes");
+    note_global_load(p, sizeof(V), detail::Site::of(loc));
+    V v;
+    std::memcpy(&v, p, sizeof(V));
+    return v;
+  }
+
   template <class T>
   T* shared(std::size_t count) {
     const std::size_t at = (shared_offset_ + alignof(T) - 1) / alignof(T) * alignof(T);
@@ -113,18 +157,23 @@ class EmulatedExec {
   }
   std::uint64_t shuffle_bits(std::uint64_t bits, int mode, int b, int width, detail::Site site);
   void check_shared(std::size_t at, std::size_t bytes) const;
+  void note_global_load(const void* p, std::size_t bytes, detail::Site site);
 
   detail::Team* team_ = nullptr;
   Dim3 block_idx_, thread_idx_, block_dim_, grid_dim_;
   unsigned linear_ = 0, lane_ = 0, warp_ = 0;
   unsigned char* shared_base_ = nullptr;
   std::size_t shared_offset_ = 0, shared_bytes_ = 0;
+  std::vector<std::uint32_t> load_counts_;  ///< executions of each traced load site in this block
 };
 
 struct LaunchOptions {
   /// 0: blocks in linear order (x fastest); otherwise a permutation drawn from this seed, to catch
   /// kernels that depend on block order.
   std::uint64_t shuffle_seed = 0;
+  /// Non-null: trace every load_global() and add the per-site totals to *load_stats (which may
+  /// span several launches). Tracing serialises the loads; meant for tests.
+  GlobalLoadStats* load_stats = nullptr;
 };
 
 using EmulatedKernel = std::function<void(EmulatedExec&)>;

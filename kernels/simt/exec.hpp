@@ -11,6 +11,7 @@
 //   ex.shfl(v, src_lane[, width]), ex.shfl_xor(v, lane_mask[, width]),
 //   ex.shfl_up(v, delta[, width]), ex.shfl_down(v, delta[, width])    -> __shfl_*_sync(full warp)
 //   shared_array<T>(ex, count)                                       -> carve from dynamic smem
+//   ex.template load_global<V>(p)                                    -> one V-sized global load
 // plus the helpers below built on them (lane/warp ids, warp and segment reductions). Shuffles
 // move any trivially copyable value of at most 8 bytes; every non-exited lane of the warp must
 // execute the same shuffle (CUDA's full-mask rule). Shared memory is one dynamic arena per block
@@ -18,6 +19,13 @@
 // and every thread must make the same sequence of calls (each thread keeps its own cursor, so the
 // calls themselves need no synchronisation). Its contents start undefined (the emulator poisons
 // them with 0xFF bytes, i.e. NaN for floats).
+//
+// Global loads a kernel wants judged go through load_global<V>(p): V is a trivially copyable type
+// of 1, 2, 4, 8 or 16 bytes and p must be aligned to sizeof(V), as a GPU requires (a misaligned
+// vector load faults there; the emulator fails the launch with SimtMisuse instead). Under the
+// emulator every such load can also be traced and judged the way a GPU's L1 serves a warp: one
+// request per warp-wide execution of the load, the 32-byte sectors it touches, the bytes its lanes
+// use (simt::LaunchOptions::load_stats).
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -28,6 +36,33 @@
 namespace kvlab::simt {
 
 inline constexpr int kWarpSize = 32;
+
+/// Sixteen bytes moved by one load or store instruction (LDG.128 / LDS.128 / STS.128).
+struct alignas(16) Vec16 {
+  std::uint32_t w[4];
+};
+
+/// Aligned vector access to shared (or any host-visible) memory: `p` must be aligned to
+/// sizeof(V). On the device one vector instruction; on the host a memcpy, which also keeps the
+/// access free of type punning.
+template <class V>
+[[nodiscard]] KVLAB_HD KVLAB_FORCEINLINE V load_aligned(const void* p) {
+#if defined(__CUDA_ARCH__)
+  return *static_cast<const V*>(p);
+#else
+  V v;
+  std::memcpy(&v, p, sizeof(V));
+  return v;
+#endif
+}
+template <class V>
+KVLAB_HD KVLAB_FORCEINLINE void store_aligned(void* p, const V& v) {
+#if defined(__CUDA_ARCH__)
+  *static_cast<V*>(p) = v;
+#else
+  std::memcpy(p, &v, sizeof(V));
+#endif
+}
 
 struct Dim3 {
   unsigned x = 1, y = 1, z = 1;
@@ -207,6 +242,23 @@ class CudaExec {
   template <class T>
   KVLAB_HD KVLAB_FORCEINLINE T shfl_xor(T v, int lane_mask, int width = kWarpSize) {
     return exchange(v, 3, lane_mask, width);
+  }
+  /// One global load of a V (p aligned to sizeof(V)); the emulator's version checks and traces it.
+  template <class V>
+  KVLAB_HD KVLAB_FORCEINLINE V load_global(const void* p) {
+#if defined(__CUDA_ARCH__)
+    if constexpr (sizeof(V) == 16) {  // one LDG.128 through the read-only path: KV is not written here
+      const uint4 u = __ldg(static_cast<const uint4*>(p));
+      V v;
+      memcpy(&v, &u, sizeof(V));
+      return v;
+    } else {
+      return *static_cast<const V*>(p);
+    }
+#else
+    (void)p;
+    return V{};
+#endif
   }
   template <class T>
   KVLAB_HD KVLAB_FORCEINLINE T* shared(std::size_t count) {
