@@ -269,7 +269,7 @@ void BM_CudaAttention(benchmark::State& state) {
   if (q_len > 1)  // QK^T and PV: 2 multiply-adds per (query, key, head, dim)
     state.counters["flops_per_s"] = benchmark::Counter(4.0 * batch * q_len * context * kQHeads * kHeadDim,
                                                        benchmark::Counter::kIsIterationInvariantRate);
-  if (!flashinfer) state.counters["split_kv_partitions"] = cuda_attention_partitions(p, o);
+  if (!flashinfer) state.counters["split_kv_partitions"] = cuda_attention_partitions(p, kv->view(), o);
   if (g_bandwidth > 0)
     state.counters["fraction_of_bandwidth"] =
         benchmark::Counter(kv->kv_bytes() / g_bandwidth, benchmark::Counter::kIsIterationInvariantRate);

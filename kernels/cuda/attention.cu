@@ -51,15 +51,22 @@ int max_query_len(const AttentionParams& p, const CudaAttentionOptions& o) {
 }
 }  // namespace
 
-int cuda_attention_partitions(const AttentionParams& p, const CudaAttentionOptions& o) {
+int cuda_attention_partitions(const AttentionParams& p, const KvView& kv, const CudaAttentionOptions& o) {
   KVLAB_EXPECTS(o.num_partitions >= 0 && o.num_partitions <= 65535, "num_partitions must be in 0..65535");
   if (o.num_partitions > 0) return o.num_partitions;
-  if (p.batch == 0) return 1;
-  const int max_q = max_query_len(p, o);
-  if (max_q != 1) return 1;  // prefill: the query rows already give the grid its blocks
+  if (p.batch == 0 || max_query_len(p, o) != 1) return 1;  // prefill: its query rows fill the grid
   int device = 0, sms = 0;
   KVLAB_CUDA_TRY(cudaGetDevice(&device));
   KVLAB_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  SplitKvPolicy policy;
+  visit_kv_view(kv, [&](auto view, auto dim) {
+    using View = decltype(view);
+    using T = std::remove_cv_t<std::remove_pointer_t<decltype(view.k(0, 0, 0))>>;
+    constexpr int D = decltype(dim)::value;
+    KVLAB_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&policy.blocks_per_sm, attention_partial<T, D, View>,
+                                                                 static_cast<int>(o.block_threads),
+                                                                 simt::AttentionTraits<T, D>::shared_bytes()));
+  });
   std::int64_t max_len = -1;
   if (p.host_seq_lens) {
     max_len = 0;
@@ -67,15 +74,15 @@ int cuda_attention_partitions(const AttentionParams& p, const CudaAttentionOptio
   }
   const int rows_per_block = simt::attention_rows_per_block(p.head_dim);
   const int row_blocks = (p.group() + rows_per_block - 1) / rows_per_block;
-  return split_kv_partitions(static_cast<std::int64_t>(p.batch) * p.num_kv_heads * row_blocks, sms, max_len);
+  return split_kv_partitions(static_cast<std::int64_t>(p.batch) * p.num_kv_heads * row_blocks, sms, max_len, policy);
 }
 
 void cuda_attention(const AttentionParams& p, const KvView& kv, const CudaAttentionOptions& o, cudaStream_t stream) {
   validate_attention(p, kv);
-  const int P = cuda_attention_partitions(p, o);
-  KVLAB_EXPECTS(P >= 1 && P <= 65535, "num_partitions must be in 1..65535");
   KVLAB_EXPECTS(o.block_threads >= 32 && o.block_threads <= 256 && o.block_threads % 32 == 0,
                 "block_threads must be a multiple of 32 in 32..256");
+  const int P = cuda_attention_partitions(p, kv, o);
+  KVLAB_EXPECTS(P >= 1 && P <= 65535, "num_partitions must be in 1..65535");
   if (p.batch == 0) return;
 
   int max_q = 1;

@@ -14,9 +14,9 @@
 namespace kvlab {
 
 struct CudaAttentionOptions {
-  /// Split-KV partitions per sequence (flash-decoding); 1 = no merge pass; 0 = sized to the GPU's
-  /// SM count and the longest sequence (split_kv_partitions, kernels/split_kv.hpp; the longest
-  /// sequence is read from AttentionParams::host_seq_lens when set).
+  /// Split-KV partitions per sequence (flash-decoding); 1 = no merge pass; 0 = one full wave of
+  /// the GPU's SMs at the kernel's occupancy, capped by the longest sequence (split_kv_partitions,
+  /// kernels/split_kv.hpp; the longest sequence is read from AttentionParams::host_seq_lens when set).
   int num_partitions = 0;
   /// Prefill only: the largest query count of a sequence and q_indptr[batch]. Left at -1, the
   /// launcher reads q_indptr back (one small synchronous copy on the stream).
@@ -35,8 +35,10 @@ struct CudaAttentionOptions {
 
 void cuda_attention(const AttentionParams& p, const KvView& kv, const CudaAttentionOptions& options,
                     cudaStream_t stream = nullptr);
-/// The partitions cuda_attention() launches with these options on the current device (resolves 0).
-[[nodiscard]] int cuda_attention_partitions(const AttentionParams& p, const CudaAttentionOptions& options);
+/// The partitions cuda_attention() launches with these options on the current device (resolves 0
+/// with the kernel's occupancy on this GPU).
+[[nodiscard]] int cuda_attention_partitions(const AttentionParams& p, const KvView& kv,
+                                            const CudaAttentionOptions& options);
 
 inline void cuda_attention(const AttentionParams& p, const KvView& kv, int num_partitions = 0,
                            cudaStream_t stream = nullptr) {

@@ -16,8 +16,10 @@
 //      next tile's row addresses are looked up, one token per thread;                     sync
 //   2. scores: one thread per (row, token), the dot product from shared memory in fp32, causal /
 //      partition masking gives -inf;                                                      sync
-//   3. one thread per row: new max, rescale factor, exp weights, l;                       sync
-//   4. one thread per (row, dim): acc = acc * corr + sum_j w_j V_j from shared memory;     sync
+//   3. one thread per row: new max and rescale factor;                                    sync
+//      one thread per (row, token): exp weights;                                           sync
+//   4. one thread per (row, dim): acc = acc * corr + sum_j w_j V_j from shared memory, and l
+//      moves on (the dim-0 thread);                                                        sync
 // K and V are read from global memory once per block, whatever the GQA group. Staged rows are
 // padded by 16 bytes so that the lanes of a quarter warp, reading one 16-byte piece of K each from
 // consecutive tokens, fall on different shared-memory banks. A row whose address is not 16-byte
@@ -203,36 +205,40 @@ KVLAB_HD void attention_partial_kernel(Exec& ex, const AttentionKernelArgs<View>
       }
       ex.sync_threads();
 
-      // 3. Online softmax, one thread per row. Masked scores (-inf) weigh exactly zero.
+      // 3a. Online softmax, one thread per row: the new max and the accumulator's rescale factor
+      // (compares only; the exps are spread over the block in 3b).
       for (int r = tid; r < nr; r += nthreads) {
-        float* srow = sc_s + r * TILE;
+        const float* srow = sc_s + r * TILE;
         const float m_old = m_s[r];
         float mx = m_old;
         for (int j = 0; j < nt; ++j) mx = detail::fmax2(mx, srow[j]);
-        float corr = 1.f, sum = 0.f;
-        if (mx == detail::kNegInf) {
-          for (int j = 0; j < nt; ++j) srow[j] = 0.f;
-        } else {
-          corr = detail::fexp(m_old - mx);
-          for (int j = 0; j < nt; ++j) {
-            const float e = detail::fexp(srow[j] - mx);
-            srow[j] = e;
-            sum += e;
-          }
-        }
-        l_s[r] = l_s[r] * corr + sum;
         m_s[r] = mx;
-        corr_s[r] = corr;
+        corr_s[r] = mx == detail::kNegInf ? 1.f : detail::fexp(m_old - mx);
+      }
+      ex.sync_threads();
+
+      // 3b. Weights, one thread per (row, token). Masked scores (-inf) weigh exactly zero.
+      for (int pair = tid; pair < nr * nt; pair += nthreads) {
+        const int r = pair / nt, j = pair % nt;
+        const float mx = m_s[r];
+        float* w = sc_s + r * TILE + j;
+        *w = mx == detail::kNegInf ? 0.f : detail::fexp(*w - mx);
       }
       ex.sync_threads();
 
       // 4. acc = acc * corr + P V, one thread per (row, dim): consecutive threads, consecutive dims.
+      // The thread of dim 0 also moves the row's sum l on.
       for (int idx = tid; idx < nr * D; idx += nthreads) {
         const int r = idx / D, d = idx % D;
         const float* w = sc_s + r * TILE;
         float acc = acc_s[idx] * corr_s[r];
         for (int j = 0; j < nt; ++j) acc += w[j] * to_float(v_s[j * KS + d]);
         acc_s[idx] = acc;
+        if (d == 0) {
+          float sum = 0.f;
+          for (int j = 0; j < nt; ++j) sum += w[j];
+          l_s[r] = l_s[r] * corr_s[r] + sum;
+        }
       }
       ex.sync_threads();
     }
