@@ -58,7 +58,7 @@ struct FlashInferCalls {
 [[nodiscard]] GpuKernel resolve(GpuKernel k, Device device) noexcept;
 
 /// Runs attention on `device`: the host kernels on host memory (Device::host), the CUDA kernels
-/// (`gpu`: FlashInfer's or kvlab's split-KV kernel with 2 partitions) on device memory
+/// (`gpu`: FlashInfer's or kvlab's split-KV kernel, its partitions sized to the GPU) on device memory
 /// (Device::cuda), or kvlab's CUDA kernels under the host SIMT emulator on the emulated device's
 /// memory (Device::emulated; `gpu` flashinfer is refused there). Asynchronous on a GPU.
 void attention(Device device, const AttentionParams& p, const KvView& kv, GpuKernel gpu = GpuKernel::automatic);

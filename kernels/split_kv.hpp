@@ -26,7 +26,8 @@ struct SplitKvPolicy {
   if (blocks_without_split < 1 || sm_count < 1) return 1;
   const std::int64_t want = static_cast<std::int64_t>(sm_count) * policy.blocks_per_sm;
   std::int64_t p = want / blocks_without_split;
-  const std::int64_t cap = max_kv_len < 0 ? policy.max_unknown : max_kv_len / policy.min_tokens;
+  const std::int64_t cap =
+      max_kv_len < 0 ? policy.max_unknown : max_kv_len / (policy.min_tokens < 1 ? 1 : policy.min_tokens);
   if (p > cap) p = cap;
   if (p > policy.max_partitions) p = policy.max_partitions;
   return p < 1 ? 1 : static_cast<int>(p);

@@ -1,6 +1,9 @@
 // The attention kernels of kernels/simt/attention_kernel.hpp instantiated for the GPU with
 // CudaExec: dtype x head dim x layout, all from the one dispatch site (kernels/dispatch.hpp).
 #include <algorithm>
+#include <map>
+#include <mutex>
+#include <utility>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -33,13 +36,16 @@ __global__ void __launch_bounds__(kMergeThreads) attention_merge(simt::Attention
 }  // namespace
 
 std::size_t cuda_attention_workspace_bytes(std::int64_t total_q, int num_q_heads, int head_dim, int num_partitions) {
-  if (num_partitions <= 1) return 0;
+  KVLAB_EXPECTS(num_partitions >= 1,
+                "num_partitions must be resolved (cuda_attention_partitions) before sizing a workspace");
+  if (num_partitions == 1) return 0;
   const std::size_t slots = static_cast<std::size_t>(total_q) * num_q_heads * num_partitions;
   return slots * (static_cast<std::size_t>(head_dim) + 2) * sizeof(float);
 }
 
 namespace {
-int max_query_len(const AttentionParams& p, const CudaAttentionOptions& o) {
+/// The largest query count of a sequence when the host knows it without a copy; -1 otherwise.
+int known_max_query_len(const AttentionParams& p, const CudaAttentionOptions& o) {
   if (!p.q_indptr) return 1;
   if (o.max_q_len >= 0) return o.max_q_len;
   if (p.host_q_indptr) {
@@ -47,25 +53,44 @@ int max_query_len(const AttentionParams& p, const CudaAttentionOptions& o) {
     for (int s = 0; s < p.batch; ++s) m = std::max(m, p.host_q_indptr[s + 1] - p.host_q_indptr[s]);
     return m;
   }
-  return -1;  // unknown without reading q_indptr back: treated as prefill
+  return -1;
 }
-}  // namespace
 
-int cuda_attention_partitions(const AttentionParams& p, const KvView& kv, const CudaAttentionOptions& o) {
+/// SMs x resident blocks of one kernel instance on the current device, asked once per (device,
+/// instance, block size): the driver queries cost microseconds, and this runs before every launch.
+template <class T, int D, class View>
+std::int64_t wave_slots(unsigned block_threads, int& sms) {
+  static std::mutex mutex;
+  static std::map<std::pair<int, unsigned>, std::pair<int, int>> cache;  // -> (SMs, blocks per SM)
+  int device = 0;
+  KVLAB_CUDA_TRY(cudaGetDevice(&device));
+  std::lock_guard lock(mutex);
+  auto [it, fresh] = cache.try_emplace({device, block_threads});
+  if (fresh) {
+    try {
+      KVLAB_CUDA_TRY(cudaDeviceGetAttribute(&it->second.first, cudaDevAttrMultiProcessorCount, device));
+      KVLAB_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&it->second.second, attention_partial<T, D, View>,
+                                                                   static_cast<int>(block_threads),
+                                                                   simt::AttentionTraits<T, D>::shared_bytes()));
+    } catch (...) {
+      cache.erase(it);
+      throw;
+    }
+  }
+  sms = it->second.first;
+  return it->second.second;
+}
+
+/// Partitions for a launch whose longest query count is max_q (-1: unknown).
+int choose_partitions(const AttentionParams& p, const KvView& kv, const CudaAttentionOptions& o, int max_q) {
   KVLAB_EXPECTS(o.num_partitions >= 0 && o.num_partitions <= 65535, "num_partitions must be in 0..65535");
   if (o.num_partitions > 0) return o.num_partitions;
-  if (p.batch == 0 || max_query_len(p, o) != 1) return 1;  // prefill: its query rows fill the grid
-  int device = 0, sms = 0;
-  KVLAB_CUDA_TRY(cudaGetDevice(&device));
-  KVLAB_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  if (p.batch == 0 || max_q != 1) return 1;  // prefill (or unknown): its query rows fill the grid
+  int sms = 0;
   SplitKvPolicy policy;
   visit_kv_view(kv, [&](auto view, auto dim) {
-    using View = decltype(view);
     using T = std::remove_cv_t<std::remove_pointer_t<decltype(view.k(0, 0, 0))>>;
-    constexpr int D = decltype(dim)::value;
-    KVLAB_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&policy.blocks_per_sm, attention_partial<T, D, View>,
-                                                                 static_cast<int>(o.block_threads),
-                                                                 simt::AttentionTraits<T, D>::shared_bytes()));
+    policy.blocks_per_sm = static_cast<int>(wave_slots<T, decltype(dim)::value, decltype(view)>(o.block_threads, sms));
   });
   std::int64_t max_len = -1;
   if (p.host_seq_lens) {
@@ -76,13 +101,19 @@ int cuda_attention_partitions(const AttentionParams& p, const KvView& kv, const 
   const int row_blocks = (p.group() + rows_per_block - 1) / rows_per_block;
   return split_kv_partitions(static_cast<std::int64_t>(p.batch) * p.num_kv_heads * row_blocks, sms, max_len, policy);
 }
+}  // namespace
+
+int cuda_attention_partitions(const AttentionParams& p, const KvView& kv, const CudaAttentionOptions& o) {
+  KVLAB_EXPECTS(o.block_threads >= 32 && o.block_threads <= 256 && o.block_threads % 32 == 0,
+                "block_threads must be a multiple of 32 in 32..256");
+  return choose_partitions(p, kv, o, known_max_query_len(p, o));
+}
 
 void cuda_attention(const AttentionParams& p, const KvView& kv, const CudaAttentionOptions& o, cudaStream_t stream) {
   validate_attention(p, kv);
   KVLAB_EXPECTS(o.block_threads >= 32 && o.block_threads <= 256 && o.block_threads % 32 == 0,
                 "block_threads must be a multiple of 32 in 32..256");
-  const int P = cuda_attention_partitions(p, kv, o);
-  KVLAB_EXPECTS(P >= 1 && P <= 65535, "num_partitions must be in 1..65535");
+  KVLAB_EXPECTS(o.num_partitions >= 0 && o.num_partitions <= 65535, "num_partitions must be in 0..65535");
   if (p.batch == 0) return;
 
   int max_q = 1;
@@ -101,6 +132,7 @@ void cuda_attention(const AttentionParams& p, const KvView& kv, const CudaAttent
       total_q = indptr[p.batch];
     }
   }
+  const int P = choose_partitions(p, kv, o, max_q);
 
   visit_kv_view(kv, [&](auto view, auto dim) {
     using View = decltype(view);

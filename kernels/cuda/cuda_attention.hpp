@@ -29,14 +29,17 @@ struct CudaAttentionOptions {
   unsigned block_threads = 128;  ///< multiple of 32
 };
 
-/// Bytes of split-KV workspace for total_q query tokens (0 when num_partitions == 1).
+/// Bytes of split-KV workspace for total_q query tokens (0 when num_partitions == 1);
+/// num_partitions is a resolved count (cuda_attention_partitions()), never 0.
 [[nodiscard]] std::size_t cuda_attention_workspace_bytes(std::int64_t total_q, int num_q_heads, int head_dim,
                                                          int num_partitions);
 
 void cuda_attention(const AttentionParams& p, const KvView& kv, const CudaAttentionOptions& options,
                     cudaStream_t stream = nullptr);
-/// The partitions cuda_attention() launches with these options on the current device (resolves 0
-/// with the kernel's occupancy on this GPU).
+/// The partitions cuda_attention() launches with these options on the current device: resolves 0
+/// with the kernel's occupancy on this GPU (cached per device, kernel instance and block size).
+/// Prefill gets 1. With q_indptr set but neither options.max_q_len nor p.host_q_indptr, the query
+/// counts are unknown here and the answer is 1, where cuda_attention() reads them back first.
 [[nodiscard]] int cuda_attention_partitions(const AttentionParams& p, const KvView& kv,
                                             const CudaAttentionOptions& options);
 

@@ -19,8 +19,9 @@ struct EmulatedLaunchOptions {
   unsigned block_threads = 64;
   /// Non-zero: run the grid's blocks in a shuffled order (see simt::LaunchOptions).
   std::uint64_t shuffle_seed = 0;
-  /// Non-null: the kernels' global K/V loads are traced and judged per warp (see
-  /// simt::LaunchOptions::load_stats); totals of every launch of the call are added here.
+  /// Non-null: the attention kernel's global K/V loads are traced and judged per warp (see
+  /// simt::LaunchOptions::load_stats); totals of every launch of the call are added here. The block
+  /// copy kernel's loads are not traced.
   simt::GlobalLoadStats* load_stats = nullptr;
 };
 

@@ -75,7 +75,8 @@ class Team {
   [[nodiscard]] bool tracing_loads() const noexcept { return load_stats_ != nullptr; }
 
   /// Records one lane's traced load: its request is (warp, site, how often this lane has executed
-  /// the site in this block), so the lanes of a warp meet in one request however they interleave.
+  /// the site in this block), so the lanes of a warp meet in one request whatever order the host
+  /// threads run in (see emulator.hpp for what that assumes).
   void record_load(EmulatedExec& me, const void* p, std::size_t bytes, Site site) {
     std::lock_guard lock(trace_mutex_);
     std::size_t id = 0;

@@ -34,7 +34,13 @@
 //   set, each is also traced: the k-th execution of one load site by the lanes of one warp is one
 //   request, as on a GPU where a warp issues the instruction once. Each request is judged by its
 //   32-byte sectors (what L1/L2 move) against the distinct bytes its lanes asked for; the
-//   per-site totals are added to *load_stats when the launch ends.
+//   per-site totals are added to *load_stats when the launch ends (an aborted launch adds
+//   nothing; launches sharing one GlobalLoadStats must not run concurrently). Grouping by count
+//   assumes converged SIMT code, where the lanes active at a site are at the same execution of
+//   it (loops whose trip count differs by lane included). Code that reaches one site a different
+//   number of times per lane before reconverging (say, a site inside an if and after it, through
+//   a helper) is grouped by count, which can differ from how a GPU issues it. One source line
+//   called twice through one helper (K and V loads in one function) is one site.
 // * All cross-thread state is guarded by one mutex per launch (condition variables per warp and
 //   per block), so kernels whose shared-memory accesses are ordered by sync_threads() are
 //   race-free under ThreadSanitizer, and races in a kernel show up as real TSan reports.

@@ -77,6 +77,14 @@ void run_gpu_case(const GpuCase& c) {
   p.out = out.ptr;
   p.seq_lens = lens.ptr;
   p.q_indptr = c.prefill ? indptr.ptr : nullptr;
+  if (c.partitions == 0 && !c.prefill) {
+    // Sized to the GPU: 14 blocks unsplit fill no GPU, and the longest sequence (1031 tokens)
+    // allows at most 4 partitions of 256 tokens.
+    p.host_seq_lens = shape.seq_lens.data();
+    const int chosen = cuda_attention_partitions(p, view, {});
+    EXPECT_GT(chosen, 1);
+    EXPECT_LE(chosen, 4);
+  }
   cuda_attention(p, view, c.partitions);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   const std::string what = std::string(to_string(c.dtype)) + " g" + std::to_string(c.group) + " d" +

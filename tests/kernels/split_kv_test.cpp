@@ -31,6 +31,7 @@ TEST(SplitKv, DegenerateInputsGiveOnePartition) {
   EXPECT_EQ(split_kv_partitions(64, 0, 4096), 1);
   EXPECT_EQ(split_kv_partitions(64, 132, 0), 1);
   EXPECT_EQ(split_kv_partitions(64, 132, 4096, {.blocks_per_sm = 0}), 1);  // occupancy 0: no split
+  EXPECT_EQ(split_kv_partitions(1, 132, 4096, {.min_tokens = 0}), 256);    // no minimum: no division by 0
   static_assert(split_kv_partitions(64, 132, 16384) == 8, "usable at compile time");
 }
 
