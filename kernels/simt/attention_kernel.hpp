@@ -196,7 +196,7 @@ KVLAB_HD void attention_partial_kernel(Exec& ex, const AttentionKernelArgs<View>
 #endif
         for (int x = 0; x < VECS; ++x) {
           T e[PER];
-          const Vec16 piece = load_aligned<Vec16>(k + x * PER);
+          const Vec16 piece = ex.template load_shared<Vec16>(k + x * PER);
           memcpy(e, &piece, sizeof piece);
           for (int i = 0; i < PER; ++i) dot += q[x * PER + i] * to_float(e[i]);
         }
@@ -232,7 +232,7 @@ KVLAB_HD void attention_partial_kernel(Exec& ex, const AttentionKernelArgs<View>
         const int r = idx / D, d = idx % D;
         const float* w = sc_s + r * TILE;
         float acc = acc_s[idx] * corr_s[r];
-        for (int j = 0; j < nt; ++j) acc += w[j] * to_float(v_s[j * KS + d]);
+        for (int j = 0; j < nt; ++j) acc += w[j] * to_float(ex.template load_shared<T>(v_s + j * KS + d));
         acc_s[idx] = acc;
         if (d == 0) {
           float sum = 0.f;

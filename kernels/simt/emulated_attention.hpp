@@ -11,7 +11,7 @@
 
 namespace kvlab {
 namespace simt {
-struct GlobalLoadStats;  // kernels/simt/emulator.hpp
+struct LoadStats;  // kernels/simt/emulator.hpp
 }
 
 struct EmulatedLaunchOptions {
@@ -19,10 +19,10 @@ struct EmulatedLaunchOptions {
   unsigned block_threads = 64;
   /// Non-zero: run the grid's blocks in a shuffled order (see simt::LaunchOptions).
   std::uint64_t shuffle_seed = 0;
-  /// Non-null: the attention kernel's global K/V loads are traced and judged per warp (see
-  /// simt::LaunchOptions::load_stats); totals of every launch of the call are added here. The block
-  /// copy kernel's loads are not traced.
-  simt::GlobalLoadStats* load_stats = nullptr;
+  /// Non-null: the attention kernel's K/V loads, from global memory and from its shared-memory
+  /// tiles, are traced and judged per warp (see simt::LaunchOptions::load_stats); totals of every
+  /// launch of the call are added here. The block copy kernel's loads are not traced.
+  simt::LoadStats* load_stats = nullptr;
 };
 
 /// Attention (decode or prefill, see AttentionParams) via the emulated CUDA kernels; with

@@ -77,14 +77,19 @@ class Team {
   /// Records one lane's traced load: its request is (warp, site, how often this lane has executed
   /// the site in this block), so the lanes of a warp meet in one request whatever order the host
   /// threads run in (see emulator.hpp for what that assumes).
-  void record_load(EmulatedExec& me, const void* p, std::size_t bytes, Site site) {
+  void record_load(EmulatedExec& me, const void* p, std::size_t bytes, Site site, MemorySpace space) {
     std::lock_guard lock(trace_mutex_);
     std::size_t id = 0;
-    while (id < load_sites_.size() && !same_site(load_sites_[id].where, site)) ++id;
-    if (id == load_sites_.size()) load_sites_.push_back({site, {}});
+    while (id < load_sites_.size() &&
+           !(load_sites_[id].totals.space == space && same_site(load_sites_[id].where, site)))
+      ++id;
+    if (id == load_sites_.size()) {
+      load_sites_.push_back({site, {}});
+      load_sites_.back().totals.space = space;
+    }
     if (me.load_counts_.size() <= id) me.load_counts_.resize(id + 1, 0);
     const std::uint32_t k = me.load_counts_[id]++;
-    pending_loads_[{me.warp_, id, k}].emplace_back(reinterpret_cast<std::uintptr_t>(p), bytes);
+    pending_loads_[{me.warp_, id, k}].push_back({me.lane_, reinterpret_cast<std::uintptr_t>(p), bytes});
   }
 
   std::uint64_t shuffle(EmulatedExec& me, std::uint64_t bits, int mode, int b, int width, Site site) {
@@ -303,43 +308,88 @@ class Team {
     for (unsigned i = 0; i < num_warps_; ++i) warps_[i].cv.notify_all();
   }
 
+  struct Access {
+    unsigned lane;
+    std::uintptr_t at;
+    std::size_t bytes;
+  };
+
+  /// Distinct bytes the lanes of one request asked for: the union of their spans.
+  static std::uint64_t bytes_used(const std::vector<Access>& lanes) {
+    std::vector<std::pair<std::uintptr_t, std::uintptr_t>> spans;
+    for (const Access& a : lanes) spans.emplace_back(a.at, a.at + a.bytes);
+    std::sort(spans.begin(), spans.end());
+    std::uint64_t used = 0;
+    std::uintptr_t covered = 0;
+    for (const auto& [b, e] : spans) {
+      const std::uintptr_t from = std::max(b, covered);
+      if (e > from) used += e - from;
+      covered = std::max(covered, e);
+    }
+    return used;
+  }
+  /// Global: the 32-byte sectors the request touches.
+  static std::uint64_t sectors(const std::vector<Access>& lanes) {
+    std::vector<std::uintptr_t> touched;
+    for (const Access& a : lanes)
+      for (std::uintptr_t s = a.at / LoadStats::kSectorBytes; s <= (a.at + a.bytes - 1) / LoadStats::kSectorBytes; ++s)
+        touched.push_back(s);
+    std::sort(touched.begin(), touched.end());
+    return static_cast<std::uint64_t>(std::unique(touched.begin(), touched.end()) - touched.begin());
+  }
+  /// Shared: (passes, passes without conflicts). Lanes are served in phases of 32 / (bytes / 4)
+  /// lanes; within a phase a bank delivers one word per pass, the same word to any number of lanes.
+  static std::pair<std::uint64_t, std::uint64_t> wavefronts(const std::vector<Access>& lanes) {
+    std::size_t widest = 0;
+    for (const Access& a : lanes) widest = std::max(widest, a.bytes);
+    const unsigned phases = widest <= LoadStats::kBankBytes ? 1 : static_cast<unsigned>(widest / LoadStats::kBankBytes);
+    const unsigned lanes_per_phase = kWarpSize / phases;
+    std::uint64_t passes = 0, ideal = 0;
+    std::vector<std::pair<unsigned, std::uintptr_t>> words;  // (bank, word)
+    for (unsigned ph = 0; ph < phases; ++ph) {
+      words.clear();
+      for (const Access& a : lanes) {
+        if (a.lane / lanes_per_phase != ph) continue;
+        for (std::uintptr_t w = a.at / LoadStats::kBankBytes; w <= (a.at + a.bytes - 1) / LoadStats::kBankBytes; ++w)
+          words.emplace_back(static_cast<unsigned>(w % LoadStats::kBanks), w);
+      }
+      if (words.empty()) continue;
+      std::sort(words.begin(), words.end());
+      words.erase(std::unique(words.begin(), words.end()), words.end());
+      std::uint64_t most = 0, run = 0;
+      for (std::size_t i = 0; i < words.size(); ++i) {
+        run = i > 0 && words[i].first == words[i - 1].first ? run + 1 : 1;
+        most = std::max(most, run);
+      }
+      passes += most;
+      ++ideal;
+    }
+    return {passes, ideal};
+  }
+
   /// Judges the block's finished requests (called between blocks, when no thread records).
   void fold_pending_loads() {
     std::lock_guard lock(trace_mutex_);
-    std::vector<std::pair<std::uintptr_t, std::uintptr_t>> spans;
-    std::vector<std::uintptr_t> sectors;
     for (auto& [key, lanes] : pending_loads_) {
-      spans.clear();
-      sectors.clear();
-      for (const auto& [at, bytes] : lanes) {
-        spans.emplace_back(at, at + bytes);
-        for (std::uintptr_t sct = at / GlobalLoadStats::kSectorBytes;
-             sct <= (at + bytes - 1) / GlobalLoadStats::kSectorBytes; ++sct)
-          sectors.push_back(sct);
-      }
-      std::sort(spans.begin(), spans.end());
-      std::uint64_t used = 0;
-      std::uintptr_t covered = 0;  // distinct bytes: the union of the lanes' spans
-      for (const auto& [b, e] : spans) {
-        const std::uintptr_t from = std::max(b, covered);
-        if (e > from) used += e - from;
-        covered = std::max(covered, e);
-      }
-      std::sort(sectors.begin(), sectors.end());
-      const auto distinct = std::unique(sectors.begin(), sectors.end()) - sectors.begin();
-      GlobalLoadSite& totals = load_sites_[std::get<1>(key)].totals;
+      LoadSite& totals = load_sites_[std::get<1>(key)].totals;
       ++totals.requests;
-      totals.bytes_used += used;
-      totals.sectors += static_cast<std::uint64_t>(distinct);
+      totals.bytes_used += bytes_used(lanes);
+      if (totals.space == MemorySpace::global) {
+        totals.sectors += sectors(lanes);
+      } else {
+        const auto [passes, ideal] = wavefronts(lanes);
+        totals.wavefronts += passes;
+        totals.ideal_wavefronts += ideal;
+      }
     }
     pending_loads_.clear();
   }
-  void export_loads(GlobalLoadStats& out) {
+  void export_loads(LoadStats& out) {
     std::lock_guard lock(trace_mutex_);
     for (auto& s : load_sites_) {
       const std::string name = describe(s.where);
-      auto it =
-          std::find_if(out.sites.begin(), out.sites.end(), [&](const GlobalLoadSite& o) { return o.site == name; });
+      auto it = std::find_if(out.sites.begin(), out.sites.end(),
+                             [&](const LoadSite& o) { return o.site == name && o.space == s.totals.space; });
       if (it == out.sites.end()) {
         out.sites.push_back(s.totals);
         out.sites.back().site = name;
@@ -347,21 +397,22 @@ class Team {
         it->requests += s.totals.requests;
         it->bytes_used += s.totals.bytes_used;
         it->sectors += s.totals.sectors;
+        it->wavefronts += s.totals.wavefronts;
+        it->ideal_wavefronts += s.totals.ideal_wavefronts;
       }
     }
   }
 
   const Dim3 grid_, block_;
   const EmulatedKernel& kernel_;
-  GlobalLoadStats* const load_stats_;
+  LoadStats* const load_stats_;
   struct TracedSite {
     Site where;
-    GlobalLoadSite totals;
+    LoadSite totals;
   };
   std::mutex trace_mutex_;  // guards the three below; taken inside mutex_, never the other way
   std::vector<TracedSite> load_sites_;
-  std::map<std::tuple<unsigned, std::size_t, std::uint32_t>, std::vector<std::pair<std::uintptr_t, std::size_t>>>
-      pending_loads_;
+  std::map<std::tuple<unsigned, std::size_t, std::uint32_t>, std::vector<Access>> pending_loads_;
   unsigned threads_ = 0, num_warps_ = 0;
   std::size_t shared_bytes_ = 0;
   // Over-aligned like CUDA's shared memory; freed with the matching aligned delete.
@@ -403,30 +454,47 @@ void EmulatedExec::check_shared(std::size_t at, std::size_t bytes) const {
                               std::to_string(shared_bytes_));
 }
 
-void EmulatedExec::note_global_load(const void* p, std::size_t bytes, detail::Site site) {
-  if (reinterpret_cast<std::uintptr_t>(p) % bytes != 0) {
-    char where[32];
-    std::snprintf(where, sizeof where, "%p", p);
-    team_->misuse_from_kernel("misaligned global load of " + std::to_string(bytes) + " bytes at " + where + " (" +
-                              detail::describe(site) + ", block " + detail::describe(block_idx_) +
-                              "): a GPU faults with cudaErrorMisalignedAddress");
-  }
-  if (team_->tracing_loads()) team_->record_load(*this, p, bytes, site);
+void EmulatedExec::note_load(const void* p, std::size_t bytes, detail::Site site, MemorySpace space) {
+  const bool shared = space == MemorySpace::shared;
+  const auto where = [&] {
+    char at[32];
+    std::snprintf(at, sizeof at, "%p", p);
+    return std::string(at) + " (" + detail::describe(site) + ", block " + detail::describe(block_idx_) + ")";
+  };
+  if (shared && (static_cast<const unsigned char*>(p) < shared_base_ ||
+                 static_cast<const unsigned char*>(p) + bytes > shared_base_ + shared_bytes_))
+    team_->misuse_from_kernel("shared load of " + std::to_string(bytes) + " bytes at " + where() +
+                              " outside the block's " + std::to_string(shared_bytes_) + " bytes of shared memory");
+  if (reinterpret_cast<std::uintptr_t>(p) % bytes != 0)
+    team_->misuse_from_kernel("misaligned " + std::string(shared ? "shared" : "global") + " load of " +
+                              std::to_string(bytes) + " bytes at " + where() +
+                              ": a GPU faults with cudaErrorMisalignedAddress");
+  if (team_->tracing_loads()) team_->record_load(*this, p, bytes, site, space);
 }
 
-GlobalLoadSite GlobalLoadStats::total() const {
-  GlobalLoadSite t;
+std::vector<LoadSite> LoadStats::of(MemorySpace space) const {
+  std::vector<LoadSite> v;
+  for (const auto& s : sites)
+    if (s.space == space) v.push_back(s);
+  return v;
+}
+
+LoadSite LoadStats::total(MemorySpace space) const {
+  LoadSite t;
   t.site = "all traced loads";
-  for (const auto& s : sites) {
+  t.space = space;
+  for (const auto& s : of(space)) {
     t.requests += s.requests;
     t.bytes_used += s.bytes_used;
     t.sectors += s.sectors;
+    t.wavefronts += s.wavefronts;
+    t.ideal_wavefronts += s.ideal_wavefronts;
   }
   return t;
 }
 
-const GlobalLoadSite& GlobalLoadStats::site(std::string_view part) const {
-  const GlobalLoadSite* found = nullptr;
+const LoadSite& LoadStats::site(std::string_view part) const {
+  const LoadSite* found = nullptr;
   for (const auto& s : sites) {
     if (s.site.find(part) == std::string::npos) continue;
     KVLAB_EXPECTS(found == nullptr, "several traced load sites match '" + std::string(part) + "'");

@@ -30,12 +30,14 @@
 //   launch fails with SimtMisuse naming the call sites. An exception thrown by kernel code ends the
 //   launch and is rethrown by launch(). Infinite loops in kernel code are not detected.
 // * Global loads through load_global<V>(p): a pointer not aligned to sizeof(V) fails the launch
-//   with SimtMisuse (a GPU faults with cudaErrorMisalignedAddress). With LaunchOptions::load_stats
+//   with SimtMisuse (a GPU faults with cudaErrorMisalignedAddress). Shared loads through
+//   load_shared<V>(p) are checked the same way and must lie inside the block's shared memory;
+//   traced, they are judged by bank conflicts (LoadSite::wavefronts). With LaunchOptions::load_stats
 //   set, each is also traced: the k-th execution of one load site by the lanes of one warp is one
 //   request, as on a GPU where a warp issues the instruction once. Each request is judged by its
 //   32-byte sectors (what L1/L2 move) against the distinct bytes its lanes asked for; the
 //   per-site totals are added to *load_stats when the launch ends (an aborted launch adds
-//   nothing; launches sharing one GlobalLoadStats must not run concurrently). Grouping by count
+//   nothing; launches sharing one LoadStats must not run concurrently). Grouping by count
 //   assumes converged SIMT code, where the lanes active at a site are at the same execution of
 //   it (loops whose trip count differs by lane included). Code that reaches one site a different
 //   number of times per lane before reconverging (say, a site inside an if and after it, through
@@ -65,26 +67,41 @@ class SimtMisuse : public Error {
   using Error::Error;
 };
 
-/// Traced global loads of one load site (file:line:column), summed over requests.
-struct GlobalLoadSite {
+enum class MemorySpace { global, shared };
+
+/// Traced loads of one load site (file:line:column), summed over its requests.
+struct LoadSite {
   std::string site;
+  MemorySpace space = MemorySpace::global;
   std::uint64_t requests = 0;    ///< warp-wide executions of the load
   std::uint64_t bytes_used = 0;  ///< distinct bytes the lanes of each request asked for
-  std::uint64_t sectors = 0;     ///< 32-byte sectors each request touched
-  /// Share of the moved bytes the lanes use: 1 for fully coalesced loads, 1/32 when each lane of
-  /// a full warp reads 1 byte from its own sector.
+  std::uint64_t sectors = 0;     ///< global: 32-byte sectors each request touched
+  /// shared: passes through the 32 four-byte banks the requests took. A warp's request is served
+  /// in phases (one for loads of up to 4 bytes, two for 8, four for 16: 32, 16 or 8 lanes each);
+  /// a phase takes as many passes as the most distinct words any one bank must deliver.
+  std::uint64_t wavefronts = 0;
+  std::uint64_t ideal_wavefronts = 0;  ///< shared: one pass per phase with a lane in it
+  /// global: share of the moved bytes the lanes use (1 when coalesced, 1/32 when each lane of a
+  /// warp reads 1 byte of its own sector); shared: ideal over actual passes (1 without bank
+  /// conflicts, 1/32 for a 32-way conflict).
   [[nodiscard]] double efficiency() const noexcept {
+    if (space == MemorySpace::shared)
+      return wavefronts == 0 ? 1.0 : static_cast<double>(ideal_wavefronts) / static_cast<double>(wavefronts);
     return sectors == 0 ? 1.0 : static_cast<double>(bytes_used) / (32.0 * static_cast<double>(sectors));
   }
 };
 
-/// What the traced loads of one or more launches moved, per load site (first use first).
-struct GlobalLoadStats {
+/// What the traced loads of one or more launches cost, per load site (first use first).
+struct LoadStats {
   static constexpr std::uint64_t kSectorBytes = 32;
-  std::vector<GlobalLoadSite> sites;
-  [[nodiscard]] GlobalLoadSite total() const;
+  static constexpr unsigned kBanks = 32, kBankBytes = 4;
+  std::vector<LoadSite> sites;
+  /// The sites of one memory space, in order.
+  [[nodiscard]] std::vector<LoadSite> of(MemorySpace space) const;
+  /// All sites of one memory space summed.
+  [[nodiscard]] LoadSite total(MemorySpace space = MemorySpace::global) const;
   /// The site whose name contains `part` (throws InvalidArgument when none or several do).
-  [[nodiscard]] const GlobalLoadSite& site(std::string_view part) const;
+  [[nodiscard]] const LoadSite& site(std::string_view part) const;
 };
 
 namespace detail {
@@ -133,7 +150,19 @@ class EmulatedExec {
                   "global loads move trivially copyable values");
     static_assert(sizeof(V) == 1 || sizeof(V) == 2 || sizeof(V) == 4 || sizeof(V) == 8 || sizeof(V) == 16,
                   "a GPU load moves 1, 2, 4, 8 or 16 bytes");
-    note_global_load(p, sizeof(V), detail::Site::of(loc));
+    note_load(p, sizeof(V), detail::Site::of(loc), MemorySpace::global);
+    V v;
+    std::memcpy(&v, p, sizeof(V));
+    return v;
+  }
+  /// One shared-memory load of a V: checked for alignment and bounds, traced when the launch asks.
+  template <class V>
+  V load_shared(const void* p, std::source_location loc = std::source_location::current()) {
+    static_assert(std::is_trivially_copyable_v<V> && std::is_default_constructible_v<V>,
+                  "shared loads move trivially copyable values");
+    static_assert(sizeof(V) == 1 || sizeof(V) == 2 || sizeof(V) == 4 || sizeof(V) == 8 || sizeof(V) == 16,
+                  "a shared load moves 1, 2, 4, 8 or 16 bytes");
+    note_load(p, sizeof(V), detail::Site::of(loc), MemorySpace::shared);
     V v;
     std::memcpy(&v, p, sizeof(V));
     return v;
@@ -163,7 +192,7 @@ class EmulatedExec {
   }
   std::uint64_t shuffle_bits(std::uint64_t bits, int mode, int b, int width, detail::Site site);
   void check_shared(std::size_t at, std::size_t bytes) const;
-  void note_global_load(const void* p, std::size_t bytes, detail::Site site);
+  void note_load(const void* p, std::size_t bytes, detail::Site site, MemorySpace space);
 
   detail::Team* team_ = nullptr;
   Dim3 block_idx_, thread_idx_, block_dim_, grid_dim_;
@@ -177,9 +206,9 @@ struct LaunchOptions {
   /// 0: blocks in linear order (x fastest); otherwise a permutation drawn from this seed, to catch
   /// kernels that depend on block order.
   std::uint64_t shuffle_seed = 0;
-  /// Non-null: trace every load_global() and add the per-site totals to *load_stats (which may
-  /// span several launches). Tracing serialises the loads; meant for tests.
-  GlobalLoadStats* load_stats = nullptr;
+  /// Non-null: trace every load_global() and load_shared() and add the per-site totals to
+  /// *load_stats (which may span several launches). Tracing serialises the loads; meant for tests.
+  LoadStats* load_stats = nullptr;
 };
 
 using EmulatedKernel = std::function<void(EmulatedExec&)>;

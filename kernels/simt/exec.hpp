@@ -12,6 +12,7 @@
 //   ex.shfl_up(v, delta[, width]), ex.shfl_down(v, delta[, width])    -> __shfl_*_sync(full warp)
 //   shared_array<T>(ex, count)                                       -> carve from dynamic smem
 //   ex.template load_global<V>(p)                                    -> one V-sized global load
+//   ex.template load_shared<V>(p)                                    -> one V-sized shared load
 // plus the helpers below built on them (lane/warp ids, warp and segment reductions). Shuffles
 // move any trivially copyable value of at most 8 bytes; every non-exited lane of the warp must
 // execute the same shuffle (CUDA's full-mask rule). Shared memory is one dynamic arena per block
@@ -25,7 +26,8 @@
 // vector load faults there; the emulator fails the launch with SimtMisuse instead). Under the
 // emulator every such load can also be traced and judged the way a GPU's L1 serves a warp: one
 // request per warp-wide execution of the load, the 32-byte sectors it touches, the bytes its lanes
-// use (simt::LaunchOptions::load_stats).
+// use (simt::LaunchOptions::load_stats). Shared-memory loads a kernel wants judged go through
+// load_shared<V>(p) the same way, judged by bank conflicts.
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -42,19 +44,9 @@ struct alignas(16) Vec16 {
   std::uint32_t w[4];
 };
 
-/// Aligned vector access to shared (or any host-visible) memory: `p` must be aligned to
-/// sizeof(V). On the device one vector instruction; on the host a memcpy, which also keeps the
-/// access free of type punning.
-template <class V>
-[[nodiscard]] KVLAB_HD KVLAB_FORCEINLINE V load_aligned(const void* p) {
-#if defined(__CUDA_ARCH__)
-  return *static_cast<const V*>(p);
-#else
-  V v;
-  std::memcpy(&v, p, sizeof(V));
-  return v;
-#endif
-}
+/// An aligned store of a V to shared (or any) memory: `p` must be aligned to sizeof(V). On the
+/// device one vector instruction; on the host a memcpy, which keeps the access free of type
+/// punning. (Loads that are to be judged go through ex.load_global / ex.load_shared.)
 template <class V>
 KVLAB_HD KVLAB_FORCEINLINE void store_aligned(void* p, const V& v) {
 #if defined(__CUDA_ARCH__)
@@ -255,6 +247,17 @@ class CudaExec {
     } else {
       return *static_cast<const V*>(p);
     }
+#else
+    (void)p;
+    return V{};
+#endif
+  }
+  /// One shared-memory load of a V (p aligned to sizeof(V)); the emulator's version checks and
+  /// traces it.
+  template <class V>
+  KVLAB_HD KVLAB_FORCEINLINE V load_shared(const void* p) {
+#if defined(__CUDA_ARCH__)
+    return *static_cast<const V*>(p);
 #else
     (void)p;
     return V{};

@@ -284,12 +284,12 @@ class AlignedKv {
 
 /// Runs one case with its K/V loads traced; checks the output against the float64 reference.
 template <class T>
-simt::GlobalLoadStats traced_case(const Case& c, int shift) {
+simt::LoadStats traced_case(const Case& c, int shift) {
   KvFixture<T> f(c.shape);
   const std::string what = describe(c, dtype_name<T>()) + " shift=" + std::to_string(shift);
   SCOPED_TRACE(what);
   AlignedKv<T> kv(f, c.shape, shift);
-  simt::GlobalLoadStats stats;
+  simt::LoadStats stats;
   EmulatedLaunchOptions launch = c.launch;
   launch.load_stats = &stats;
   f.poison_output();
@@ -300,12 +300,12 @@ simt::GlobalLoadStats traced_case(const Case& c, int shift) {
 
 template <class T>
 void expect_coalesced(const Case& c) {
-  const simt::GlobalLoadStats stats = traced_case<T>(c, 0);
+  const simt::LoadStats stats = traced_case<T>(c, 0);
   SCOPED_TRACE(describe(c, dtype_name<T>()));
   // Every K and V load is one 16-byte vector from one site, and every sector it moves is used.
-  ASSERT_EQ(stats.sites.size(), 1u);
-  const simt::GlobalLoadSite all = stats.total();
-  EXPECT_EQ(all.bytes_used, all.sectors * simt::GlobalLoadStats::kSectorBytes);
+  ASSERT_EQ(stats.of(simt::MemorySpace::global).size(), 1u);
+  const simt::LoadSite all = stats.total();
+  EXPECT_EQ(all.bytes_used, all.sectors * simt::LoadStats::kSectorBytes);
   if (c.shape.q_lens.empty()) {
     // Decode: each block reads its partition's K and V rows once, whatever the GQA group.
     std::uint64_t tokens = 0;
@@ -365,6 +365,43 @@ TEST(EmulatedAttention, PrefillLoadsAreCoalescedToo) {
   }
 }
 
+// The staged K rows are padded by 16 bytes so that the 8 lanes of a quarter warp, each reading a
+// 16-byte piece of its own token's K, fall on different banks; V is read along the head dim.
+// With whole tiles (lengths a multiple of every tile size: 32) neither read has a bank conflict.
+TEST(EmulatedAttention, StagedTilesAreReadWithoutBankConflicts) {
+  std::uint64_t seed = 800;
+  for (DType dt : kDtypes)
+    for (int dim : {32, 64, 128, 256}) {
+      Case c;
+      c.shape.seq_lens = {64, 32, 96};
+      c.shape.num_kv_heads = 2;
+      c.shape.num_q_heads = 8;
+      c.shape.head_dim = dim;
+      c.shape.block_size = 16;
+      c.shape.seed = ++seed;
+      c.layout = KvLayout::paged;
+      c.launch.block_threads = 128;
+      simt::LoadStats stats;
+      switch (dt) {
+        case DType::f16:
+          stats = traced_case<half_t>(c, 0);
+          break;
+        case DType::bf16:
+          stats = traced_case<bfloat16_t>(c, 0);
+          break;
+        case DType::f32:
+          stats = traced_case<float>(c, 0);
+          break;
+      }
+      const std::vector<simt::LoadSite> shared = stats.of(simt::MemorySpace::shared);
+      ASSERT_EQ(shared.size(), 2u) << "the K and the V reads";
+      for (const simt::LoadSite& site : shared) {
+        EXPECT_GT(site.requests, 0u);
+        EXPECT_EQ(site.wavefronts, site.ideal_wavefronts) << to_string(dt) << " D=" << dim << " " << site.site;
+      }
+    }
+}
+
 TEST(EmulatedAttention, RowsNotOn16BytesAreStagedElementByElement) {
   // A view one element off 16-byte alignment: a vector load would fault on a GPU (and fails the
   // emulated launch); the kernel stages such rows with element loads and stays exact.
@@ -378,13 +415,14 @@ TEST(EmulatedAttention, RowsNotOn16BytesAreStagedElementByElement) {
   c.partitions = 2;
   for (KvLayout layout : {KvLayout::contiguous, KvLayout::paged}) {
     c.layout = layout;
-    const simt::GlobalLoadStats h = traced_case<half_t>(c, 1);
-    ASSERT_EQ(h.sites.size(), 1u);
-    EXPECT_LT(h.total().efficiency(), 1.0);
-    const simt::GlobalLoadStats f = traced_case<float>(c, 3);
-    ASSERT_EQ(f.sites.size(), 1u);
-    EXPECT_LT(f.total().efficiency(), 1.0);
-    EXPECT_NE(h.sites[0].site, traced_case<float>(c, 0).sites[0].site) << "the element loads are another site";
+    const std::vector<simt::LoadSite> h = traced_case<half_t>(c, 1).of(simt::MemorySpace::global);
+    ASSERT_EQ(h.size(), 1u);
+    EXPECT_LT(h[0].efficiency(), 1.0);
+    const std::vector<simt::LoadSite> f = traced_case<float>(c, 3).of(simt::MemorySpace::global);
+    ASSERT_EQ(f.size(), 1u);
+    EXPECT_LT(f[0].efficiency(), 1.0);
+    EXPECT_NE(h[0].site, traced_case<float>(c, 0).of(simt::MemorySpace::global)[0].site)
+        << "the element loads are another site";
   }
 }
 

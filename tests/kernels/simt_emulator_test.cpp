@@ -298,8 +298,8 @@ struct alignas(256) GlobalBuffer {
 };
 
 /// Traces one launch of `body` (each thread's loads) and returns the per-site judgement.
-GlobalLoadStats trace(Dim3 block, const std::function<void(EmulatedExec&)>& body, unsigned blocks = 1) {
-  GlobalLoadStats stats;
+LoadStats trace(Dim3 block, const std::function<void(EmulatedExec&)>& body, unsigned blocks = 1) {
+  LoadStats stats;
   LaunchOptions o;
   o.load_stats = &stats;
   launch({blocks, 1, 1}, block, 0, body, o);
@@ -312,7 +312,7 @@ TEST(SimtEmulator, GlobalLoadsAreJudgedPerWarpRequestBySector) {
   const unsigned char* g = buf->bytes;
 
   // Consecutive 4-byte words: one request per warp, 128 bytes in 4 full sectors.
-  GlobalLoadStats words = trace({64, 1, 1}, [&](EmulatedExec& ex) {
+  LoadStats words = trace({64, 1, 1}, [&](EmulatedExec& ex) {
     const unsigned t = linear_thread_idx(ex);
     const auto v = ex.load_global<std::uint32_t>(g + 4 * t);
     std::uint32_t want;
@@ -327,7 +327,7 @@ TEST(SimtEmulator, GlobalLoadsAreJudgedPerWarpRequestBySector) {
 
   // 2 bytes per lane, lanes 64 bytes apart (each in its own sector): 1/16 of what moves is used.
   // The same kernel's 16-byte loads of consecutive pieces use everything. Two sites, two blocks.
-  GlobalLoadStats mixed = trace(
+  LoadStats mixed = trace(
       {32, 1, 1},
       [&](EmulatedExec& ex) {
         const unsigned t = linear_thread_idx(ex);
@@ -351,7 +351,7 @@ TEST(SimtEmulator, GlobalLoadsAreJudgedPerWarpRequestBySector) {
 
   // A broadcast (every lane the same word) moves one sector for 4 distinct bytes; a loop makes one
   // request per iteration, and a partial warp (40 threads: 32 + 8 lanes) still one per warp.
-  GlobalLoadStats looped = trace({40, 1, 1}, [&](EmulatedExec& ex) {
+  LoadStats looped = trace({40, 1, 1}, [&](EmulatedExec& ex) {
     for (int i = 0; i < 3; ++i) (void)ex.load_global<float>(g + 32 * i);
   });
   ASSERT_EQ(looped.sites.size(), 1u);
@@ -362,7 +362,7 @@ TEST(SimtEmulator, GlobalLoadsAreJudgedPerWarpRequestBySector) {
 
   // Lanes that reach the site in a different order (odd lanes first, via a barrier) still meet in
   // one request per execution.
-  GlobalLoadStats reordered = trace({32, 1, 1}, [&](EmulatedExec& ex) {
+  LoadStats reordered = trace({32, 1, 1}, [&](EmulatedExec& ex) {
     const unsigned t = linear_thread_idx(ex);
     const auto load = [&] { (void)ex.load_global<std::uint32_t>(g + 4 * t); };
     if (t % 2) load();
@@ -391,6 +391,82 @@ TEST(SimtEmulator, MisalignedGlobalLoadIsReportedAsAGpuWouldFault) {
   launch({1, 1, 1}, {4, 1, 1}, 0, [&](EmulatedExec& ex) {
     EXPECT_EQ(ex.load_global<std::uint16_t>(buf->bytes + 2 * linear_thread_idx(ex) + 6), 0u);
   });
+}
+
+/// Traces one single-block launch with `shared` bytes of shared memory.
+LoadStats trace_shared(unsigned threads, std::size_t shared, const std::function<void(EmulatedExec&)>& body) {
+  LoadStats stats;
+  LaunchOptions o;
+  o.load_stats = &stats;
+  launch({1, 1, 1}, {threads, 1, 1}, shared, body, o);
+  return stats;
+}
+
+TEST(SimtEmulator, SharedLoadsAreJudgedByBankConflicts) {
+  // Each kernel fills its shared memory first, so the loads read defined values.
+  const auto strided = [](int stride_words) {
+    return trace_shared(32, 32 * 33 * 4 + 16, [=](EmulatedExec& ex) {
+      float* s = shared_array<float>(ex, 32 * 33 + 4);
+      const unsigned t = linear_thread_idx(ex);
+      for (int i = static_cast<int>(t); i < 32 * 33 + 4; i += 32) s[i] = static_cast<float>(i);
+      ex.sync_threads();
+      EXPECT_EQ(ex.load_shared<float>(s + stride_words * t), static_cast<float>(stride_words * t));
+    });
+  };
+  const auto one_site = [](const LoadStats& st) {
+    EXPECT_EQ(st.of(MemorySpace::global).size(), 0u);
+    return st.total(MemorySpace::shared);
+  };
+  const LoadSite consecutive = one_site(strided(1));
+  EXPECT_EQ(consecutive.wavefronts, 1u);
+  EXPECT_DOUBLE_EQ(consecutive.efficiency(), 1.0);
+  const LoadSite same_bank = one_site(strided(32));  // every lane its own word of bank 0
+  EXPECT_EQ(same_bank.wavefronts, 32u);
+  EXPECT_DOUBLE_EQ(same_bank.efficiency(), 1.0 / 32);
+  EXPECT_EQ(one_site(strided(33)).wavefronts, 1u);  // padded by a word: every lane its own bank
+  EXPECT_EQ(one_site(strided(0)).wavefronts, 1u);   // one word for all: a broadcast
+  EXPECT_EQ(one_site(strided(2)).wavefronts, 2u);   // two words per bank
+
+  // 16-byte loads are served a quarter warp (8 lanes) at a time: rows of 256 bytes put a quarter's
+  // 8 pieces in the same 4 banks (8 passes per phase); 16 bytes of padding per row spread them.
+  for (const auto& [row_bytes, passes] : {std::pair{256, 32u}, std::pair{272, 4u}}) {
+    const LoadSite vec = trace_shared(32, 32 * 272, [row_bytes = row_bytes](EmulatedExec& ex) {
+                           unsigned char* s = shared_array<unsigned char>(ex, 32 * 272);
+                           const unsigned t = linear_thread_idx(ex);
+                           for (unsigned i = t; i < 32 * 272; i += 32) s[i] = static_cast<unsigned char>(i);
+                           ex.sync_threads();
+                           (void)ex.load_shared<Vec16>(s + row_bytes * t);
+                         }).total(MemorySpace::shared);
+    EXPECT_EQ(vec.ideal_wavefronts, 4u);
+    EXPECT_EQ(vec.wavefronts, passes) << row_bytes;
+  }
+
+  // 2-byte loads of consecutive elements: two lanes share each word, one pass.
+  const LoadSite halves = trace_shared(32, 64, [](EmulatedExec& ex) {
+                            auto* s = shared_array<std::uint16_t>(ex, 32);
+                            s[linear_thread_idx(ex)] = 7;
+                            ex.sync_threads();
+                            EXPECT_EQ(ex.load_shared<std::uint16_t>(s + linear_thread_idx(ex)), 7u);
+                          }).total(MemorySpace::shared);
+  EXPECT_EQ(halves.wavefronts, 1u);
+  EXPECT_EQ(halves.bytes_used, 64u);
+}
+
+TEST(SimtEmulator, SharedLoadsOutsideTheArenaOrMisalignedAreReported) {
+  for (int offset : {-4, 64, 2}) {
+    try {
+      launch({1, 1, 1}, {1, 1, 1}, 64, [&](EmulatedExec& ex) {
+        unsigned char* s = shared_array<unsigned char>(ex, 64);
+        std::memset(s, 0, 64);
+        (void)ex.load_shared<float>(s + offset);
+      });
+      FAIL() << "expected SimtMisuse at offset " << offset;
+    } catch (const SimtMisuse& e) {
+      EXPECT_NE(std::string(e.what()).find(offset == 2 ? "misaligned shared load" : "outside the block's 64 bytes"),
+                std::string::npos)
+          << e.what();
+    }
+  }
 }
 
 TEST(SimtEmulator, RejectsBadLaunches) {
