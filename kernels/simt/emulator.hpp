@@ -146,26 +146,12 @@ class EmulatedExec {
   /// One global load of a V (see exec.hpp): checked for alignment, traced when the launch asks.
   template <class V>
   V load_global(const void* p, std::source_location loc = std::source_location::current()) {
-    static_assert(std::is_trivially_copyable_v<V> && std::is_default_constructible_v<V>,
-                  "global loads move trivially copyable values");
-    static_assert(sizeof(V) == 1 || sizeof(V) == 2 || sizeof(V) == 4 || sizeof(V) == 8 || sizeof(V) == 16,
-                  "a GPU load moves 1, 2, 4, 8 or 16 bytes");
-    note_load(p, sizeof(V), detail::Site::of(loc), MemorySpace::global);
-    V v;
-    std::memcpy(&v, p, sizeof(V));
-    return v;
+    return load<V>(p, loc, MemorySpace::global);
   }
   /// One shared-memory load of a V: checked for alignment and bounds, traced when the launch asks.
   template <class V>
   V load_shared(const void* p, std::source_location loc = std::source_location::current()) {
-    static_assert(std::is_trivially_copyable_v<V> && std::is_default_constructible_v<V>,
-                  "shared loads move trivially copyable values");
-    static_assert(sizeof(V) == 1 || sizeof(V) == 2 || sizeof(V) == 4 || sizeof(V) == 8 || sizeof(V) == 16,
-                  "a shared load moves 1, 2, 4, 8 or 16 bytes");
-    note_load(p, sizeof(V), detail::Site::of(loc), MemorySpace::shared);
-    V v;
-    std::memcpy(&v, p, sizeof(V));
-    return v;
+    return load<V>(p, loc, MemorySpace::shared);
   }
 
   template <class T>
@@ -180,6 +166,17 @@ class EmulatedExec {
   friend class detail::Team;
   EmulatedExec() = default;
 
+  template <class V>
+  V load(const void* p, const std::source_location& loc, MemorySpace space) {
+    static_assert(std::is_trivially_copyable_v<V> && std::is_default_constructible_v<V>,
+                  "loads move trivially copyable values");
+    static_assert(sizeof(V) == 1 || sizeof(V) == 2 || sizeof(V) == 4 || sizeof(V) == 8 || sizeof(V) == 16,
+                  "a GPU load moves 1, 2, 4, 8 or 16 bytes");
+    note_load(p, sizeof(V), detail::Site::of(loc), space);
+    V v;
+    std::memcpy(&v, p, sizeof(V));
+    return v;
+  }
   template <class T>
   T exchange(T v, int mode, int b, int width, const std::source_location& loc) {
     static_assert(std::is_trivially_copyable_v<T> && sizeof(T) <= 8,
